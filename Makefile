@@ -1,0 +1,22 @@
+# The README's commands. `make test` is what CI runs (through .ci/run).
+.PHONY: test sync lint nbtest pytest export hooks
+
+test: sync lint nbtest pytest   ## everything CI checks, in order of cost
+
+sync:     ## notebooks and library in sync, notebooks clean
+	@bash .ci/check_sync
+
+lint:     ## ruff on the generated package and the tests
+	ruff check qmind_render tests
+
+nbtest:   ## run every notebook's examples (cells flagged `slow` are skipped)
+	nbdev-test --n-workers 2
+
+pytest:   ## what a notebook can't hold: subprocesses, servers, browsers, torchrun
+	python -m pytest -q
+
+export:   ## after editing a notebook
+	nbdev-export && nbdev-clean
+
+hooks:    ## once per clone: notebook-aware git merge/diff drivers, clean-on-save in Jupyter
+	nbdev-install-hooks

@@ -1,0 +1,21 @@
+"""A built wheel carries what an installed package needs: the contracts and the console script."""
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_ships_contracts_and_entry_point(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path)], check=True, timeout=300, cwd=tmp_path)
+    (whl,) = tmp_path.glob("qmind_render-*.whl")
+    with zipfile.ZipFile(whl) as z:
+        names = set(z.namelist())
+        for c in ("channel_spec.yaml", "theme_schema.yaml"):
+            member = f"qmind_render/contracts/{c}"
+            assert member in names, f"{member} missing from the wheel"
+            assert z.read(member) == (ROOT / "contracts" / c).read_bytes()
+        entry = next(n for n in names if n.endswith("entry_points.txt"))
+        assert "qmind = qmind_render.cli:main" in z.read(entry).decode()
