@@ -1,0 +1,73 @@
+"""The workbook's own machinery: the sync check CI relies on, and papermill's tag through nbdev-clean."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def workbook(tmp_path):
+    "A copy of the notebooks, the generated package and the config, to break on purpose."
+    for d in ("nbs", "qmind_render", "contracts", ".ci"):
+        shutil.copytree(ROOT / d, tmp_path / d, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def check_sync(root):
+    return subprocess.run(["bash", ".ci/check_sync"], cwd=root, capture_output=True, text=True, timeout=120)
+
+
+def test_sync_check_passes_on_a_clean_copy(workbook):
+    r = check_sync(workbook)
+    assert r.returncode == 0, r.stderr
+
+
+def test_sync_check_fails_when_a_module_was_edited_by_hand(workbook):
+    with (workbook / "qmind_render" / "config.py").open("a") as f: f.write("\nHAND_EDIT = 1\n")
+    r = check_sync(workbook)
+    assert r.returncode == 1
+    assert "qmind_render/config.py" in r.stderr
+
+
+def test_sync_check_fails_on_an_unclean_notebook(workbook):
+    nb_path = workbook / "nbs" / "01_config.ipynb"
+    nb = json.loads(nb_path.read_text())
+    nb["cells"][0]["metadata"]["collapsed"] = True  # the kind of noise Jupyter adds
+    nb["cells"][0]["execution_count"] = 7 if nb["cells"][0]["cell_type"] == "code" else None
+    nb_path.write_text(json.dumps(nb, indent=1))
+    r = check_sync(workbook)
+    assert r.returncode == 1
+    assert "nbs/01_config.ipynb" in r.stderr
+
+
+def _notebook(cells):
+    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "python3", "language": "python",
+                                                        "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_parameters_tag_survives_nbdev_clean_and_papermill_uses_it(tmp_path):
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / "nbs").mkdir()
+    nb_path = tmp_path / "nbs" / "experiment.ipynb"
+    cells = [
+        {"cell_type": "code", "id": "a1", "execution_count": 3, "outputs": [], "source": ["lr = 0.1"],
+         "metadata": {"tags": ["parameters"], "scrolled": True}},
+        {"cell_type": "code", "id": "a2", "execution_count": 4, "outputs": [],
+         "source": ["open('result.txt', 'w').write(str(lr))"], "metadata": {}},
+    ]
+    nb_path.write_text(json.dumps(_notebook(cells)))
+    subprocess.run(["nbdev-clean", "--fname", str(nb_path)], cwd=tmp_path, check=True, timeout=60)
+    cleaned = json.loads(nb_path.read_text())
+    assert cleaned["cells"][0]["metadata"] == {"tags": ["parameters"]}  # volatile keys gone, tag kept
+    assert cleaned["cells"][0]["execution_count"] is None
+    out = tmp_path / "out.ipynb"
+    subprocess.run([sys.executable, "-m", "papermill", str(nb_path), str(out), "-p", "lr", "0.5", "--cwd",
+                    str(tmp_path), "-k", "python3"], check=True, timeout=180, capture_output=True)
+    assert (tmp_path / "result.txt").read_text() == "0.5"
