@@ -1,0 +1,57 @@
+"""Shared fixtures: a real S3 API (moto_server) on loopback, started and stopped by the tests."""
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    "The URL of a moto_server on 127.0.0.1 (S3, EC2, Budgets, SageMaker, Batch), for this test session."
+    port = free_port()
+    proc = subprocess.Popen(["moto_server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=1)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("moto_server did not start") from None
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def aws_env(moto_server, monkeypatch):
+    "Point boto3 at the local server with throwaway credentials."
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    return moto_server
+
+
+@pytest.fixture
+def s3_bucket(aws_env, request):
+    "A fresh bucket on the local S3 server; yields its name."
+    import boto3
+    name = f"qmind-test-{abs(hash(request.node.nodeid)) % 10**8}-{os.getpid()}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
