@@ -1,0 +1,112 @@
+"""Evaluation and the main job: `qmind run` end to end on a small config (real subprocess), its
+rerun, the errors the issue names, and the factor classifiers' sanity (chance on shuffled labels)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from qmind_render.data import apply_split, fetch, load_split, open_store
+from qmind_render.evaluate import (EvalError, accuracy, as_float, evaluate, factor_labels, gather, load_for_eval,
+                                   train_classifier)
+
+CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("eval")
+    (tmp / "sweeps").mkdir()
+    (tmp / "sweeps" / "splits").symlink_to(ROOT / "sweeps" / "splits")
+    return tmp
+
+
+def small(work, name="small", *extra):
+    return [f"data.store={work}/store", "data.dataset=ds-e", "data.episodes=24", "data.frames_per_episode=20",
+            f"name={name}", "train.batch=8", "train.steps=30", "train.warmup=5", "train.log_every=10",
+            "train.sample_every=0", "tracker=none", "train.lr=2e-3", "eval.ddim_steps=[1,2]", "eval.frames_per_cell=2", *extra]
+
+
+def env(work):
+    return {**os.environ, "QMIND_CACHE": str(work / "cache"), "QMIND_RUNS": str(work / "runs")}
+
+
+@pytest.fixture(scope="module")
+def ran(work):
+    r = subprocess.run(CLI + ["run", *small(work)], cwd=work, env=env(work), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def test_run_end_to_end_writes_the_report(work, ran):
+    out = ran.stdout
+    assert "[1/3] dataset ds-e: not in" in out and "[2/3] training small" in out and "[3/3] evaluating" in out
+    ev = work / "runs" / "small" / "eval"
+    res = json.loads((ev / "eval.json").read_text())
+    for part in ("heldout", "train"):
+        r = res["parts"][part]
+        assert r["frames"] > 0 and {"baseline", "ddim_1", "ddim_2", "ground_truth_classifier"} <= set(r)
+        assert 0 < r["ddim_2"]["psnr"] < 100 and 0 <= r["ddim_2"]["ssim"] <= 1
+        assert set(r["ddim_2"]["mae_by_surface"]) == {"ceiling", "wall", "floor", "enemy"}
+    assert res["lpips"].startswith(("computed", "unavailable"))
+    assert set(res["gap"]) == {"ddim_1", "ddim_2"}
+    report = (ev / "report.md").read_text()
+    assert "mean-colour baseline" in report and "Held-out cells" in report and "![PSNR per cell](psnr_heatmap.png)" in report
+    for f in ("psnr_heatmap.png", "samples_heldout.png", "samples_train.png", "episode.gif"):
+        assert (ev / f).stat().st_size > 1000, f
+    from PIL import Image
+    assert Image.open(ev / "episode.gif").n_frames == 24
+
+
+def test_rerun_reuses_everything(work, ran):
+    r = subprocess.run(CLI + ["run", *small(work)], cwd=work, env=env(work), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "reusing it" in r.stdout and "finished earlier" in r.stdout and "done earlier" in r.stdout
+
+
+def test_eval_is_reproducible(work, ran):
+    a = json.loads((work / "runs" / "small" / "eval" / "eval.json").read_text())
+    b = evaluate(work / "runs" / "small", ["eval.ddim_steps=[1,2]", "eval.frames_per_cell=2"], out=work / "again", log=lambda *_: None)
+    assert a["parts"]["heldout"]["ddim_2"]["psnr"] == b["parts"]["heldout"]["ddim_2"]["psnr"]
+
+
+def test_eval_errors(work, ran, tmp_path):
+    (tmp_path / "empty-run").mkdir()
+    with pytest.raises(EvalError, match="has no checkpoint"):
+        load_for_eval(tmp_path / "empty-run")
+    with pytest.raises(EvalError, match="no such run dir or checkpoint"):
+        load_for_eval(tmp_path / "nope")
+    with pytest.raises(EvalError, match=r"trained on dataset ds-e.*not in store"):
+        load_for_eval(work / "runs" / "small", [f"data.store={tmp_path}/other-store"])
+    other = tmp_path / "grid.yaml"
+    other.write_text("name: g\nversion: 1\nseed: 0\ngrid: {theme: 3, material: 5, light: 4}\nheld_out: [[0, 0, 0]]\n")
+    with pytest.raises(EvalError, match=r"split g is for grid .*ds-e"):
+        load_for_eval(work / "runs" / "small", [f"data.holdout={other}"])
+
+
+def test_eval_cli_without_checkpoint_is_one_line(work, tmp_path):
+    (tmp_path / "r").mkdir()
+    r = subprocess.run(CLI + ["eval", str(tmp_path / "r")], cwd=work, env=env(work), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "has no checkpoint" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_classifiers_learn_real_labels_and_not_shuffled_ones(work, ran):
+    ds = fetch(open_store(f"{work}/store"), "ds-e", work / "cache")
+    split = load_split("random_15", work)
+    parts = apply_split(ds.cells, split)
+    tr, te = gather(ds, parts["train"]), gather(ds, parts["heldout"])
+    sizes = {"theme": 5, "lighting": 4}
+    y_tr = {k: v for k, v in factor_labels(tr, 5).items() if k in sizes}
+    y_te = {k: v for k, v in factor_labels(te, 5).items() if k in sizes}
+    net = train_classifier(as_float(tr["rgb"]), y_tr, sizes, steps=300)
+    acc = accuracy(net, as_float(te["rgb"]), y_te)
+    assert acc["theme"] > 0.8 and acc["lighting"] > 0.6, acc
+    g = torch.Generator().manual_seed(0)
+    shuffled = {k: v[torch.randperm(len(v), generator=g)] for k, v in y_tr.items()}
+    net_s = train_classifier(as_float(tr["rgb"]), shuffled, sizes, steps=300)
+    acc_s = accuracy(net_s, as_float(te["rgb"]), y_te)
+    assert acc_s["theme"] < 0.45 and acc_s["lighting"] < 0.5, acc_s   # chance: 0.2 and 0.25

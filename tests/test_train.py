@@ -1,0 +1,207 @@
+"""Training as users run it: real subprocesses killed with SIGKILL at several points and resumed,
+torchrun with 2 gloo processes, checkpoints moving between 1 and 2 processes, and every fault
+the issue names."""
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from qmind_render.config import load_config
+from qmind_render.data import generate
+from qmind_render.train import (CheckpointError, NonFiniteError, checkpoints, load_checkpoint, read_metrics,
+                                save_checkpoint, train)
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    "A small dataset in a local store, made once for this module."
+    tmp = tmp_path_factory.mktemp("train")
+    os.environ["QMIND_CACHE"] = str(tmp / "cache")
+    cfg = load_config(None, [f"data.store={tmp}/store", "data.dataset=ds-t", "data.episodes=8", "data.frames_per_episode=16"])
+    generate(cfg.data, workers=2, progress=False)
+    return tmp
+
+
+def args(data, name, steps=12, *extra):
+    return [f"data.store={data}/store", "data.dataset=ds-t", f"name={name}", "train.batch=4", f"train.steps={steps}",
+            "train.warmup=2", "train.log_every=1", "train.sample_every=0", "tracker=none", "train.lr=1e-3",
+            "train.ckpt_every_steps=2", *extra]
+
+
+def env(data):
+    return {**os.environ, "QMIND_CACHE": str(data / "cache"), "QMIND_RUNS": str(data / "runs"), "OMP_NUM_THREADS": "1"}
+
+
+def weights(run_dir):
+    return load_checkpoint(checkpoints(run_dir)[-1])
+
+
+def same_weights(a, b):
+    return all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]) and \
+        all(torch.equal(a["ema"][k], b["ema"][k]) for k in a["ema"]) and a["step"] == b["step"]
+
+
+@pytest.fixture(scope="module")
+def straight(data):
+    "The uninterrupted run everything is compared with (same thread count as the subprocesses)."
+    r = subprocess.run(CLI + ["train", *args(data, "straight")], env=env(data), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return weights(data / "runs" / "straight")
+
+
+@pytest.mark.parametrize("kill_after", [3, 7])
+def test_sigkill_and_resume_is_bit_identical(data, straight, kill_after):
+    name = f"killed{kill_after}"
+    p = subprocess.Popen(CLI + ["train", *args(data, name)], env=env(data), start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir, deadline = data / "runs" / name, time.monotonic() + 240
+    while not read_metrics(run_dir) or read_metrics(run_dir)[-1]["step"] < kill_after:
+        assert p.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.02)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    killed_at = read_metrics(run_dir)[-1]["step"]
+    assert killed_at < 12 and checkpoints(run_dir)[-1].stem != "0000012"
+    r = subprocess.run(CLI + ["train", *args(data, name)], env=env(data), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert same_weights(weights(run_dir), straight)
+    # the resumed loss curve is the uninterrupted one, with no duplicated steps
+    m, s = read_metrics(run_dir), read_metrics(data / "runs" / "straight")
+    assert [x["step"] for x in m] == list(range(1, 13)) and [x["loss"] for x in m] == [x["loss"] for x in s]
+
+
+def test_sigterm_checkpoints_and_exits(data):
+    p = subprocess.Popen(CLI + ["train", *args(data, "termed", 40, "train.ckpt_every_steps=0")], env=env(data),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir, deadline = data / "runs" / "termed", time.monotonic() + 240
+    while not read_metrics(run_dir) or read_metrics(run_dir)[-1]["step"] < 2:
+        assert p.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    res = json.loads(out)
+    assert res["status"] == "stopped by SIGTERM" and res["step"] < 40
+    assert checkpoints(run_dir)[-1].stem == f"{res['step']:07d}"
+
+
+def torchrun(data, *a, n=2):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "-m", "qmind_render.train", *a]
+    return subprocess.run(cmd, env=env(data), capture_output=True, text=True, timeout=400, cwd=ROOT)
+
+
+def test_ddp_two_processes_and_checkpoints_cross_world_sizes(data):
+    r = torchrun(data, *args(data, "ddp", 4))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ck = weights(data / "runs" / "ddp")
+    assert ck["world"] == 2 and ck["step"] == 4
+    # written by rank 0 of 2, resumed by one process
+    r1 = subprocess.run(CLI + ["train", *args(data, "ddp", 6)], env=env(data), capture_output=True, text=True, timeout=300)
+    assert r1.returncode == 0, r1.stderr
+    assert weights(data / "runs" / "ddp")["world"] == 1 and weights(data / "runs" / "ddp")["step"] == 6
+    # and back: one process's checkpoint resumed by two
+    r2 = torchrun(data, *args(data, "ddp", 8))
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert weights(data / "runs" / "ddp")["step"] == 8
+
+
+def test_missing_dataset_and_split_are_clear(data, monkeypatch):
+    monkeypatch.chdir(data)
+    with pytest.raises(Exception, match=r"dataset ds-nope.*not in store.*qmind data gen"):
+        train(load_config(None, args(data, "x") + ["data.dataset=ds-nope"]), data / "runs")
+    with pytest.raises(FileNotFoundError, match="random_99.*qmind data split random_99"):
+        train(load_config(None, args(data, "x") + ["data.holdout=random_99"]), data / "runs")
+
+
+def test_split_for_another_grid_is_refused(data, tmp_path):
+    bad = tmp_path / "other.yaml"
+    bad.write_text("name: other\nversion: 1\nseed: 0\ngrid: {theme: 4, material: 5, light: 4}\nheld_out: [[0, 0, 0]]\n")
+    with pytest.raises(ValueError, match="split other is for grid"):
+        train(load_config(None, args(data, "x2") + [f"data.holdout={bad}"]), data / "runs")
+
+
+def test_nonfinite_loss_stops_naming_step_and_checkpoint(data, monkeypatch):
+    import qmind_render.train as T
+    real = T.diffusion_loss
+    calls = {"n": 0}
+    def poisoned(*a, **k):
+        calls["n"] += 1
+        loss = real(*a, **k)
+        return loss * float("nan") if calls["n"] == 5 else loss
+    monkeypatch.setattr(T, "diffusion_loss", poisoned)
+    with pytest.raises(NonFiniteError, match=r"step 4 .*last good checkpoint: .*0000004.pt"):
+        train(load_config(None, args(data, "nan")), data / "runs")
+    assert checkpoints(data / "runs" / "nan")[-1].stem == "0000004"  # nothing written after the bad step
+    calls["n"] = 0
+    res = train(load_config(None, args(data, "nan-skip", 6, "train.nonfinite=skip")), data / "runs")
+    assert res["status"] == "finished" and sum(m["skipped"] for m in read_metrics(data / "runs" / "nan-skip")) == 1
+
+
+def test_full_disk_keeps_previous_checkpoint(data, monkeypatch):
+    res = train(load_config(None, args(data, "disk", 2)), data / "runs")
+    good = Path(res["last_checkpoint"])
+    before = good.read_bytes()
+    def full(obj, f, *a, **k):
+        Path(f).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(torch, "save", full)
+    state = load_checkpoint(good)
+    state["step"] = 3
+    with pytest.raises(CheckpointError, match=r"0000003.pt \(the disk is full\).*previous checkpoint is untouched"):
+        save_checkpoint(state, data / "runs" / "disk")
+    assert [p.name for p in checkpoints(data / "runs" / "disk")] == [good.name] and good.read_bytes() == before
+    assert not list((data / "runs" / "disk" / "checkpoints").glob(".*tmp"))
+
+
+def test_nonfinite_weights_are_never_checkpointed(data):
+    res = train(load_config(None, args(data, "inf", 2)), data / "runs")
+    state = load_checkpoint(Path(res["last_checkpoint"]))
+    k = next(iter(state["model"]))
+    state["model"][k] = state["model"][k] * float("inf")
+    state["step"] = 99
+    with pytest.raises(CheckpointError, match="non-finite weights"):
+        save_checkpoint(state, data / "runs" / "inf")
+
+
+def test_incompatible_checkpoint_and_corrupt_file(data):
+    train(load_config(None, args(data, "compat", 2)), data / "runs")
+    with pytest.raises(CheckpointError, match=r"made with model=.*start a new run name"):
+        train(load_config(None, args(data, "compat", 4, "model.theme_enc=id")), data / "runs")
+    ck = checkpoints(data / "runs" / "compat")[-1]
+    state = torch.load(ck, weights_only=True)
+    state["versions"]["channel_spec"] = "0.2.0"
+    torch.save(state, ck)
+    with pytest.raises(CheckpointError, match=r"0\.2\.0.*0\.1\.0"):
+        train(load_config(None, args(data, "compat", 4)), data / "runs")
+    ck.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="0000002.pt is not a readable checkpoint .corrupt, truncated"):
+        train(load_config(None, args(data, "compat", 4)), data / "runs")
+
+
+def test_keep_last_and_weights_only(data):
+    train(load_config(None, args(data, "keep", 8, "train.keep_last=2")), data / "runs")
+    assert [p.stem for p in checkpoints(data / "runs" / "keep")] == ["0000006", "0000008"]
+    ck = torch.load(checkpoints(data / "runs" / "keep")[-1], weights_only=True)
+    assert ck["config"]["name"] == "keep" and ck["dataset"] == "ds-t" and ck["versions"]["channel_spec"] == "0.1.0"
+    assert {"model", "ema", "optimizer", "scheduler", "rng", "step", "epoch", "pos", "git"} <= set(ck)
+
+
+def test_wandb_offline_tracking(data, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    res = train(load_config(None, args(data, "wb", 2, "tracker=wandb", "train.sample_every=2")), data / "runs")
+    run_dir = Path(res["run_dir"])
+    assert list((run_dir / "wandb").glob("offline-run-*")), "wandb wrote no offline run"
+    assert (run_dir / "samples" / "0000002.png").is_file()
+    m = read_metrics(run_dir)
+    assert {"loss", "lr", "grad_norm", "samples_per_s", "data_wait"} <= set(m[-1])
