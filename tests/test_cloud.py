@@ -1,0 +1,694 @@
+"""The cloud stage against real AWS APIs on loopback: moto_server for S3, EC2 (spot included), IAM, STS,
+Budgets, Cost Explorer, SageMaker and Batch; small servers of our own where moto has no model (the
+instance metadata service's spot/instance-action, Service Quotas for EC2, a throttling API). Every
+server listens on 127.0.0.1 and stops with its test."""
+import base64
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from botocore.exceptions import ClientError
+
+from qmind_render import cloud
+from qmind_render.cloud import CloudError, EC2Backend, LaunchFailed, OverBudget, RunSpec, SageMakerBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+STORE = "s3://qmind-lab/main"
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+def _post(url: str, body: dict) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).read()
+
+
+@pytest.fixture
+def aws(aws_env, monkeypatch):
+    "A fresh moto state (every service) and a session on it; Batch without Docker."
+    _post(f"{aws_env}/moto-api/reset", {})
+    _post(f"{aws_env}/moto-api/config", {"batch": {"use_docker": False}})
+    monkeypatch.delenv("QMIND_OWNER", raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return cloud.aws_session()
+
+
+@pytest.fixture
+def store(aws):
+    "The project bucket in us-east-1 with a committed dataset ds-v003 (a manifest is all a launch checks)."
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="qmind-lab")
+    s3.put_object(Bucket="qmind-lab", Key="main/datasets/ds-v003/manifest.json", Body=b"{}")
+    return STORE
+
+
+@pytest.fixture
+def ready(aws, store):
+    "What `qmind aws setup` makes (roles, instance profile, tagged bucket) and a $5,000 budget with alerts."
+    cloud.setup(aws, store, owner="alice")
+    cloud.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")
+    return aws
+
+
+def run_spec(name="003-coverage_50-s1", estimate=None, store=STORE, **data):
+    from qmind_render.config import config_to_dict, load_config
+    cfg = config_to_dict(load_config(None, [f"name={name}", "seed=1", f"data.store={store}", "data.dataset=ds-v003",
+                                            *[f"data.{k}={v}" for k, v in data.items()]]))
+    return RunSpec(name, cfg, estimate_usd=estimate)
+
+
+def moto_ami() -> str:
+    return boto3.client("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+
+def ec2_backend(**kw) -> EC2Backend:
+    kw = {"instance": "g6.xlarge", "market": "spot", "max_hours": 4, "image_id": moto_ami(), "poll_s": 0.05,
+          "start_timeout_s": 5, "code_uri": f"{STORE}/code/test.tar.gz", **kw}
+    return EC2Backend(**kw)
+
+
+def tags_of(res: dict) -> dict:
+    return {t["Key"]: t["Value"] for t in res.get("Tags", [])}
+
+
+def live_instances() -> list[dict]:
+    r = boto3.client("ec2").describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running", "stopped"]}])
+    return [i for res in r["Reservations"] for i in res["Instances"]]
+
+
+class Server:
+    "A ThreadingHTTPServer on 127.0.0.1 in a thread, for a handler class; stopped by `close`."
+    def __init__(self, handler):
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# --- EC2 -----------------------------------------------------------------------------------------
+
+def test_ec2_launch_tags_everything_and_runs_self_terminating(ready):
+    be = ec2_backend(owner="alice", code_uri=None, allow_dirty=True)
+    job = be.submit(run_spec(), dry_run=False)
+    ec2 = boto3.client("ec2")
+    inst = ec2.describe_instances(InstanceIds=[job["instance_id"]])["Reservations"][0]["Instances"][0]
+    want = {"owner": "alice", "project": "qmind-render", "run": "003-coverage_50-s1"}
+    assert want.items() <= tags_of(inst).items() and tags_of(inst)["qmind:estimate-usd"] == "3.22"  # 4 h × $0.805
+    vols = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [job["instance_id"]]}])["Volumes"]
+    assert vols and all(want.items() <= tags_of(v).items() for v in vols)
+    assert inst["InstanceLifecycle"] == "spot" and inst["IamInstanceProfile"]["Arn"].endswith("/qmind-render-job")
+    attr = ec2.describe_instance_attribute(InstanceId=job["instance_id"], Attribute="instanceInitiatedShutdownBehavior")
+    assert attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+    ud = ec2.describe_instance_attribute(InstanceId=job["instance_id"], Attribute="userData")["UserData"]["Value"]
+    script = base64.b64decode(ud).decode()
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    assert "trap finish EXIT" in script and "RUN_NAME=003-coverage_50-s1" in script
+    s3 = boto3.client("s3")
+    assert job["code_uri"].startswith(f"{STORE}/code/")
+    assert s3.head_object(Bucket="qmind-lab", Key=cloud.split_s3(job["code_uri"])[1])["ContentLength"] > 10_000
+    rec = json.loads(s3.get_object(Bucket="qmind-lab", Key="main/runs/003-coverage_50-s1/job.json")["Body"].read())
+    assert rec["instance_id"] == job["instance_id"]
+    assert be.status(job) == "running"
+    be.cancel(job)
+    assert be.status(job) == "failed"               # terminated without a status.json
+    s3.put_object(Bucket="qmind-lab", Key="main/runs/003-coverage_50-s1/status.json", Body=b'{"exit_code": 0}')
+    assert be.status(job) == "done"
+
+
+def test_ec2_owner_comes_from_sts_when_unset(ready):
+    job = ec2_backend(market="on-demand").submit(run_spec())
+    inst = boto3.client("ec2").describe_instances(InstanceIds=[job["instance_id"]])["Reservations"][0]["Instances"][0]
+    assert tags_of(inst)["owner"] == "moto" and "InstanceLifecycle" not in inst
+
+
+def test_guard_refuses_over_budget_launch_and_counts_live_jobs(aws, store):
+    cloud.setup(aws, store, owner="alice")
+    acct = boto3.client("sts").get_caller_identity()["Account"]
+    boto3.client("budgets").create_budget(AccountId=acct, Budget={
+        "BudgetName": "qmind-render", "BudgetType": "COST", "TimeUnit": "ANNUALLY",
+        "BudgetLimit": {"Amount": "100", "Unit": "USD"},
+        "CalculatedSpend": {"ActualSpend": {"Amount": "94", "Unit": "USD"}}})      # $6 left
+    with pytest.raises(OverBudget, match=r"\$10.00 exceeds what is left.*\$6.00"):
+        ec2_backend(owner="alice").submit(run_spec(estimate=10))
+    assert live_instances() == []
+    ec2_backend(owner="alice").submit(run_spec("a-s1", estimate=4))                 # fits: $6 left
+    with pytest.raises(OverBudget, match=r"live jobs up to \$4.00"):               # Budgets lags; the tags do not
+        ec2_backend(owner="alice").submit(run_spec("a-s2", estimate=4))
+    assert len(live_instances()) == 1
+    with pytest.raises(OverBudget, match=r"sweep \(3 runs\)"):
+        cloud.check_sweep(ec2_backend(), [run_spec(f"b-s{i}", estimate=1) for i in range(3)],
+                          cloud.BudgetGuard(session=aws), "sweep")
+
+
+def test_no_budget_no_launch(aws, store):
+    cloud.setup(aws, store, owner="alice")
+    with pytest.raises(CloudError, match="budget alerts.*qmind aws budget --create"):
+        ec2_backend(owner="alice").submit(run_spec())
+    assert live_instances() == []
+
+
+def test_bucket_in_another_region_is_refused(ready):
+    boto3.client("s3", region_name="eu-west-1").create_bucket(
+        Bucket="qmind-eu", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    with pytest.raises(CloudError, match="bucket qmind-eu is in eu-west-1 but jobs would launch in us-east-1"):
+        ec2_backend(owner="alice").submit(run_spec(store="s3://qmind-eu/main"))
+    assert live_instances() == []
+
+
+def test_unknown_instance_type_and_missing_dataset(ready):
+    with pytest.raises(CloudError, match="unknown instance type 'g6e.xlarg': did you mean g6e.xlarge"):
+        ec2_backend(instance="g6e.xlarg").submit(run_spec())
+    with pytest.raises(CloudError, match="dataset ds-v004 is not committed"):
+        ec2_backend(owner="alice").submit(run_spec(dataset="ds-v004"))
+    assert live_instances() == []
+
+
+def test_missing_credentials_and_region_are_clear(monkeypatch, tmp_path):
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION",
+              "AWS_REGION", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+              "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")                       # never ask 169.254.169.254
+    with pytest.raises(CloudError, match="no AWS credentials found in the standard chain"):
+        cloud.aws_session()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with pytest.raises(CloudError, match="no AWS region"):
+        cloud.aws_session()
+    assert cloud.aws_main(["cleanup"]) == 1
+    # a dry run calls no AWS API, so it works without credentials
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    assert cloud.aws_main(["launch", f"data.store={STORE}", "--owner", "alice", "--dry-run"]) == 0
+
+
+class _PendingForever:
+    "A real moto EC2 client whose instances never leave 'pending', as when AWS cannot fulfil a spot request."
+    def __init__(self, ec2): self.ec2 = ec2
+    def __getattr__(self, name): return getattr(self.ec2, name)
+    def describe_instances(self, **kw):
+        r = self.ec2.describe_instances(**kw)
+        for res in r["Reservations"]:
+            for i in res["Instances"]: i["State"] = {"Code": 0, "Name": "pending"}
+        return r
+
+
+def test_spot_never_fulfilled_times_out_and_leaves_nothing(ready, monkeypatch):
+    real = cloud.aws_client
+    monkeypatch.setattr(cloud, "aws_client", lambda s, svc, **kw: _PendingForever(real(s, svc, **kw)) if svc == "ec2" else real(s, svc, **kw))
+    t = time.monotonic()
+    with pytest.raises(LaunchFailed, match=r"not running after 0s.*terminated and its spot request cancelled"):
+        ec2_backend(owner="alice", start_timeout_s=0.2).submit(run_spec())
+    assert time.monotonic() - t < 30
+    assert live_instances() == []
+    vols = boto3.client("ec2").describe_volumes(Filters=[{"Name": "tag:run", "Values": ["003-coverage_50-s1"]}])["Volumes"]
+    assert all(v["State"] != "available" for v in vols)                            # no orphaned disk
+
+
+def test_capacity_error_is_clear_and_creates_nothing(ready, monkeypatch):
+    class NoCapacity(_PendingForever):
+        def run_instances(self, **kw):
+            raise ClientError({"Error": {"Code": "InsufficientInstanceCapacity",
+                                         "Message": "We currently do not have sufficient g6.xlarge capacity"}}, "RunInstances")
+    real = cloud.aws_client
+    monkeypatch.setattr(cloud, "aws_client", lambda s, svc, **kw: NoCapacity(real(s, svc, **kw)) if svc == "ec2" else real(s, svc, **kw))
+    with pytest.raises(CloudError, match="InsufficientInstanceCapacity.*another availability zone"):
+        ec2_backend(owner="alice").submit(run_spec())
+    assert live_instances() == []
+
+
+# --- the job script ------------------------------------------------------------------------------
+
+FAKE_AWS = r"""#!/bin/bash
+# fake `aws s3 cp|sync` over a directory standing in for S3; logs every call
+echo "aws $*" >> "$FAKE_LOG"
+loc() { echo "$FAKE_S3/${1#s3://}"; }
+[ "$1" = s3 ] || exit 0
+case "$2" in
+  cp) if [ "$4" = - ]; then cat "$(loc "$3")"; else mkdir -p "$(dirname "$(loc "$4")")"; cp "$3" "$(loc "$4")"; fi ;;
+  sync) src=$3; dst=$4
+        [[ $src == s3://* ]] && src=$(loc "$src"); [[ $dst == s3://* ]] && dst=$(loc "$dst")
+        mkdir -p "$dst"; [ -d "$src" ] && cp -r "$src/." "$dst/" ;;
+esac
+exit 0
+"""
+FAKE_PYTHON = r"""#!/bin/bash
+# fake interpreter: `-m venv DIR` makes a venv whose pip does nothing; the watchdog just waits to be killed
+if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin"; printf '#!/bin/sh\necho "pip $*" >> "$FAKE_LOG"\n' > "$3/bin/pip"; chmod +x "$3/bin/pip"; exit 0; fi
+case "$1" in *watchdog.py) echo "watchdog $*" >> "$FAKE_LOG"; exec sleep 60 ;; esac
+exec python3 "$@"
+"""
+FAKE_PAPERMILL = r"""#!/bin/bash
+echo "papermill $*" >> "$FAKE_LOG"
+cp "$4" "$(dirname "$2")/params-seen.yaml"
+echo '{"cells": []}' > "$2"
+exit "$FAKE_PAPERMILL_RC"
+"""
+
+
+@pytest.mark.parametrize("papermill_rc", [0, 3])
+def test_job_script_uploads_and_powers_off_on_success_and_failure(tmp_path, papermill_rc):
+    bin_, s3, root = tmp_path / "bin", tmp_path / "s3", tmp_path / "opt"
+    bin_.mkdir()
+    for name, text in (("aws", FAKE_AWS), ("fakepython", FAKE_PYTHON), ("papermill", FAKE_PAPERMILL),
+                       ("shutdown", '#!/bin/sh\necho "shutdown $*" >> "$FAKE_LOG"\n')):
+        (bin_ / name).write_text(text); (bin_ / name).chmod(0o755)
+    code = s3 / "qmind-lab/main/code/abc.tar.gz"
+    code.parent.mkdir(parents=True)
+    with tarfile.open(code, "w:gz") as t:
+        t.add(ROOT / "infra/requirements.lock", "infra/requirements.lock")
+        t.add(ROOT / "qmind_render/assets/watchdog.py", "qmind_render/assets/watchdog.py")
+    (s3 / "qmind-lab/main/runs/r1").mkdir(parents=True)
+    (s3 / "qmind-lab/main/runs/r1/0000100.pt").write_text("checkpoint from an earlier attempt")
+    run = run_spec("r1")
+    script = cloud.render_user_data(run, f"{STORE}/code/abc.tar.gz", "us-east-1", max_hours=2, python="fakepython")
+    log = tmp_path / "calls.log"
+    env = {"PATH": f"{bin_}:{os.environ['PATH']}", "FAKE_S3": str(s3), "FAKE_LOG": str(log), "HOME": str(tmp_path),
+           "FAKE_PAPERMILL_RC": str(papermill_rc), "QMIND_JOB_ROOT": str(root), "QMIND_JOB_LOG": str(tmp_path / "job.log")}
+    r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == papermill_rc, r.stdout + r.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == 'shutdown -h +120 qmind: maximum runtime reached'          # the backstop comes first
+    assert calls[-1] == "shutdown -h now qmind: job finished"                      # and the job ends the machine
+    up = s3 / "qmind-lab/main/runs/r1"
+    assert json.loads((up / "status.json").read_text()) == {"run": "r1", "exit_code": papermill_rc}
+    assert (up / "job.log").is_file() and (up / "train.ipynb").is_file()
+    assert (root / "src/runs/r1/0000100.pt").is_file()                             # the run dir was restored first
+    params = yaml.safe_load((up / "params-seen.yaml").read_text())
+    assert params == {"config": "runs/r1/config.yaml", "overrides": [], "seed": 1, "run_name": "r1"}
+    assert yaml.safe_load((up / "config.yaml").read_text())["data"]["dataset"] == "ds-v003"
+    assert any(c.startswith("aws s3 sync s3://qmind-lab/main/datasets/ds-v003") for c in calls)
+    assert any(c.startswith("pip install --quiet --no-cache-dir -r") for c in calls)
+    assert "export QMIND_GIT_COMMIT=abc " in script
+
+
+def test_user_data_is_valid_shell_for_awkward_values():
+    run = run_spec("x-s1", store="s3://qmind-lab/it's here")
+    run.config["name"] = "it's $(rm -rf /) `x`"
+    script = cloud.render_user_data(run, "s3://b/code/a b.tar.gz", "us-east-1", 1.5)
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    assert "DATA_URI='s3://qmind-lab/it'\"'\"'s here/datasets/ds-v003'" in script
+
+
+# --- the watchdog --------------------------------------------------------------------------------
+
+class FakeIMDS(BaseHTTPRequestHandler):
+    "IMDSv2: a token from PUT /latest/api/token; spot/instance-action is 404 until `notice_after` polls."
+    polls, notice_after, tokens_ok = 0, 10**9, True
+    def log_message(self, *a): pass
+    def do_PUT(self):
+        assert self.path == "/latest/api/token" and self.headers["X-aws-ec2-metadata-token-ttl-seconds"]
+        self._send(200, b"tok-123")
+    def do_GET(self):
+        cls = type(self)
+        if self.headers.get("X-aws-ec2-metadata-token") != "tok-123": return self._send(401, b"")
+        assert self.path == "/latest/meta-data/spot/instance-action"
+        cls.polls += 1
+        if cls.polls <= cls.notice_after: return self._send(404, b"Not Found")
+        self._send(200, json.dumps({"action": "terminate", "time": "2026-10-02T08:22:00Z"}).encode())
+    def _send(self, code, body):
+        self.send_response(code); self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+
+
+TRAINER = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    from pathlib import Path
+    if sys.argv[1] == "parent":     # papermill's place: waits on its kernel
+        sys.exit(subprocess.run([sys.executable, __file__, "kernel", sys.argv[2]]).returncode)
+    def on_term(*_):                # the trainer: checkpoint, then exit
+        Path(sys.argv[2]).write_text("step 1234"); sys.exit(143)
+    signal.signal(signal.SIGTERM, on_term)
+    Path(sys.argv[2] + ".ready").write_text("")
+    while True: time.sleep(0.05)
+""")
+
+
+def _start_job(tmp_path):
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    ckpt = tmp_path / "ckpt.txt"
+    job = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py"), "parent", str(ckpt)])
+    deadline = time.monotonic() + 20
+    while not Path(str(ckpt) + ".ready").exists():
+        assert time.monotonic() < deadline, "trainer did not start"
+        time.sleep(0.05)
+    return job, ckpt
+
+
+def test_watchdog_hands_a_spot_notice_to_the_trainer(tmp_path):
+    FakeIMDS.polls, FakeIMDS.notice_after = 0, 3
+    srv = Server(FakeIMDS)
+    job, ckpt = _start_job(tmp_path)
+    try:
+        r = subprocess.run([sys.executable, str(ROOT / "qmind_render/assets/watchdog.py"), "--pid", str(job.pid),
+                            "--imds", srv.url, "--poll", "0.05", "--grace", "15", "--marker", str(tmp_path / "wd.json")],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        srv.close()
+        job.kill() if job.poll() is None else None
+    assert r.returncode == 0 and "watchdog: spot" in r.stdout, r.stdout + r.stderr
+    assert ckpt.read_text() == "step 1234"                          # the trainer's SIGTERM handler ran
+    assert job.wait(timeout=10) == 143                              # the job ended through it
+    assert json.loads((tmp_path / "wd.json").read_text())["notice"]["action"] == "terminate"
+    assert FakeIMDS.polls == 4
+
+
+def test_watchdog_ends_a_job_whose_gpu_idles_30_minutes(tmp_path):
+    FakeIMDS.polls, FakeIMDS.notice_after = 0, 10**9
+    srv = Server(FakeIMDS)
+    job, ckpt = _start_job(tmp_path)
+    wd = cloud.load_watchdog()
+    now = [0.0]
+    util = iter([[80.0], [2.0]] + [[0.0]] * 100)                    # busy at first, then idle
+    try:
+        reason, notice = wd.watch(job.pid, srv.url, poll_s=60, gpu_every_s=60, tracker=wd.IdleTracker(1800, 5.0),
+                                  grace_s=15, probe=lambda: next(util), clock=lambda: now[0],
+                                  sleep=lambda s: now.__setitem__(0, now[0] + s) or time.sleep(0.001), log=lambda m: None)
+    finally:
+        srv.close()
+    assert (reason, notice) == ("idle", None)
+    assert 1800 <= now[0] <= 1800 + 2 * 60 + 15                     # idle since the second sample, 30 min later
+    assert ckpt.read_text() == "step 1234" and job.wait(timeout=10) == 143
+
+
+def test_watchdog_on_a_dev_box_powers_off_and_without_gpu_never_idles(tmp_path):
+    FakeIMDS.polls, FakeIMDS.notice_after = 0, 10**9
+    srv = Server(FakeIMDS)
+    wd, now, off = cloud.load_watchdog(), [0.0], []
+    tick = lambda s: now.__setitem__(0, now[0] + s)
+    try:
+        reason, _ = wd.watch(None, srv.url, poll_s=60, probe=lambda: [0.0], clock=lambda: now[0], sleep=tick,
+                             log=lambda m: None, on_idle=lambda log: off.append(now[0]))
+        assert reason == "idle" and off == [1800.0]
+        tracker = wd.IdleTracker(60)
+        assert not any(tracker.observe(t, None) for t in range(0, 10**5, 60))
+    finally:
+        srv.close()
+    # no metadata service at all (not on EC2): no notice, quickly
+    t = time.monotonic()
+    assert wd.spot_notice("http://127.0.0.1:9", timeout=0.5) is None and time.monotonic() - t < 5
+
+
+# --- SageMaker ----------------------------------------------------------------------------------
+
+def test_sagemaker_job_managed_spot_checkpoints_max_runtime_tags(ready):
+    be = SageMakerBackend(max_hours=6, image="123456789012.dkr.ecr.us-east-1.amazonaws.com/qmind-render:abc",
+                          role_arn="arn:aws:iam::123456789012:role/qmind-render-sagemaker", owner="alice")
+    job = be.submit(run_spec(estimate=5))
+    sm = boto3.client("sagemaker")
+    d = sm.describe_training_job(TrainingJobName=job["training_job"])
+    assert d["EnableManagedSpotTraining"] is True
+    assert d["CheckpointConfig"]["S3Uri"] == f"{STORE}/runs/003-coverage_50-s1/"
+    assert d["StoppingCondition"] == {"MaxRuntimeInSeconds": 6 * 3600, "MaxWaitTimeInSeconds": 12 * 3600}
+    tags = {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=job["training_job_arn"])["Tags"]}
+    assert tags["owner"] == "alice" and tags["project"] == "qmind-render" and tags["qmind:estimate-usd"] == "5.00"
+    cfg = boto3.client("s3").get_object(Bucket="qmind-lab", Key="main/runs/003-coverage_50-s1/config.yaml")["Body"].read()
+    assert yaml.safe_load(cfg)["data"]["dataset"] == "ds-v003"
+    assert be.status(job) == "done"                                 # moto completes training jobs at once
+    with pytest.raises(CloudError, match="--image"):
+        SageMakerBackend(owner="alice").submit(run_spec())
+
+
+def test_sagemaker_cancel_stops_the_job(ready, monkeypatch):
+    from botocore.stub import Stubber
+    sm = cloud.aws_client(ready, "sagemaker")
+    stub = Stubber(sm)
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": "qm-r1-261002-081500"})
+    real = cloud.aws_client
+    monkeypatch.setattr(cloud, "aws_client", lambda s, svc, **kw: sm if svc == "sagemaker" else real(s, svc, **kw))
+    with stub:
+        SageMakerBackend(session=ready).cancel({"training_job": "qm-r1-261002-081500", "region": "us-east-1"})
+        stub.assert_no_pending_responses()
+
+
+def test_sagemaker_container_entry_runs_the_notebook(tmp_path, monkeypatch):
+    sm = tmp_path / "ml"
+    (sm / "input/config").mkdir(parents=True)
+    (sm / "input/data/config").mkdir(parents=True)
+    (sm / "input/data/data").mkdir(parents=True)
+    (sm / "input/data/data/manifest.json").write_text("{}")
+    run = run_spec("r1")
+    (sm / "input/data/config/config.yaml").write_text(yaml.safe_dump(run.config))
+    (sm / "input/config/hyperparameters.json").write_text(json.dumps({"run_name": "r1", "notebook": "nb.ipynb", "dataset": "ds-v003"}))
+    cells = [{"cell_type": "code", "id": "p", "metadata": {"tags": ["parameters"]}, "outputs": [], "execution_count": None,
+              "source": "config = ''\noverrides = []\nseed = 0\nrun_name = ''"},
+             {"cell_type": "code", "id": "w", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": "import os, pathlib, yaml\n"
+                        "cfg = yaml.safe_load(open(config))\n"
+                        "ds = pathlib.Path(os.environ['QMIND_CACHE']) / cfg['data']['dataset']\n"
+                        "pathlib.Path('runs', run_name, 'seen.txt').write_text(f\"{seed} {(ds / 'manifest.json').exists()}\")"}]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "nb.ipynb").write_text(json.dumps({"cells": cells, "metadata": {"kernelspec": {
+        "name": "python3", "display_name": "python3", "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}))
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("SM_ROOT", str(sm))
+    assert cloud.aws_main(["sagemaker-train"]) == 0
+    assert (sm / "checkpoints/seen.txt").read_text() == "1 True"    # the run dir is the checkpoint dir; data is cached
+    assert json.loads((sm / "checkpoints/status.json").read_text())["exit_code"] == 0
+    assert (sm / "checkpoints/nb.ipynb").is_file()
+
+
+# --- Batch: dataset generation -------------------------------------------------------------------
+
+@pytest.fixture
+def batch_queue(aws):
+    iam, ec2, batch = boto3.client("iam"), boto3.client("ec2"), boto3.client("batch")
+    role = iam.create_role(RoleName="batch-service", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    sub = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    sg = ec2.describe_security_groups()["SecurityGroups"][0]["GroupId"]
+    ce = batch.create_compute_environment(computeEnvironmentName="cpu", type="MANAGED", state="ENABLED", serviceRole=role,
+                                          computeResources={"type": "FARGATE", "maxvCpus": 16, "subnets": [sub], "securityGroupIds": [sg]})
+    batch.create_job_queue(jobQueueName="qmind-cpu", state="ENABLED", priority=1,
+                           computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce["computeEnvironmentArn"]}])
+    return "qmind-cpu"
+
+
+def test_batch_array_job_then_dependent_commit(store, batch_queue):
+    data = {"dataset": "ds-v005", "store": STORE, "seed_start": 0, "episodes": 6, "frames_per_episode": 4,
+            "shard_size": 8, "holdout": "random_15"}
+    bj = cloud.BatchDataJobs(batch_queue, image="123456789012.dkr.ecr.us-east-1.amazonaws.com/qmind-render:abc", owner="alice")
+    rec = bj.submit(data, per_index=2)
+    batch = boto3.client("batch")
+    jobs = {j["jobId"]: j for j in batch.describe_jobs(jobs=[rec["array_job_id"], rec["commit_job_id"]])["jobs"]}
+    arr, com = jobs[rec["array_job_id"]], jobs[rec["commit_job_id"]]
+    assert arr["arrayProperties"]["size"] == 3 and com["dependsOn"] == [{"jobId": rec["array_job_id"]}]
+    assert arr["container"]["command"] == ["qmind", "aws", "data-part"]
+    assert com["container"]["command"] == ["qmind", "aws", "data-commit"]
+    for j in (arr, com):
+        assert {"owner": "alice", "project": "qmind-render"}.items() <= batch.list_tags_for_resource(resourceArn=j["jobArn"])["tags"].items()
+    assert {"owner": "alice", "project": "qmind-render"}.items() <= batch.list_tags_for_resource(resourceArn=rec["job_definition_arn"])["tags"].items()
+    env = {e["name"]: e["value"] for e in arr["container"]["environment"]}
+    assert json.loads(base64.b64decode(env["QMIND_DATA_JOB"])) == {"data": data, "per_index": 2}
+    assert bj.status(rec) in cloud.JOB_STATES                       # moto marks both SUCCEEDED without running them
+
+
+def test_batch_indices_and_commit_against_s3(store, tmp_path, monkeypatch):
+    from qmind_render.data import DatasetError, open_store, read_manifest, verify_dataset
+    monkeypatch.setenv("QMIND_CACHE", str(tmp_path / "cache"))
+    data = {"dataset": "ds-v006", "store": STORE, "seed_start": 10, "episodes": 3, "frames_per_episode": 4,
+            "shard_size": 4, "holdout": "random_15"}
+    monkeypatch.setenv("QMIND_DATA_JOB", base64.b64encode(json.dumps({"data": data, "per_index": 2}).encode()).decode())
+    monkeypatch.setenv("QMIND_WORKERS", "1")
+    monkeypatch.setenv("AWS_BATCH_JOB_ARRAY_INDEX", "1")
+    assert cloud.aws_main(["data-part"]) == 0                        # the second index first: order does not matter
+    with pytest.raises(DatasetError, match=r"array indices \[0\] of 2 have not finished"):
+        cloud.aws_main(["data-commit"])
+    monkeypatch.setenv("AWS_BATCH_JOB_ARRAY_INDEX", "0")
+    assert cloud.aws_main(["data-part"]) == 0
+    assert cloud.aws_main(["data-commit", "--store", STORE, "--dataset", "ds-v006"]) == 0
+    m = read_manifest(open_store(STORE), "ds-v006")
+    assert (m.seeds, [s.file for s in m.shards], m.n_samples) == ([10, 13], ["shard-00000.npz", "shard-00001.npz", "shard-00002.npz"], 12)
+    assert verify_dataset(open_store(STORE), "ds-v006") == []
+    with pytest.raises(CloudError, match="already committed"):
+        cloud.BatchDataJobs("q", image="img", owner="alice", session=cloud.aws_session()).submit(data, 2)
+
+
+# --- money: budgets, cost review, cleanup, quotas ------------------------------------------------
+
+def test_budget_has_25_50_80_alerts_and_tags(aws):
+    sent = []
+    aws.events.register("provide-client-params.budgets.CreateBudget", lambda params, **kw: sent.append(params))
+    st = cloud.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")
+    assert (st["limit_usd"], st["left_usd"]) == (5000.0, 5000.0)
+    cloud.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")               # again: nothing doubles
+    acct = boto3.client("sts").get_caller_identity()["Account"]
+    notes = boto3.client("budgets").describe_notifications_for_budget(AccountId=acct, BudgetName="qmind-render")["Notifications"]
+    assert sorted((n["NotificationType"], n["Threshold"]) for n in notes) == [
+        ("ACTUAL", 25.0), ("ACTUAL", 50.0), ("ACTUAL", 80.0), ("FORECASTED", 100.0)]
+    assert len(sent) == 1 and {t["Key"]: t["Value"] for t in sent[0]["ResourceTags"]} == {"owner": "alice", "project": "qmind-render"}
+    assert sent[0]["Budget"]["CostTypes"]["IncludeCredit"] is False
+
+
+def test_cost_review_groups_by_owner(aws, aws_env):
+    day = lambda d, groups: {"TimePeriod": {"Start": d, "End": d}, "Estimated": False, "Groups": [
+        {"Keys": [k], "Metrics": {"UnblendedCost": {"Amount": str(v), "Unit": "USD"}}} for k, v in groups]}
+    _post(f"{aws_env}/moto-api/static/ce/cost-and-usage-results", {"results": [{"ResultsByTime": [
+        day("2026-10-05", [("owner$alice", 19.3), ("owner$", 1.86)]), day("2026-10-06", [("owner$bob", 55.04)])]}]})
+    rows = cloud.cost_review(aws, days=7)
+    assert rows == [("bob", 55.04), ("alice", 19.3), ("(no owner tag)", 1.86)]
+
+
+def test_cleanup_finds_planted_orphans_and_deletes_only_when_confirmed(aws):
+    ec2 = boto3.client("ec2")
+    ami = moto_ami()
+    # moto's own AMIs come with snapshots it files under this account: they are the baseline
+    baseline = {o.id for o in cloud.find_orphans(aws)}
+    keep = ec2.run_instances(ImageId=ami, InstanceType="g6.xlarge", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    stopped = ec2.run_instances(ImageId=ami, InstanceType="g6e.xlarge", MinCount=1, MaxCount=1, TagSpecifications=cloud.tag_specs(
+        {"owner": "bob", "project": "qmind-render"}, "instance"))["Instances"][0]["InstanceId"]
+    ec2.stop_instances(InstanceIds=[stopped])
+    loose = ec2.create_volume(AvailabilityZone="us-east-1a", Size=500, TagSpecifications=cloud.tag_specs({"owner": "carol"}, "volume"))["VolumeId"]
+    gone = ec2.create_volume(AvailabilityZone="us-east-1a", Size=100)["VolumeId"]
+    snap_orphan = ec2.create_snapshot(VolumeId=gone)["SnapshotId"]
+    ec2.delete_volume(VolumeId=gone)
+    snap_kept = ec2.create_snapshot(VolumeId=loose)["SnapshotId"]
+    orphans = [o for o in cloud.find_orphans(aws) if o.id not in baseline]
+    assert {(o.kind, o.id, o.owner) for o in orphans} == {
+        ("instance", stopped, "bob"), ("volume", loose, "carol"), ("snapshot", snap_orphan, "(no owner tag)")}
+    assert all(line.startswith("would delete") for line in cloud.delete_orphans(aws, orphans))
+    assert cloud.aws_main(["cleanup"]) == 0
+    assert {o.id for o in orphans} <= {o.id for o in cloud.find_orphans(aws)}          # nothing deleted unconfirmed
+    done = cloud.delete_orphans(aws, orphans, confirm=True)
+    assert [line.split()[:2] for line in done] == [["deleted", "instance"], ["deleted", "volume"], ["deleted", "snapshot"]]
+    assert not {o.id for o in orphans} & {o.id for o in cloud.find_orphans(aws)}
+    assert ec2.describe_instances(InstanceIds=[keep])["Reservations"][0]["Instances"][0]["State"]["Name"] == "running"
+    assert ec2.describe_snapshots(SnapshotIds=[snap_kept])["Snapshots"]
+
+
+class FakeQuotas(BaseHTTPRequestHandler):
+    "Service Quotas (JSON 1.1 protocol) for EC2's vCPU quotas; throttles the first `throttle` requests."
+    limits = {"L-DB2E81BA": 8.0, "L-3819A6DF": 0.0}
+    throttle, seen = 0, []
+    def log_message(self, *a): pass
+    def do_POST(self):
+        cls, op = type(self), self.headers["X-Amz-Target"].split(".")[-1]
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        cls.seen.append((op, body))
+        if cls.throttle > 0:
+            cls.throttle -= 1
+            return self._send(400, {"__type": "ThrottlingException", "message": "Rate exceeded"})
+        code = body.get("QuotaCode")
+        if op == "GetServiceQuota":
+            if code not in cls.limits: return self._send(400, {"__type": "NoSuchResourceException", "message": "no such quota"})
+            return self._send(200, {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": cls.limits[code]}})
+        if op == "GetAWSDefaultServiceQuota":
+            return self._send(200, {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": 0.0}})
+        if op == "RequestServiceQuotaIncrease":
+            return self._send(200, {"RequestedQuota": {"Id": "req-1", "Status": "PENDING", "QuotaCode": code,
+                                                       "DesiredValue": body["DesiredValue"]}})
+        self._send(400, {"__type": "InvalidParameterValue", "message": op})
+    def _send(self, code, obj):
+        b = json.dumps(obj).encode()
+        self.send_response(code); self.send_header("Content-Type", "application/x-amz-json-1.1")
+        self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+
+
+@pytest.fixture
+def quotas(aws, monkeypatch):
+    FakeQuotas.throttle, FakeQuotas.seen = 0, []
+    srv = Server(FakeQuotas)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", srv.url)
+    yield FakeQuotas
+    srv.close()
+
+
+def test_quota_check_counts_running_vcpus_and_requests_the_shortfall(aws, quotas):
+    boto3.client("ec2").run_instances(ImageId=moto_ami(), InstanceType="g6e.xlarge", MinCount=1, MaxCount=1)
+    rows = cloud.quota_report(aws, cloud.vcpus_needed([("g6e.xlarge", 2, "on-demand"), ("p5.4xlarge", 1, "spot")]))
+    by = {(r["family"], r["market"]): r for r in rows}
+    assert (by["G", "on-demand"]["limit"], by["G", "on-demand"]["in_use"], by["G", "on-demand"]["short"]) == (8.0, 4, 4)
+    assert (by["P", "spot"]["limit"], by["P", "spot"]["short"]) == (0.0, 16)           # unknown here: AWS's default
+    assert cloud.request_increase(aws, "P", "spot", 16, dry_run=True)["dry_run"]
+    assert not any(op == "RequestServiceQuotaIncrease" for op, _ in quotas.seen)
+    r = cloud.request_increase(aws, "P", "spot", 16)
+    assert (r["status"], r["code"]) == ("PENDING", "L-7212CCBC")
+    assert ("RequestServiceQuotaIncrease", {"ServiceCode": "ec2", "QuotaCode": "L-7212CCBC", "DesiredValue": 16.0}) in quotas.seen
+
+
+def test_throttled_calls_are_retried_with_backoff_then_explained(aws, quotas, monkeypatch):
+    quotas.throttle = 2
+    t = time.monotonic()
+    rows = cloud.quota_report(aws, {("G", "on-demand"): 4})
+    assert rows[0]["limit"] == 8.0 and len(quotas.seen) == 3                           # two throttled, then served
+    assert time.monotonic() - t < 20
+    quotas.throttle, quotas.seen = 10, []
+    monkeypatch.setenv("QMIND_AWS_MAX_ATTEMPTS", "2")
+    with pytest.raises(CloudError, match=r"throttled by AWS \(ThrottlingException\) after 2 attempts"):
+        cloud.quota_report(aws, {("G", "on-demand"): 4})
+    assert len(quotas.seen) == 2
+
+
+# --- setup, infra, CLI ---------------------------------------------------------------------------
+
+def test_setup_creates_tagged_bucket_roles_and_instance_profile(aws):
+    assert all(l.startswith("would") for l in cloud.setup(aws, "s3://qmind-new/main", owner="alice", create_bucket=True, dry_run=True))
+    assert "qmind-new" not in [b["Name"] for b in boto3.client("s3").list_buckets()["Buckets"]]
+    cloud.setup(aws, "s3://qmind-new/main", owner="alice", create_bucket=True)
+    tags = {t["Key"]: t["Value"] for t in boto3.client("s3").get_bucket_tagging(Bucket="qmind-new")["TagSet"]}
+    assert tags == {"owner": "alice", "project": "qmind-render"}
+    iam = boto3.client("iam")
+    for role, (name, _) in cloud.ROLES.items():
+        assert {"owner": "alice", "project": "qmind-render"}.items() <= {t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName=name)["Tags"]}.items()
+        doc = iam.get_role_policy(RoleName=name, PolicyName=f"qmind-render-{role}")["PolicyDocument"]
+        doc = json.loads(doc) if isinstance(doc, str) else doc
+        assert doc == cloud.iam_policy(role, "qmind-new", "main", "us-east-1", "123456789012")
+    prof = iam.get_instance_profile(InstanceProfileName="qmind-render-job")["InstanceProfile"]
+    assert [r["RoleName"] for r in prof["Roles"]] == ["qmind-render-job"]
+    cloud.setup(aws, "s3://qmind-new/main", owner="alice")                               # idempotent
+
+
+def test_infra_files_match_the_code():
+    for role in cloud.ROLES:
+        assert json.loads((ROOT / f"infra/iam/{role}-policy.json").read_text()) == cloud.iam_policy(role)
+        assert json.loads((ROOT / f"infra/iam/{role}-trust.json").read_text()) == cloud.trust_policy(role)
+    tomllib = pytest.importorskip("tomllib")                                             # Python 3.11+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    lock = {canonicalize_name(l.split("==")[0]) for l in (ROOT / "infra/requirements.lock").read_text().splitlines() if "==" in l}
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {canonicalize_name(Requirement(d).name) for d in deps} <= lock
+    assert "ipykernel" in lock                                                           # papermill needs a kernel
+    docker = (ROOT / "infra/Dockerfile").read_text()
+    assert "requirements.lock" in docker and "qmind aws sagemaker-train" in docker
+
+
+def test_cli_help_and_dry_runs(capsys):
+    with pytest.raises(SystemExit):
+        cloud.aws_main(["--help"])
+    out = capsys.readouterr().out
+    for action in ("launch", "status", "cancel", "ls", "budget", "cost-review", "cleanup", "quota", "setup", "data"):
+        assert action in out
+    assert cloud.aws_main(["launch", f"data.store={STORE}", "--backend", "sagemaker", "--owner", "alice", "--dry-run"]) == 0
+    assert "would create  training-job" in capsys.readouterr().out
+    assert cloud.aws_main(["data", f"data.store={STORE}", "data.episodes=100", "--queue", "q", "--dry-run"]) == 0
+    assert '"indices": 1' in capsys.readouterr().out
+
+
+def test_status_reads_records_from_run_dirs(ready, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cloud, "aws_session", lambda region=None, profile=None: ready)
+    job = ec2_backend(owner="alice").submit(run_spec("r9"))
+    (tmp_path / "runs/r9").mkdir(parents=True)
+    (tmp_path / "runs/r9/job.json").write_text(json.dumps(job))
+    assert cloud.aws_main(["status", "r9"]) == 0 and "r9: running" in capsys.readouterr().out
+    assert cloud.aws_main(["cancel", "runs/r9"]) == 0
+    assert cloud.aws_main(["status", "runs/r9/job.json"]) == 0 and "r9: failed" in capsys.readouterr().out
+    assert cloud.aws_main(["status", "nope"]) == 1 and "no job record at nope" in capsys.readouterr().err
+    assert cloud.aws_main(["ls"]) == 0
