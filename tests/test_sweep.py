@@ -34,7 +34,7 @@ def test_plan_numbers_and_budget(monkeypatch):
     monkeypatch.chdir(REPO)
     cfg = load_config("quickstart", ["train.grad_accum=2"])
     p = plan_cost(cfg, budget=100.0, utilisation=0.5)
-    assert p["samples"] == 2000 * 32 * 2
+    assert p["samples"] == cfg.train.steps * cfg.train.batch * 2
     assert p["train_flops"] == pytest.approx(p["train_forward_ratio"] * p["forward_flops"] * p["samples"])
     menu = load_menu()
     rows = {r["instance"]: r for r in p["instances"]}
