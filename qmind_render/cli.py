@@ -31,6 +31,7 @@ COMMANDS: dict[str, Command] = {
     "train":   Command("qmind_render.train:train_main", "train or resume a run (torchrun -m qmind_render.train for DDP)"),
     "eval":    Command("qmind_render.evaluate:eval_main", "evaluate a run on held-out and training cells; write a report"),
     "run":     Command("qmind_render.evaluate:run_main", "the main job: dataset (if missing) -> train -> eval -> report"),
+    "serve":   Command("qmind_render.serve:serve_main", "serve a checkpoint: POST /render, WebSocket /play and the playable page at /"),
     "sweep":   Command("qmind_render.sweep:sweep_main", "expand a sweep file into runs; run them (local papermill, ec2, sagemaker)"),
     "cost":    Command("qmind_render.sweep:cost_main", "what a config costs: FLOPs, GPU-hours, dollars, memory, runs per budget"),
     "aws":     Command("qmind_render.cloud:aws_main", "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas"),
@@ -45,6 +46,7 @@ BENCHES: dict[str, str] = {
     "model": "qmind_render.model:bench_model",
     "train": "qmind_render.train:bench_train",
     "eval": "qmind_render.evaluate:bench_eval",
+    "serve": "qmind_render.serve:bench_serve",
 }
 
 # %% ../nbs/90_cli.ipynb #3be275f4

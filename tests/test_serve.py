@@ -1,0 +1,353 @@
+"""The inference server for real: `qmind serve` in a subprocess on loopback with a trained
+checkpoint; HTTP and WebSocket clients; bad input of every kind the issue names; a bounded load
+test; fuzzing of /render and /play (hypothesis); and the page in headless Chromium (Playwright)."""
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from qmind_render.engine import Game
+from qmind_render.serve import encode_array, load_served, load_test, render_request
+
+from .conftest import free_port
+
+CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
+ROOT = Path(__file__).resolve().parents[1]
+MAX_SESSIONS = 3
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    "A real (short) training run of the tiny model: the checkpoint the server loads."
+    from qmind_render.config import load_config
+    from qmind_render.data import generate
+    from qmind_render.train import train
+    tmp = tmp_path_factory.mktemp("serve")
+    cfg = load_config("quickstart", [f"data.store={tmp}/store", "data.dataset=ds-serve", "data.episodes=6", "data.frames_per_episode=8",
+                                     "name=served", "train.steps=3", "train.batch=4", "train.warmup=1", "train.sample_every=0",
+                                     "tracker=none", "train.log_every=1"])
+    os.environ.setdefault("QMIND_CACHE", str(tmp / "cache"))
+    generate(cfg.data, workers=1, progress=False)
+    res = train(cfg, tmp / "runs")
+    assert res["status"].startswith("finished"), res
+    return tmp / "runs" / "served"
+
+
+@pytest.fixture(scope="module")
+def server(run_dir):
+    "`qmind serve` as a user runs it, on a free loopback port; stopped (SIGINT) at the end."
+    port = free_port()
+    proc = subprocess.Popen(CLI + ["serve", "--checkpoint", str(run_dir), "--port", str(port), "--steps", "1", "--backend", "eager",
+                                   "--max-sessions", str(MAX_SESSIONS), "--max-wait-ms", "5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200: break
+            except httpx.TransportError: pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.send_signal(2)
+        try: out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired: proc.kill(); out, _ = proc.communicate()
+        assert "Traceback" not in out, out[-3000:]
+
+
+def healthy(url):
+    h = httpx.get(f"{url}/healthz", timeout=10)
+    return h.status_code == 200 and h.json()["status"] == "ok"
+
+
+@pytest.fixture(scope="module")
+def channels():
+    g = Game(seed=3)
+    for _ in range(4): g.step("forward")
+    return g.step("turn_left")
+
+
+def png(content) -> np.ndarray: return np.asarray(Image.open(io.BytesIO(content)))
+
+
+def test_render_returns_the_frame_deterministically(server, channels, run_dir):
+    r1 = httpx.post(f"{server}/render", json=render_request(channels, "castle", "torchlight", seed=5), timeout=30)
+    r2 = httpx.post(f"{server}/render", json=render_request(channels, "castle", "torchlight", seed=5), timeout=30)
+    assert r1.status_code == 200 and r1.headers["content-type"] == "image/png"
+    assert png(r1.content).shape == (64, 64, 3) and r1.content == r2.content          # same input, same bytes
+    r3 = httpx.post(f"{server}/render", json=render_request(channels, "neon", "toxic", seed=5, format="npy"), timeout=30)
+    assert np.load(io.BytesIO(r3.content)).shape == (64, 64, 3)
+    assert not np.array_equal(np.load(io.BytesIO(r3.content)), png(r1.content))       # the theme matters
+    info = httpx.get(f"{server}/info").json()
+    assert info["model"] == "tiny" and info["step"] == 3 and info["backend"] == "eager" and Path(info["source"]).parent.parent == run_dir
+
+
+def _bad_requests(ch):
+    body = render_request(ch, "castle", 0)
+    chans = body["channels"]
+    yield "not json", dict(content=b"{oops", headers={"content-type": "application/json"}), 400, "body"
+    yield "text/plain", dict(content=json.dumps(body), headers={"content-type": "text/plain"}), 415, "content-type"
+    yield "a list", dict(json=[1, 2]), 422, "body"
+    yield "no channels", dict(json={"theme": 0, "lighting": 0}), 422, "channels"
+    yield "unknown field", dict(json={**body, "model": "x"}), 422, "model"
+    yield "unknown theme", dict(json={**body, "theme": "disco"}), 422, "theme"
+    yield "theme id", dict(json={**body, "theme": 99}), 422, "theme"
+    yield "lighting type", dict(json={**body, "lighting": [1]}), 422, "lighting"
+    yield "steps", dict(json={**body, "steps": 1000}), 422, "steps"
+    yield "format", dict(json={**body, "format": "gif"}), 422, "format"
+    yield "wrong shape", dict(json={**body, "channels": {**chans, "depth": encode_array(ch["depth"][:32])}}), 422, "channels.depth"
+    yield "wrong dtype", dict(json={**body, "channels": {**chans, "uv": encode_array(ch["uv"].astype(np.float32))}}), 422, "channels.uv"
+    yield "bad base64", dict(json={**body, "channels": {**chans, "light": {**chans["light"], "data": "@@"}}}), 422, "channels.light"
+    yield "missing channel", dict(json={**body, "channels": {k: v for k, v in chans.items() if k != "surface"}}), 422, "channels.surface"
+    yield "extra channel", dict(json={**body, "channels": {**chans, "normal": chans["light"]}}), 422, "channels.normal"
+    bad_mat = ch["material"].copy(); bad_mat[0, 0] = 77
+    yield "material range", dict(json={**body, "channels": {**chans, "material": encode_array(bad_mat)}}), 422, "channels.material"
+    nan = ch["depth"].copy(); nan[5, 5] = np.nan
+    yield "nan depth", dict(json={**body, "channels": {**chans, "depth": encode_array(nan)}}), 422, "channels.depth"
+    yield "oversized", dict(content=b" " * 400_000, headers={"content-type": "application/json"}), 413, "body"
+
+
+def test_bad_requests_get_a_4xx_naming_the_field(server, channels):
+    for name, kw, status, where in _bad_requests(channels):
+        r = httpx.post(f"{server}/render", timeout=30, **kw)
+        assert r.status_code == status, (name, r.status_code, r.text[:300])
+        assert r.json()["where"] == where, (name, r.json())
+    # a body with no content-length (chunked) is cut off at the limit too
+    r = httpx.post(f"{server}/render", content=iter([b" " * 65536] * 8), headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 413
+    assert httpx.get(f"{server}/render").status_code == 405 and httpx.get(f"{server}/nope").status_code == 404
+    assert healthy(server) and httpx.post(f"{server}/render", json=render_request(channels, 0, 0), timeout=30).status_code == 200
+    counts = httpx.get(f"{server}/metrics").json()["counts"]
+    assert counts["http POST /render 422"] >= 15 and counts["http POST /render 413"] >= 2
+
+
+def _ws(server, query="steps=1"):
+    return connect(f"{server.replace('http', 'ws')}/play?{query}", open_timeout=30, max_size=1 << 22)
+
+
+def _frame(ws, msg):
+    ws.send(json.dumps(msg))
+    m = json.loads(ws.recv(timeout=60))
+    assert m["type"] == "frame", m
+    return m
+
+
+def _img(m, k): return np.frombuffer(base64.b64decode(m["images"][k]["rgb"]), np.uint8).reshape(m["images"][k]["h"], m["images"][k]["w"], 3)
+
+
+def test_play_session_steps_the_engine_and_renders(server):
+    with _ws(server, "theme=lab&lighting=daylight&seed=7&steps=1") as ws:
+        hello = json.loads(ws.recv(timeout=30))
+        assert hello["type"] == "hello" and hello["seed"] == 7 and "castle" in hello["themes"]
+        f1 = _frame(ws, {"action": "forward"})
+        f2 = _frame(ws, {"action": "turn_left"})
+        f3 = _frame(ws, {"action": "noop", "theme": "inferno", "lighting": "toxic"})
+    assert (f1["frame"], f2["frame"], f3["frame"]) == (1, 2, 3) and f2["action"] == "turn_left"
+    assert f1["player"] != f2["player"] and f2["player"] == f3["player"]                 # noop doesn't move
+    assert set(f1["timings"]) == {"engine_ms", "skin_ms", "model_ms", "total_ms", "batch"}
+    assert _img(f1, "model").shape == (64, 64, 3) and _img(f1, "channels").shape[0] == 64
+    assert not np.array_equal(_img(f1, "truth"), _img(f2, "truth"))                      # the view turned
+    assert np.array_equal(_img(f2, "channels"), _img(f3, "channels"))                    # same place, same channels ...
+    assert not np.array_equal(_img(f2, "truth"), _img(f3, "truth"))                      # ... another theme and lighting
+    assert not np.array_equal(_img(f2, "model"), _img(f3, "model"))
+
+
+def _closed_with(ws) -> tuple[int, str]:
+    with pytest.raises(ConnectionClosed) as e:
+        for _ in range(3): ws.recv(timeout=30)
+    return e.value.rcvd.code, e.value.rcvd.reason
+
+
+@pytest.mark.parametrize("send, code, reason", [
+    (b"\x00\x01", 1003, "binary"),
+    ("forward", 1007, "not JSON"),
+    ('{"action": "jump"}', 1007, "unknown action 'jump'"),
+    ('{"theme": "disco"}', 1007, "unknown theme"),
+    ('{"action": "forward", "extra": 1}', 1007, "unknown key"),
+    ("x" * 5000, 1009, ""),
+], ids=["binary", "not-json", "unknown-action", "unknown-theme", "unknown-key", "too-big"])
+def test_bad_play_messages_close_with_a_reason(server, send, code, reason):
+    with _ws(server) as ws:
+        json.loads(ws.recv(timeout=30))
+        ws.send(send)
+        got_code, got_reason = _closed_with(ws)
+    assert got_code == code and reason in got_reason, (got_code, got_reason)
+    assert healthy(server)
+
+
+def test_bad_session_parameters_are_refused(server):
+    with _ws(server, "theme=disco") as ws:
+        code, reason = _closed_with(ws)
+    assert code == 1007 and "unknown theme 'disco'" in reason
+
+
+def test_too_many_sessions_and_disconnects_mid_frame(server):
+    wss = [_ws(server) for _ in range(MAX_SESSIONS)]   # closed by hand below, to vanish mid-frame
+    try:
+        for ws in wss: json.loads(ws.recv(timeout=30))
+        with _ws(server) as extra:
+            code, reason = _closed_with(extra)
+        assert code == 1013 and f"max_sessions={MAX_SESSIONS}" in reason
+        for ws in wss: ws.send(json.dumps({"action": "forward"}))    # ask for a frame, then vanish before it comes
+    finally:
+        for ws in wss: ws.close()
+    deadline = time.monotonic() + 30
+    while (m := httpx.get(f"{server}/metrics").json())["sessions"] and time.monotonic() < deadline: time.sleep(0.2)
+    assert m["sessions"] == 0 and m["counts"]["play refused: busy"] >= 1 and m["counts"]["play disconnected"] >= 1
+    with _ws(server) as ws:                                           # places were given back
+        json.loads(ws.recv(timeout=30))
+        assert _frame(ws, {"action": "back"})["frame"] == 1
+
+
+def test_load_test_batches_concurrent_clients(server):
+    one = load_test(server, clients=1, seconds=2.0, steps=1)
+    three = load_test(server, clients=MAX_SESSIONS, seconds=3.0, steps=1)
+    assert one["errors"] == [] and three["errors"] == [], (one, three)
+    assert one["frames"] >= 1 and three["frames"] >= MAX_SESSIONS
+    assert one["mean_batch"] == 1.0 and three["mean_batch"] > 1.5     # concurrent requests ran as batches
+    assert 0 < three["p50_ms"] <= three["p99_ms"]
+    assert healthy(server)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=20),
+                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=10), c, max_size=4), max_leaves=12)
+
+
+@st.composite
+def render_bodies(draw, ch):
+    "Mostly-valid bodies with one part replaced by something arbitrary."
+    body = render_request(ch, "castle", 0)
+    where = draw(st.sampled_from(["theme", "lighting", "seed", "steps", "format", "channels", "depth", "uv", "shape", "dtype", "data", "extra"]))
+    v = draw(json_values)
+    if where in ("theme", "lighting", "seed", "steps", "format", "channels"): body[where] = v
+    elif where in ("depth", "uv"): body["channels"][where] = v
+    elif where in ("shape", "dtype", "data"): body["channels"]["light"] = {**body["channels"]["light"], where: v}
+    else: body[draw(st.text(min_size=1, max_size=8))] = v
+    return body
+
+
+def test_fuzz_render(server, channels):
+    client = httpx.Client(timeout=30)
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(body=render_bodies(channels))
+    def check(body):
+        r = client.post(f"{server}/render", content=json.dumps(body, allow_nan=True), headers={"content-type": "application/json"})
+        assert r.status_code in (200, 400, 422), (r.status_code, r.text[:200])
+        if r.status_code != 200: assert r.json()["error"] and r.json()["where"]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(raw=st.binary(max_size=300))
+    def check_raw(raw):
+        r = client.post(f"{server}/render", content=raw, headers={"content-type": "application/json"})
+        assert r.status_code in (400, 422), (r.status_code, r.text[:200])
+
+    check(); check_raw()
+    assert healthy(server)
+
+
+def test_fuzz_play(server):
+    messages = st.one_of(json_values.map(json.dumps), st.text(max_size=60),
+                         st.fixed_dictionaries({}, optional={"action": json_values | st.sampled_from(["forward", "noop", "jump"]),
+                                                             "theme": json_values, "steps": json_values}).map(json.dumps))
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(msg=messages)
+    def check(msg):
+        with _ws(server) as ws:
+            json.loads(ws.recv(timeout=30))
+            ws.send(msg)
+            try: m = json.loads(ws.recv(timeout=60))
+            except ConnectionClosed as e:
+                assert e.rcvd is not None and e.rcvd.code in (1007, 1009) and e.rcvd.reason, e
+                return
+            assert m["type"] == "frame"
+
+    check()
+    assert healthy(server) and httpx.get(f"{server}/metrics").json()["sessions"] == 0
+
+
+def test_binds_loopback_only(server):
+    import socket
+    port = int(server.rsplit(":", 1)[1])
+    try: ip = socket.gethostbyname(socket.gethostname())
+    except OSError: ip = "127.0.0.1"
+    if ip.startswith("127."): pytest.skip("this machine has no non-loopback address to try")
+    with socket.socket() as s:
+        s.settimeout(2)
+        assert s.connect_ex((ip, port)) != 0, f"the server answered on {ip}"
+
+
+def test_serve_cli_errors(tmp_path):
+    r = subprocess.run(CLI + ["serve", "--checkpoint", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "no such run dir or checkpoint" in r.stderr
+    r = subprocess.run(CLI + ["serve", "--checkpoint", str(tmp_path), "--steps", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+
+
+def test_onnx_renders_like_eager(run_dir, channels):
+    from qmind_render.serve import Renderer, render_item
+    sv = load_served(run_dir)
+    items = [render_item(channels, t, t % 4, sv.grid, sv.spec, seed=t, steps=2) for t in range(3)]
+    a = Renderer(sv, "eager").render(items).astype(int)
+    b = Renderer(sv, "onnx").render(items).astype(int)
+    assert np.abs(a - b).max() <= 2 and np.abs(a - b).mean() < 0.05
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_page_in_chromium(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+    outside, errors = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:")) else outside.append(r.url))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server + "/")
+            page.wait_for_function("Number(document.body.dataset.frames || 0) >= 3", timeout=60_000)
+            assert page.locator("#status").inner_text() == "playing"
+            pixels = "id => Array.from(document.getElementById(id).getContext('2d').getImageData(0, 0, 64, 64).data).join(',')"
+            frame0, model0, truth0 = int(page.locator("#frame").inner_text()), page.evaluate(pixels, "model"), page.evaluate(pixels, "truth")
+            page.keyboard.down("ArrowUp"); page.wait_for_timeout(700); page.keyboard.up("ArrowUp")
+            page.keyboard.down("KeyD"); page.wait_for_timeout(500); page.keyboard.up("KeyD")
+            page.wait_for_function(f"Number(document.getElementById('frame').textContent) > {frame0 + 3}", timeout=30_000)
+            assert page.evaluate(pixels, "truth") != truth0 and page.evaluate(pixels, "model") != model0
+            fps = page.locator("#fps").inner_text(); lat = page.locator("#latency").inner_text()
+            assert float(fps) > 0 and float(lat) > 0, (fps, lat)
+            assert float(page.locator("#engine").inner_text()) >= 0 and int(page.locator("#batch").inner_text()) >= 1
+            truth1 = page.evaluate(pixels, "truth")
+            page.select_option("#theme", "neon")
+            n = int(page.locator("#frame").inner_text())
+            page.wait_for_function(f"Number(document.getElementById('frame').textContent) > {n + 2}", timeout=30_000)
+            assert page.evaluate(pixels, "truth") != truth1
+            canvas_px = page.evaluate("document.getElementById('model').getBoundingClientRect().width")
+            assert canvas_px >= 64 * 4                                               # upscaled, not 64 px
+            page.screenshot(path=str(tmp_path / "play.png"))
+            assert (tmp_path / "play.png").stat().st_size > 10_000
+        finally:
+            browser.close()
+    assert outside == [], outside
+    assert errors == [], errors
