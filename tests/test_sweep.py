@@ -1,18 +1,27 @@
-"""Sweeps: the cost planner's numbers, sweep expansion, the dry run, and one real local sweep through papermill."""
+"""Sweeps: the cost planner's numbers, sweep expansion, the dry run, and one real local sweep through papermill
+(one run interrupted for real and resumed, reruns skipping finished runs, the sweep report from its outputs)."""
+import contextlib
+import io
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from qmind_render.cloud import Backend, load_menu
 from qmind_render.config import load_config
-from qmind_render.sweep import (LocalBackend, deck_sizing, expand_sweep, format_table, measure_model, plan_cost,
-                                sweep_main)
+from qmind_render.sweep import (LocalBackend, aggregate, deck_sizing, expand_sweep, format_table, measure_model,
+                                plan_cost, sweep_main)
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["data.episodes=8", "data.frames_per_episode=16", "data.dataset=ds-sweep-tiny", "train.steps=4", "train.batch=4",
+TINY = ["data.episodes=8", "data.frames_per_episode=16", "data.dataset=ds-sweep-tiny", "train.steps=8", "train.batch=4",
         "train.log_every=1", "train.sample_every=0", "eval.frames_per_cell=1", "eval.ddim_steps=[1]", "tracker=none"]
+NAMES = ["tiny-000-seed1", "tiny-001-seed2"]
 
 
 def test_deck_arithmetic_reproduced():
@@ -76,29 +85,161 @@ def test_dry_run_prints_runs_and_total(monkeypatch, capsys):
     assert l4.split()[3:6] == ["9", f"{9 * one['hours']:.3g}", f"{9 * one['usd_on_demand']:.3g}"]
 
 
-def test_local_sweep_end_to_end(tmp_path, monkeypatch, capsys):
+def tiny_dir(tmp: Path, mp: pytest.MonkeyPatch, name: str = "tiny", grid: dict | None = None, **extra) -> Path:
+    "A working dir with its own store, runs and cache, the repo's splits and papermill notebook, and a tiny sweep file."
     for k, sub in (("QMIND_STORE", "store"), ("QMIND_RUNS", "runs"), ("QMIND_CACHE", "cache")):
-        monkeypatch.setenv(k, str(tmp_path / sub))
-    (tmp_path / "sweeps").mkdir()
-    (tmp_path / "sweeps" / "splits").symlink_to(REPO / "sweeps" / "splits")
-    (tmp_path / "nbs").mkdir()
-    (tmp_path / "nbs" / "experiments").symlink_to(REPO / "nbs" / "experiments")
-    (tmp_path / "sweeps" / "tiny.yaml").write_text(json.dumps(
-        {"base": str(REPO / "sweeps" / "exp" / "quickstart.yaml"), "overrides": TINY, "grid": {"seed": [1, 2]}}))
-    monkeypatch.chdir(tmp_path)
-    assert sweep_main(["sweeps/tiny.yaml", "--jobs", "2"]) == 0
-    out = capsys.readouterr().out
-    names = ["tiny-000-seed1", "tiny-001-seed2"]
-    table = out[out.index("run "):].splitlines()
-    assert table[0].split() == ["run", "status", "heldout_psnr", "in_dist_psnr", "ddim_steps"]
-    for name, line in zip(names, table[1:]):
-        rd = tmp_path / "runs" / name
+        mp.setenv(k, str(tmp / sub))
+    (tmp / "sweeps").mkdir(exist_ok=True)
+    if not (tmp / "sweeps" / "splits").exists():
+        (tmp / "sweeps" / "splits").symlink_to(REPO / "sweeps" / "splits")
+        (tmp / "nbs").mkdir()
+        (tmp / "nbs" / "experiments").symlink_to(REPO / "nbs" / "experiments")
+    (tmp / "sweeps" / f"{name}.yaml").write_text(json.dumps(
+        {"base": str(REPO / "sweeps" / "exp" / "quickstart.yaml"), "overrides": TINY, "grid": grid or {"seed": [1, 2]}, **extra}))
+    return tmp / "sweeps" / f"{name}.yaml"
+
+
+def kernel_of(run: str, runs: Path) -> int | None:
+    "The pid of the papermill kernel executing `run` into `runs` (the local backend labels it with QMIND_RUN)."
+    want = {f"QMIND_RUN={run}".encode(), f"QMIND_RUNS={runs}".encode()}
+    for d in Path("/proc").iterdir():
+        try:
+            if (d.name.isdigit() and b"ipykernel" in (d / "cmdline").read_bytes()
+                    and want <= set((d / "environ").read_bytes().split(b"\0"))):
+                return int(d.name)
+        except OSError:
+            continue
+    return None
+
+
+def wait_for(pred, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while not (v := pred()):
+        if time.monotonic() > end:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+    return v
+
+
+def sweep_out(argv: list[str]) -> tuple[int, str]:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = sweep_main(argv)
+    return rc, buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    """A real 2-seed sweep of the tiny config through papermill, run three times: the first is interrupted for real
+    (SIGTERM to each run's kernel mid-training), the second resumes both from their checkpoints, the third skips both."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    with pytest.MonkeyPatch.context() as mp:
+        sweep = tiny_dir(tmp, mp)
+        mp.chdir(tmp)
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; from qmind_render.sweep import sweep_main; "
+                                 "sys.exit(sweep_main(sys.argv[1:]))", str(sweep), "--jobs", "2"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:   # each run's kernel gets SIGTERM once it has logged two steps (of 8)
+            todo = set(NAMES)
+            def interrupt():
+                for n in list(todo):
+                    m = tmp / "runs" / n / "metrics.jsonl"
+                    if m.is_file() and len(m.read_text().splitlines()) >= 2:
+                        os.kill(wait_for(lambda n=n: kernel_of(n, tmp / "runs"), 10, f"no kernel labelled {n}"), signal.SIGTERM)
+                        todo.discard(n)
+                return not todo
+            wait_for(interrupt, 600, f"runs never trained: {todo}")
+            first_out, _ = proc.communicate(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        interrupted = {n: {p.name: p.stat().st_mtime_ns for p in (tmp / "runs" / n / "checkpoints").glob("*.pt")} for n in NAMES}
+        t1 = time.monotonic()
+        second = sweep_out([str(sweep), "--jobs", "2"])
+        t2 = time.monotonic()
+        third = sweep_out([str(sweep), "--jobs", "2"])
+        print(f"\ntiny sweep: first (interrupted) {t1 - t0:.1f} s, resume {t2 - t1:.1f} s, rerun {time.monotonic() - t2:.1f} s")
+        yield {"dir": tmp, "sweep": sweep, "first": (proc.returncode, first_out), "interrupted": interrupted,
+               "second": second, "third": third}
+
+
+def table_of(out: str) -> dict[str, list[str]]:
+    lines = out[out.index("\nrun "):].strip().splitlines()
+    assert lines[0].split() == ["run", "status", "heldout_psnr", "in_dist_psnr", "ddim_steps"]
+    return {line.split()[0]: line.split()[1:] for line in lines[1:] if line.startswith("tiny-")}
+
+
+def test_local_sweep_end_to_end(tiny_sweep):
+    rc, out = tiny_sweep["second"]
+    assert rc == 0, out
+    table = table_of(out)
+    assert list(table) == NAMES
+    for name, cells in table.items():
+        rd = tiny_sweep["dir"] / "runs" / name
         ev = json.loads((rd / "eval" / "eval.json").read_text())
+        assert Path(ev["checkpoint"]).name == "0000008.pt"
         h, t = ev["parts"]["heldout"]["ddim_1"]["psnr"], ev["parts"]["train"]["ddim_1"]["psnr"]
-        assert line.split() == [name, "done", format_table([{"x": h}]).split()[1], format_table([{"x": t}]).split()[1], "1"]
+        assert cells == ["done", format_table([{"x": h}]).split()[1], format_table([{"x": t}]).split()[1], "1"]
         assert (rd / "train.ipynb").is_file() and (rd / "params.yaml").is_file()   # the executed copy lands in the run dir
         assert json.loads((rd / "job.json").read_text())["state"] == "done"
-    # rerunning skips finished runs
-    assert sweep_main(["sweeps/tiny.yaml", "--jobs", "2"]) == 0
-    assert capsys.readouterr().out.count("finished earlier, skipped") == 2
     assert isinstance(LocalBackend(), Backend)
+
+
+def test_interrupted_runs_resume_and_finished_runs_are_skipped(tiny_sweep):
+    rc, out = tiny_sweep["first"]
+    assert rc == 1, out                                             # both runs were stopped: the sweep is not done
+    assert [cells[:2] for cells in table_of(out).values()] == [["failed", "-"], ["failed", "-"]]
+    _, out2 = tiny_sweep["second"]
+    for n in NAMES:
+        (k, mtime), = tiny_sweep["interrupted"][n].items()          # SIGTERM: the trainer checkpointed and returned
+        step = int(k.removesuffix(".pt"))
+        assert 2 <= step < 8, (n, k)
+        rd = tiny_sweep["dir"] / "runs" / n
+        assert f"{n}: queued" in out2
+        nb = (rd / "train.ipynb").read_text()                       # the rerun's executed notebook
+        assert f"finished at step 8 (resumed from step {step}, {8 - step} steps this call)" in nb
+        assert (rd / "checkpoints" / k).stat().st_mtime_ns == mtime  # the interrupted checkpoint was resumed, not redone
+        steps = [json.loads(line)["step"] for line in (rd / "metrics.jsonl").read_text().splitlines()]
+        assert steps == list(range(1, 9))                           # one curve: no step logged twice, none missing
+    rc3, out3 = tiny_sweep["third"]
+    assert rc3 == 0 and [f"{n}: done (finished earlier, skipped)" in out3 for n in NAMES] == [True, True]
+
+
+def test_status_reads_the_job_records(tiny_sweep, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_sweep["dir"])
+    monkeypatch.setenv("QMIND_RUNS", str(tiny_sweep["dir"] / "runs"))
+    assert sweep_main([str(tiny_sweep["sweep"]), "--status"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [(r[0], r[1], r[3]) for r in rows] == [("tiny-000-seed1", "local", "done"), ("tiny-001-seed2", "local", "done")]
+
+
+def test_sweep_report_from_the_real_runs(tiny_sweep, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_sweep["dir"])
+    monkeypatch.setenv("QMIND_RUNS", str(tiny_sweep["dir"] / "runs"))
+    assert sweep_main([str(tiny_sweep["sweep"]), "--report"]) == 0
+    out = capsys.readouterr().out
+    rep = tiny_sweep["dir"] / "runs" / "tiny-report"
+    assert f"report: {rep / 'report.md'}" in out
+    evs = [json.loads((tiny_sweep["dir"] / "runs" / n / "eval" / "eval.json").read_text()) for n in ("tiny-000-seed1", "tiny-001-seed2")]
+    h = [e["parts"]["heldout"]["ddim_1"]["psnr"] for e in evs]
+    res = json.loads((rep / "results.json").read_text())
+    assert [r["heldout_psnr"] for r in res["runs"]] == pytest.approx(h)
+    (g,) = res["groups"]                                            # grid is seeds only: one group of two
+    assert g["seeds"] == 2 and g["heldout_psnr"] == pytest.approx(sum(h) / 2)
+    assert g["heldout_psnr_std"] == pytest.approx(abs(h[0] - h[1]) / 2 ** 0.5)   # sample std of two values
+    md = (rep / "report.md").read_text()
+    assert "![PSNR](psnr.png)" in md and f"{g['heldout_psnr']:.2f} ± {g['heldout_psnr_std']:.2f}" in md
+    assert "| tiny-001-seed2 | done | 2 |" in md
+    png = (rep / "psnr.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_aggregate_groups_by_the_non_seed_keys():
+    rows = [{"h": c, "seed": s, "heldout_psnr": v, "in_dist_psnr": 20.0, "baseline_psnr": 19.0}
+            for c, s, v in (("coverage_25", 1, 17.0), ("coverage_25", 2, 19.0), ("coverage_50", 1, 21.0))]
+    rows.append({"h": "coverage_50", "seed": 2, "heldout_psnr": None})   # not finished: left out
+    a = aggregate(rows, ["h"])
+    assert [(x["h"], x["seeds"], x["heldout_psnr"], x["heldout_psnr_min"], x["heldout_psnr_max"]) for x in a] == [
+        ("coverage_25", 2, 18.0, 17.0, 19.0), ("coverage_50", 1, 21.0, 21.0, 21.0)]
+    assert a[0]["heldout_psnr_std"] == pytest.approx(2 ** 0.5) and a[1]["heldout_psnr_std"] == 0.0
