@@ -32,10 +32,12 @@ COMMANDS: dict[str, Command] = {
     "eval":    Command("qmind_render.evaluate:eval_main", "evaluate a run on held-out and training cells; write a report"),
     "run":     Command("qmind_render.evaluate:run_main", "the main job: dataset (if missing) -> train -> eval -> report"),
     "serve":   Command("qmind_render.serve:serve_main", "serve a checkpoint: POST /render, WebSocket /play and the playable page at /"),
-    "sweep":   Command("qmind_render.sweep:sweep_main", "expand a sweep file into runs; run them (local papermill, ec2, sagemaker)"),
+    "sweep":   Command("qmind_render.sweep:sweep_main", "expand a sweep file into runs; run them (local papermill, slurm, ec2, sagemaker); --status, --report"),
     "cost":    Command("qmind_render.sweep:cost_main", "what a config costs: FLOPs, GPU-hours, dollars, memory, runs per budget"),
     "aws":     Command("qmind_render.cloud:aws_main", "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas"),
     "bench":   Command("qmind_render.cli:bench_main", "run a stage's benchmark and print its numbers"),
+    "talks":   Command("qmind_render.talks:talks_main", "render the five-minute talks (nbs/talks) as reveal.js slides, offline"),
+    "docs":    Command("qmind_render.docs:docs_main", "build the docs site offline (nbdev-proc-nbs + a PyPI/npm generator)"),
 }
 
 # `qmind bench NAME`: functions returning a dict of measured numbers.
