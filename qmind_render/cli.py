@@ -37,7 +37,7 @@ COMMANDS: dict[str, Command] = {
     "aws":     Command("qmind_render.cloud:aws_main", "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas"),
     "bench":   Command("qmind_render.cli:bench_main", "run a stage's benchmark and print its numbers"),
     "talks":   Command("qmind_render.talks:talks_main", "render the five-minute talks (nbs/talks) as reveal.js slides, offline"),
-    "docs":    Command("qmind_render.docs:docs_main", "build the docs site offline (nbdev-proc-nbs + a PyPI/npm generator)"),
+    "docs":    Command("qmind_render.docs:docs_main", "build the docs site offline: the notebooks, nbdev's processing, MkDocs (no Quarto needed)"),
 }
 
 # `qmind bench NAME`: functions returning a dict of measured numbers.
