@@ -4,7 +4,6 @@ test; fuzzing of /render and /play (hypothesis); and the page in headless Chromi
 import base64
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -40,9 +39,10 @@ def run_dir(tmp_path_factory):
     cfg = load_config("quickstart", [f"data.store={tmp}/store", "data.dataset=ds-serve", "data.episodes=6", "data.frames_per_episode=8",
                                      "name=served", "train.steps=3", "train.batch=4", "train.warmup=1", "train.sample_every=0",
                                      "tracker=none", "train.log_every=1"])
-    os.environ.setdefault("QMIND_CACHE", str(tmp / "cache"))
-    generate(cfg.data, workers=1, progress=False)
-    res = train(cfg, tmp / "runs")
+    with pytest.MonkeyPatch.context() as mp:               # the dataset cache is this module's, and only while training
+        mp.setenv("QMIND_CACHE", str(tmp / "cache"))
+        generate(cfg.data, workers=1, progress=False)
+        res = train(cfg, tmp / "runs")
     assert res["status"].startswith("finished"), res
     return tmp / "runs" / "served"
 
