@@ -20,6 +20,13 @@ def test_console_script_is_installed():
     assert r.returncode == 0 and r.stdout.startswith("qmind-render ")
 
 
+def test_python_dash_m_runs_the_cli():
+    r = subprocess.run([sys.executable, "-m", "qmind_render.cli", "nope"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "invalid choice: 'nope'" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "qmind_render.cli", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("qmind-render ")
+
+
 def test_help_lists_every_subcommand():
     r = qmind("--help")
     assert r.returncode == 0
