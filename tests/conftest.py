@@ -1,5 +1,7 @@
-"""Shared fixtures: a real S3 API (moto_server) on loopback, started and stopped by the tests."""
+"""Shared fixtures: a real S3 API (moto_server) on loopback, started and stopped by the tests; Debian's Chromium for
+the browser tests."""
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -12,6 +14,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+CHROMIUM = shutil.which("chromium")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+
+
+def launch_chromium(playwright):
+    "Debian's Chromium, headless, with nothing phoning home (Playwright's own browsers are not installed)."
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"])
 
 
 @pytest.fixture(scope="session")

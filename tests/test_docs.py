@@ -2,7 +2,6 @@
 every page loads (screenshots), no broken internal links, nothing requested off this machine, images load, search works."""
 import html.parser
 import os
-import shutil
 import time
 import urllib.error
 import urllib.parse
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from qmind_render.docs import build_site, serve_site
+from tests.conftest import launch_chromium, needs_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 # Executing every notebook takes minutes; the test executes the landing page and the skinner, which draws pictures
@@ -20,10 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXECUTE = os.environ.get("QMIND_DOCS_EXECUTE", "index.ipynb,20_skinner.ipynb")
 # The talks' reveal.js slides are built and tested by tests/test_talks.py; QMIND_DOCS_SLIDES=1 builds them into this site too.
 SLIDES = os.environ.get("QMIND_DOCS_SLIDES") == "1"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
-
-pytestmark = pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +45,7 @@ def url(site):
 def browser():
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        b = launch_chromium(p)
         yield b
         b.close()
 

@@ -3,7 +3,6 @@ and a widget made in a notebook renders in the browser."""
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, launch_chromium, needs_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDGETS = "@jupyter-widgets/jupyterlab-manager"
@@ -113,7 +112,7 @@ def _wait_for_idle_kernel(url, token, timeout=90):
     raise TimeoutError(f"no idle kernel after {timeout} s: {_get(f'{url}/api/kernels', token)}")
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium")
+@needs_chromium
 def test_a_widget_renders_in_a_notebook(lab, tmp_path):
     "Open a notebook in JupyterLab in headless Chromium, run a cell that makes an IntSlider, and see the slider drawn."
     from playwright.sync_api import sync_playwright
@@ -125,9 +124,7 @@ def test_a_widget_renders_in_a_notebook(lab, tmp_path):
     (work / "widget.ipynb").write_text(json.dumps(nb))
     off_host = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run", "--disable-quic"])
+        browser = launch_chromium(p)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             # watched, not intercepted: routing every request through Playwright keeps the kernel's WebSocket from connecting

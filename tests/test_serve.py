@@ -4,7 +4,6 @@ test; fuzzing of /render and /play (hypothesis); and the page in headless Chromi
 import base64
 import io
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from websockets.sync.client import connect
 from qmind_render.engine import Game
 from qmind_render.serve import encode_array, load_served, load_test, render_request
 
-from .conftest import free_port
+from tests.conftest import free_port, launch_chromium, needs_chromium
 
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,11 +294,11 @@ def test_binds_loopback_only(server):
         assert s.connect_ex((ip, port)) != 0, f"the server answered on {ip}"
 
 
-def test_serve_cli_errors(tmp_path):
+def test_serve_cli_errors(tmp_path, run_dir):
     r = subprocess.run(CLI + ["serve", "--checkpoint", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "no such run dir or checkpoint" in r.stderr
-    r = subprocess.run(CLI + ["serve", "--checkpoint", str(tmp_path), "--steps", "0"], capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
+    r = subprocess.run(CLI + ["serve", "--checkpoint", str(run_dir), "--steps", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "steps must be in 1..16" in r.stderr
 
 
 def test_onnx_renders_like_eager(run_dir, channels):
@@ -311,16 +310,12 @@ def test_onnx_renders_like_eager(run_dir, channels):
     assert np.abs(a - b).max() <= 2 and np.abs(a - b).mean() < 0.05
 
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
-
-
-@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed (apt-get install chromium)")
+@needs_chromium
 def test_page_in_chromium(server, tmp_path):
     from playwright.sync_api import sync_playwright
     outside, errors = [], []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        browser = launch_chromium(p)
         try:
             page = browser.new_page(viewport={"width": 1100, "height": 900})
             page.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:")) else outside.append(r.url))

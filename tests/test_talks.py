@@ -1,23 +1,14 @@
 """The five-minute talks as reveal.js slides, opened in headless Chromium: reveal.js starts, three slides,
 the equation typeset by MathJax, arrow keys move, and no request leaves the machine."""
-import functools
-import shutil
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
 import pytest
 
+from qmind_render.docs import serve_site
 from qmind_render.talks import build_talks, check_offline
+from tests.conftest import launch_chromium, needs_chromium
 
 DECKS = ["autograd", "heldout"]
-CHROMIUM = shutil.which("chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *a): pass
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +16,10 @@ def site(tmp_path_factory):
     "The two decks built (executed) into a folder, served on 127.0.0.1; yields (url, folder, slide paths)."
     out = tmp_path_factory.mktemp("talks")
     paths = build_talks(out, only=DECKS, log=None)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(out)))
-    th = threading.Thread(target=httpd.serve_forever, daemon=True)
-    th.start()
+    httpd = serve_site(out)
     yield f"http://127.0.0.1:{httpd.server_address[1]}", out, paths
     httpd.shutdown()
     httpd.server_close()
-    th.join(timeout=10)
 
 
 def test_build_writes_offline_decks_and_index(site):
@@ -45,7 +33,7 @@ def test_build_writes_offline_decks_and_index(site):
     assert (out / "_assets/reveal.js/dist/reveal.js").is_file() and (out / "_assets/mathjax/tex-chtml.js").is_file()
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+@needs_chromium
 def test_decks_run_in_chromium_offline(site, tmp_path):
     from playwright.sync_api import sync_playwright
     url, _, _ = site
@@ -58,7 +46,7 @@ def test_decks_run_in_chromium_offline(site, tmp_path):
         else: remote.append(r.request.url); r.abort()
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1100, "height": 760})
         page.route("**/*", route)
         page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
