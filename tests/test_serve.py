@@ -2,6 +2,7 @@
 checkpoint; HTTP and WebSocket clients; bad input of every kind the issue names; a bounded load
 test; fuzzing of /render and /play (hypothesis); and the page in headless Chromium (Playwright)."""
 import base64
+import os
 import io
 import json
 import subprocess
@@ -346,3 +347,17 @@ def test_page_in_chromium(server, tmp_path):
             browser.close()
     assert outside == [], outside
     assert errors == [], errors
+
+
+# ---------------------------------------------------------------- the benchmark's code path (numbers are not tested)
+
+def test_bench_serve_json_is_clean_and_complete(tmp_path):
+    "`qmind bench serve --json` prints one JSON object on stdout (the server's and compiler's notes go to stderr)."
+    args = ["bench", "serve", "size=tiny", "steps=[1]", "clients=[1,2]", "seconds=0.5", "repeats=2", "compile=false", "--json"]
+    r = subprocess.run(CLI + args, capture_output=True, text=True, timeout=300, env={**os.environ, "QMIND_CACHE": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["backend"] in ("eager", "bf16", "onnx") and "backend:" in r.stderr        # auto, without a compiled package
+    assert len(out["steps1_clients1_fps_runs"]) == 2 and all(f > 0 for f in out["steps1_clients2_fps_runs"])
+    assert out["steps1_clients1_mean_batch"] == 1.0 and out["steps1_throughput_ratio"] > 0
+    assert out["steps1_clients2_p99_ms"] >= out["steps1_clients2_p50_ms"] > 0
