@@ -361,3 +361,4 @@ def test_bench_serve_json_is_clean_and_complete(tmp_path):
     assert len(out["steps1_clients1_fps_runs"]) == 2 and all(f > 0 for f in out["steps1_clients2_fps_runs"])
     assert out["steps1_clients1_mean_batch"] == 1.0 and out["steps1_throughput_ratio"] > 0
     assert out["steps1_clients2_p99_ms"] >= out["steps1_clients2_p50_ms"] > 0
+    assert out["device"] == "cpu" and out["render_backend"] in ("eager", "bf16", "onnx") and out["steps1_render_b1_ms"] > 0
