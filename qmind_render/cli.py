@@ -46,9 +46,11 @@ BENCHES: dict[str, str] = {
     "skinner": "qmind_render.skinner:bench_skinner",
     "data": "qmind_render.data:bench_data",
     "model": "qmind_render.model:bench_model",
+    "sampler": "qmind_render.sampler:bench_sampler",
     "train": "qmind_render.train:bench_train",
     "eval": "qmind_render.evaluate:bench_eval",
     "serve": "qmind_render.serve:bench_serve",
+    "gpu": "qmind_render.gpu:bench_gpu",
 }
 
 # %% ../nbs/90_cli.ipynb #1ccc3c66
@@ -68,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../nbs/90_cli.ipynb #5653a911
-_USER_ERRORS = (ValueError, FileNotFoundError, KeyError)
+_USER_ERRORS = (ValueError, FileNotFoundError, KeyError, MemoryError)   # MemoryError: train.OutOfMemory says what to change
 
 def main(argv: list[str] | None = None) -> int:
     "The `qmind` console script."

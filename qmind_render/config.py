@@ -88,7 +88,7 @@ class TrainConfig:
     grad_accum: int = 1
     ema: float = 0.999
     precision: Precision = Precision.fp32
-    compile: bool = False
+    compile: Optional[bool] = None                      # None: on for CUDA (Inductor fuses norms and activations), off on CPU
     ckpt_every_min: float = 15.0
     ckpt_every_steps: int = 0                           # 0: time-based only
     keep_last: int = 3
@@ -104,6 +104,7 @@ class EvalConfig:
     "Evaluation on held-out and training cells."
     ddim_steps: list[int] = field(default_factory=lambda: [1, 2, 4])
     frames_per_cell: int = 8
+    device: str = "auto"                                # auto (the GPU when there is one) | cpu | cuda | cuda:1 ...
 
 @dataclass
 class ExperimentConfig:

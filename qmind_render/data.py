@@ -32,8 +32,9 @@ __all__ = ['LABELS', 'MANIFEST_KEYS', 'StoreError', 'Store', 'atomic_write', 'Lo
            'git_commit', 'dataset_key', 'DatasetExists', 'DatasetWriter', 'list_datasets', 'read_manifest',
            'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'verify_dataset', 'Split', 'make_split',
            'split_path', 'save_split', 'find_split', 'load_split', 'LeakError', 'assert_no_leak', 'apply_split',
-           'plan_batches', 'ShardBatches', 'make_loader', 'summary', 'sample_sheet', 'frame_factors', 'ShardJob',
-           'episode_channels', 'skin_samples', 'make_shard', 'plan_shards', 'generate', 'data_main', 'bench_data']
+           'plan_batches', 'EpochPlans', 'ShardBatches', 'make_loader', 'summary', 'sample_sheet', 'frame_factors',
+           'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards', 'generate', 'data_main',
+           'bench_data']
 
 # %% ../nbs/30_data.ipynb #29d86866
 class StoreError(RuntimeError):
@@ -558,12 +559,22 @@ def plan_batches(offsets: np.ndarray, keep: np.ndarray, batch: int, seed: int, e
     return [stream[i * batch : (i + 1) * batch] for i in range(n)]
 
 # %% ../nbs/30_data.ipynb #03f5196d
+class EpochPlans:
+    """The training plan of every epoch from `epoch` on as one sequence: item g is batch g % per_epoch of epoch g // per_epoch
+    (that epoch's plan made when first asked for), so one loader, and its worker processes, lasts a whole run."""
+    def __init__(self, offsets: np.ndarray, keep: np.ndarray, batch: int, seed: int, window: int = 4):
+        self.offsets, self.keep, self.batch, self.seed, self.window = offsets, keep, batch, seed, window
+        self.per_epoch = len(keep) // batch
+        self._epoch, self._plan = None, None
+    def __getitem__(self, g: int) -> np.ndarray:
+        e, b = divmod(int(g), self.per_epoch)
+        if e != self._epoch: self._epoch, self._plan = e, plan_batches(self.offsets, self.keep, self.batch, self.seed, e, self.window)
+        return self._plan[b]
+
 class ShardBatches:
-    "Map-style dataset whose item `b` is batch `b` of a plan, gathered from a few shards held in memory."
-    def __init__(self, ds: LocalDataset, plan: list[np.ndarray], split: Split | None = None, max_shards: int = 4,
-                 rank: int = 0, world: int = 1):
-        self.ds, self.split, self.max_shards = ds, split, max_shards
-        self.plan = [b[len(b) * rank // world : len(b) * (rank + 1) // world] for b in plan]  # this rank's rows
+    "Map-style dataset whose item `b` is batch `b` of a plan (a list, or `EpochPlans`), gathered from a few shards held in memory."
+    def __init__(self, ds: LocalDataset, plan, split: Split | None = None, max_shards: int = 4, rank: int = 0, world: int = 1):
+        self.ds, self.plan, self.split, self.max_shards, self.rank, self.world = ds, plan, split, max_shards, rank, world
         self._loaded: dict[int, dict] = {}
     def __len__(self): return len(self.plan)
     def _shard(self, i: int) -> dict:
@@ -575,8 +586,13 @@ class ShardBatches:
 # %% ../nbs/30_data.ipynb #56b60bd6
 @patch
 def __getitem__(self: ShardBatches, b: int) -> dict:
-    import torch
     idx = self.plan[b]
+    return self.take(idx[len(idx) * self.rank // self.world : len(idx) * (self.rank + 1) // self.world], f"batch {b}")  # this rank's rows
+
+@patch
+def take(self: ShardBatches, idx: np.ndarray, where: str = "samples") -> dict:
+    "The samples at global indices `idx`, in that order, as tensors; shards are read once and kept (up to `max_shards`)."
+    import torch
     shard = np.searchsorted(self.ds.offsets, idx, side="right") - 1
     parts, order = [], []
     for s in np.unique(shard):
@@ -585,27 +601,36 @@ def __getitem__(self: ShardBatches, b: int) -> dict:
         parts.append({k: v[rows] for k, v in self._shard(int(s)).items()}); order.append(sel)
     inv = np.argsort(np.concatenate(order), kind="stable")
     out = {k: np.concatenate([p[k] for p in parts])[inv] for k in parts[0]}
-    if self.split is not None: assert_no_leak(out["cells"], self.split, f"dataset {self.ds.id}, batch {b}")
+    if self.split is not None: assert_no_leak(out["cells"], self.split, f"dataset {self.ds.id}, {where}")
     return {k: torch.from_numpy(v) for k, v in out.items()}
 
 # %% ../nbs/30_data.ipynb #73aa93d5
 def make_loader(ds: LocalDataset, split: Split, part: str = "train", batch: int = 64, seed: int = 0,
                 epoch: int = 0, start: int = 0, workers: int = 0, window: int = 4, pin_memory: bool | None = None,
-                rank: int = 0, world: int = 1):
-    """A DataLoader over `part` ('train' | 'heldout') of `ds` under `split`, from batch `start` of `epoch`.
+                rank: int = 0, world: int = 1, batches: int | None = None):
+    """A DataLoader over `part` ('train' | 'heldout') of `ds` under `split`, from batch `start` of `epoch`: the rest of that
+    epoch, or (training part) `batches` batches running on into the next epochs, each shuffled anew, from one loader.
     `batch` is the global batch; with `world` > 1 (data parallel) rank `rank` gets its slice of every batch,
-    so the data a step sees does not depend on how many processes share it."""
+    so the data a step sees does not depend on how many processes share it. Workers prefetch; batches are pinned for a GPU."""
     import torch
     if split.grid != ds.manifest.grid_:
         raise ValueError(f"split {split.name} is for grid {split.grid}, dataset {ds.id} has {ds.manifest.grid_}")
-    keep = apply_split(ds.cells, split)[part]
-    train = part == "train"
-    plan = plan_batches(ds.offsets, keep, batch, seed, epoch, window, shuffle=train, drop_last=train)
     if batch % world: raise ValueError(f"batch {batch} does not split evenly over {world} processes")
-    items = ShardBatches(ds, plan, split if train else None, max_shards=window, rank=rank, world=world)
+    keep = apply_split(ds.cells, split)[part]
+    if part == "train":
+        plan = EpochPlans(ds.offsets, keep, batch, seed, window)
+        if plan.per_epoch == 0:
+            raise ValueError(f"dataset {ds.id} under split {split.name} has {len(keep)} training samples, fewer than one batch "
+                             f"of {batch}: lower train.batch or make a bigger dataset")
+        first = epoch * plan.per_epoch + start
+        order = range(first, first + plan.per_epoch - start if batches is None else first + batches)
+    else:
+        plan = plan_batches(ds.offsets, keep, batch, seed, epoch, window, shuffle=False, drop_last=False)
+        order = range(start, len(plan))
+    items = ShardBatches(ds, plan, split if part == "train" else None, max_shards=window, rank=rank, world=world)
     pin = torch.cuda.is_available() if pin_memory is None else pin_memory
-    return torch.utils.data.DataLoader(items, batch_size=None, sampler=range(start, len(plan)), num_workers=workers,
-                                       pin_memory=pin, persistent_workers=False)
+    return torch.utils.data.DataLoader(items, batch_size=None, sampler=order, num_workers=workers, pin_memory=pin,
+                                       prefetch_factor=4 if workers else None)
 
 # %% ../nbs/30_data.ipynb #0b655139
 def summary(ds: LocalDataset, split: Split | None = None) -> dict:

@@ -29,8 +29,9 @@ __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PRE
            'Encodings', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch',
            'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet', 'ConditionalUNet',
            'build_model', 'n_params', 'forward_flops', 'size_table', 'make_schedule', 'Diffusion', 'diffusion_loss',
-           'ddim_sample', 'to_uint8', 'make_ema', 'overfit_one_batch', 'quick_train', 'train_step', 'diffusers_twin',
-           'bench_cpu', 'ddim_latency', 'matmul_peak_tflops', 'train_flops', 'bench_throughput', 'bench_model']
+           'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step', 'overfit_one_batch',
+           'quick_train', 'train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'train_flops',
+           'bench_throughput', 'bench_model']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(ValueError):
@@ -166,7 +167,7 @@ COND_KEYS = ("depth", "surface", "material", "uv", "light", "theme", "lighting")
 
 @patch
 def check(self: ConditionEncoder, cond: dict) -> None:
-    "Raise `ModelInputError` unless `cond` has every key with the right shape, kind and id range."
+    "Raise `ModelInputError` unless `cond` has every key with the right shape and kind, and (ids on the CPU) in range."
     if not isinstance(cond, dict): raise ModelInputError("cond", f"expected a dict with {COND_KEYS}, got {type(cond).__name__}")
     missing = [k for k in COND_KEYS if k not in cond]
     if missing: raise ModelInputError(f"cond[{missing[0]!r}]", f"missing (cond has {sorted(cond)}); make it with prepare_batch")
@@ -176,7 +177,11 @@ def check(self: ConditionEncoder, cond: dict) -> None:
         check_tensor(f"cond[{k!r}]", cond[k], (B, H, W), "[B, H, W]", kind)
     check_tensor("cond['uv']", cond["uv"], (B, H, W, 2), "[B, H, W, 2]", "float")
     check_tensor("cond['lighting']", cond["lighting"], (B,), "[B]", "int")
-    if torch.compiler.is_compiling(): return
+    if not torch.compiler.is_compiling() and cond["surface"].device.type == "cpu": self.check_ids(cond)
+
+@patch
+def check_ids(self: ConditionEncoder, cond: dict) -> None:
+    "Raise `ModelInputError` unless every class, material, theme and lighting id is one this encoder knows (reads the values)."
     m = cond["material"]
     bad_m = ((m < 0) | ((m >= self.M) & (m != self.spec.material_none))).any()
     s, th, li = cond["surface"], cond["theme"], cond["lighting"]
@@ -558,26 +563,60 @@ def ddim_sample(model: ConditionalUNet, cond: dict, diffusion: Diffusion, steps:
     finally: model.train(was)
     return x
 
-def to_uint8(x: torch.Tensor) -> np.ndarray:
-    "Frames [B, 3, H, W] in [-1, 1] -> uint8 [B, H, W, 3] (the dataset's rgb)."
-    return ((x.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+def to_uint8(x: torch.Tensor, numpy: bool = True) -> np.ndarray | torch.Tensor:
+    "Frames [B, 3, H, W] in [-1, 1] -> uint8 [B, H, W, 3] (the dataset's rgb): numpy, or (`numpy=False`) a tensor where `x` is."
+    u8 = ((x.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1)
+    return u8.cpu().numpy() if numpy else u8
 
 # %% ../nbs/40_model.ipynb #dcc0d401
-def make_ema(model: nn.Module, decay: float = 0.999, warmup: int = 0):
-    """An EMA copy of `model` (torch.optim.swa_utils.AveragedModel); call `ema.update_parameters(model)` after each step.
-    With `warmup` > 0 the decay of update n is min(decay, (1 + n) / (warmup + n)), so a short run's EMA is not its initial weights."""
-    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-    fn = get_ema_multi_avg_fn(decay) if warmup <= 0 else _ema_warmup_fn(decay, warmup)
-    ema = AveragedModel(model, multi_avg_fn=fn, use_buffers=True)
-    return ema.requires_grad_(False)
+from torch.optim.swa_utils import AveragedModel
 
-def _ema_warmup_fn(decay: float, warmup: int):
+class EMA(AveragedModel):
+    """An EMA copy of `model`; call `ema.update_parameters(model, finite)` after each step. The decay of update n is
+    min(decay, (1 + n) / (warmup + n)) with `warmup` > 0 (a short run's EMA is not its initial weights), else `decay`;
+    the first update copies. A False `finite` (0-dim bool tensor) leaves the average and its count as they were."""
+    def __init__(self, model: nn.Module, decay: float = 0.999, warmup: int = 0):
+        dev = next(iter(model.parameters()), torch.empty(0)).device
+        super().__init__(model, device=dev, use_buffers=True)
+        self.decay, self.warmup = float(decay), int(warmup)
+        self.requires_grad_(False)
+
     @torch.no_grad()
-    def update(ema_params, params, n):
-        d = torch.clamp((1 + n) / (warmup + n), max=decay).to(ema_params[0].dtype) if torch.is_tensor(n) else min(decay, (1 + n) / (warmup + n))
-        torch._foreach_mul_(ema_params, d)
-        torch._foreach_add_(ema_params, torch._foreach_mul(params, 1 - d))
-    return update
+    def update_parameters(self, model: nn.Module, finite: torch.Tensor | None = None) -> None:
+        mine = [*self.module.parameters(), *self.module.buffers()]
+        theirs = [t.detach() for t in (*model.parameters(), *model.buffers())]
+        avg = [(a, b) for a, b in zip(mine, theirs) if a.is_floating_point()]
+        for a, b in zip(mine, theirs):
+            if not a.is_floating_point(): a.copy_(b)
+        n = self.n_averaged
+        d = torch.clamp((1 + n) / (self.warmup + n), max=self.decay) if self.warmup > 0 else torch.full_like(n, self.decay, dtype=torch.float32)
+        d = torch.where(n == 0, 0.0, d)                                 # the first update copies
+        if finite is not None: d = torch.where(finite, d, 1.0)          # a skipped step: keep the average
+        if avg:
+            a, b = map(list, zip(*avg))
+            d = d.to(a[0].dtype)
+            torch._foreach_mul_(a, d)
+            torch._foreach_add_(a, torch._foreach_mul(b, 1 - d))
+        self.n_averaged += 1 if finite is None else finite.long()
+
+def make_ema(model: nn.Module, decay: float = 0.999, warmup: int = 0) -> EMA:
+    "An `EMA` of `model` (decay, warm-up as above)."
+    return EMA(model, decay, warmup)
+
+def make_optimizer(model: nn.Module, lr: float, betas=(0.9, 0.99), weight_decay: float = 0.0) -> torch.optim.AdamW:
+    "AdamW as training uses it (the benchmarks too): fused where every parameter allows it (floating point, on CPU or CUDA)."
+    params = list(model.parameters())
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
+
+def masked_step(opt: torch.optim.Optimizer, finite: torch.Tensor) -> None:
+    "Step `opt` unless `finite` (0-dim bool tensor) is False; a fused optimiser decides on the device, others on the host."
+    if not opt.defaults.get("fused"):
+        if bool(finite): opt.step()
+        return
+    opt.found_inf = (~finite).float()                             # what GradScaler hands a fused optimiser
+    try: opt.step()
+    finally: opt.found_inf = None
 
 # %% ../nbs/40_model.ipynb #11b8c158
 def overfit_one_batch(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: dict, steps: int = 300,
@@ -654,7 +693,7 @@ class _DiffusersAdapter(nn.Module):
 def _stepper(model, x0, cond, autocast=None, seed: int = 0):
     "A closure running one training step of `model` (its own AdamW, its own generator)."
     d, g = Diffusion(), torch.Generator(x0.device).manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = make_optimizer(model, lr=1e-4)                                 # the optimiser training builds
     return lambda: train_step(model, opt, d, x0, cond, g, autocast)
 
 def _interleaved(fns: dict, iters: int, sync=lambda: None) -> dict[str, float]:
@@ -666,8 +705,8 @@ def _interleaved(fns: dict, iters: int, sync=lambda: None) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 def _time_train(model, x0, cond, iters, warmup, autocast=None, compile=False, seed=0) -> float:
-    "Median seconds of a training step (after `warmup` steps); `compile` compiles the U-Net in place first."
-    if compile: model.net.compile()
+    "Median seconds of a training step (after `warmup` steps); `compile` compiles the model in place first, as training does."
+    if compile: model.compile()
     return _median_time(_stepper(model, x0, cond, autocast, seed), iters, warmup, _sync(x0.device))
 
 # %% ../nbs/40_model.ipynb #a1bfb2e6
@@ -682,7 +721,7 @@ def _cpu_variants(size: str, batch: int, compile: bool):
          "ours_bf16": (copy.deepcopy(ours), torch.bfloat16), "diffusers_bf16": (copy.deepcopy(theirs), torch.bfloat16),
          "ours_bf16_channels_last": (cl(copy.deepcopy(ours)), torch.bfloat16)}
     if compile:
-        m = copy.deepcopy(ours); m.net.compile()
+        m = copy.deepcopy(ours); m.compile()
         v["ours_compile"] = (m, None)
     return v
 
@@ -704,18 +743,7 @@ def bench_cpu(size: str = "small", batch: int = 8, iters: int = 7, warmup: int =
     for sw in ("", "_channels_last", "_bf16"): r[f"diffusers_over_ours{sw}"] = med[f"diffusers{sw}"] / med[f"ours{sw}"]
     r["diffusers_over_ours_defaults"] = med["diffusers"] / med["ours_channels_last"]   # each in its default format
     if compile: r["compile_first_step_s"] = first["ours_compile"]
-    return r | ddim_latency(variants["ours_channels_last"][0], iters=iters)
-
-def ddim_latency(model: ConditionalUNet, steps=(1, 2, 4), iters: int = 7, autocast=(None, torch.bfloat16)) -> dict:
-    "Batch-1 DDIM latency (ms, median) of `model` at each step count, in fp32 and each `autocast` dtype: what a player waits."
-    dev = next(model.parameters()).device
-    _, c1 = prepare_batch(synthetic_batch(1), dev, model.spec)
-    d, out = Diffusion(), {}
-    for ac in autocast:
-        for K in steps:
-            run = lambda K=K, ac=ac: ddim_sample(model, c1, d, K, torch.Generator(dev).manual_seed(0), autocast=ac)
-            out[f"ddim_{K}_ms{'_bf16' if ac == torch.bfloat16 else ''}"] = 1e3 * _median_time(run, iters, 1, _sync(dev))
-    return out
+    return r
 
 # %% ../nbs/40_model.ipynb #0f0e5573
 def matmul_peak_tflops(device="cuda", n: int = 8192, dtype=torch.bfloat16, iters: int = 10) -> float:
@@ -734,8 +762,8 @@ def train_flops(model, x0, cond, diffusion) -> float:
 
 # %% ../nbs/40_model.ipynb #171c5bf6
 def bench_throughput(device="cuda", size: str = "base", batch: int = 64, iters: int = 20, warmup: int = 5,
-                     compile: bool = False, channels_last: bool = True, peak_n: int = 8192, latency_steps=(1, 2, 4)) -> dict:
-    "bf16 training throughput and MFU of `size` on `device`, plus batch-1 DDIM latency (ms) at each of `latency_steps`."
+                     compile: bool = False, channels_last: bool = True, peak_n: int = 8192) -> dict:
+    "bf16 training throughput of `size` on `device`: a step of forward, backward and the fused AdamW, and its MFU."
     dev = torch.device(device)
     if dev.type == "cuda": torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
@@ -749,11 +777,11 @@ def bench_throughput(device="cuda", size: str = "base", batch: int = 64, iters: 
          "size": size, "batch": batch, "compile": compile, "channels_last": channels_last, "params": n_params(model),
          "train_gflop_per_step": flops / 1e9, "step_s": step, "frames_per_s": batch / step,
          "achieved_tflops": flops / step / 1e12, "peak_bf16_tflops": peak, "mfu": flops / step / 1e12 / peak}
-    return r | ddim_latency(model.eval(), latency_steps, iters, autocast=(torch.bfloat16,))
+    return r
 
 # %% ../nbs/40_model.ipynb #eba053c0
 def bench_model(device: str = "cpu", **kw) -> dict:
-    "`qmind bench model [device=cpu|cuda] [key=value ...]`: CPU comparison and switches, or the GPU throughput/MFU/latency run."
+    "`qmind bench model [device=cpu|cuda] [key=value ...]`: CPU comparison and switches, or the GPU throughput/MFU run."
     t0 = time.perf_counter()
     r = bench_throughput(device, **kw) if str(device).startswith("cuda") else bench_cpu(**kw)
     return {**r, "torch": torch.__version__, "threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],

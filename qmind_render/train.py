@@ -26,24 +26,32 @@ from fastcore.basics import patch
 from .config import config_to_dict, load_config
 from .contracts import check_spec_version, contract_versions
 from .data import fetch, git_commit, load_split, make_loader, open_store
-from .model import Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, prepare_batch, to_uint8
+from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, make_optimizer, masked_step,
+                                prepare_batch, to_uint8)
 
 # %% auto #0
 __all__ = ['RESUME_FIXED', 'runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor',
            'CheckpointError', 'checkpoints', 'save_checkpoint', 'load_checkpoint', 'check_resume', 'wandb_mode',
-           'Tracker', 'read_metrics', 'sample_grid', 'fixed_samples', 'Run', 'setup', 'state_dict', 'restore',
-           'resume_from', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter', 'save', 'sample',
-           'stop_on_signals', 'train', 'train_main', 'bench_train']
+           'Tracker', 'read_metrics', 'sample_grid', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore',
+           'resume_from', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter', 'check_finite', 'save',
+           'sample', 'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 def runs_root(root: str | Path | None = None) -> Path:
     "Where run dirs live: `root`, else `$QMIND_RUNS`, else `./runs`."
     return Path(root or os.environ.get("QMIND_RUNS") or "runs")
 
-def pick_device(name: str = "auto", local_rank: int = 0) -> torch.device:
-    "`auto`: this rank's GPU when there is one, else the CPU."
+def pick_device(name: str = "auto", local_rank: int = 0, key: str = "train.device") -> torch.device:
+    "`auto`: this rank's GPU when there is one, else the CPU; a device this machine lacks is a `ValueError` naming `key`."
     if name == "auto": return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    return torch.device(name)
+    try: dev = torch.device(name)
+    except (RuntimeError, TypeError): raise ValueError(f"{key}={name!r} is not a device: use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{key}={name}, but this machine has no CUDA device (torch {torch.__version__}): "
+                         f"use {key}=auto (the GPU where there is one) or {key}=cpu")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"{key}={name}, but this machine has {torch.cuda.device_count()} CUDA device(s): use cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    return dev
 
 @dataclass(frozen=True)
 class Dist:
@@ -198,6 +206,24 @@ def fixed_samples(ds, split, n: int = 8) -> dict:
 
 # %% ../nbs/50_train.ipynb #6ecb202a
 @dataclass
+class Guard:
+    "Non-finite steps, counted on the device: how many, and the first one's step, loss and grad norm (-1: none yet)."
+    count: torch.Tensor
+    first: torch.Tensor
+    values: torch.Tensor
+
+    @classmethod
+    def on(cls, device) -> Guard:
+        return cls(torch.zeros((), dtype=torch.long, device=device), torch.full((), -1, dtype=torch.long, device=device),
+                   torch.zeros(2, device=device))
+
+    def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor, finite: torch.Tensor) -> None:
+        new = ~finite & (self.first < 0)
+        self.first = torch.where(new, step, self.first)
+        self.values = torch.where(new, torch.stack([loss, norm]).float(), self.values)
+        self.count += (~finite).long()
+
+@dataclass
 class Run:
     cfg: object
     dir: Path
@@ -216,6 +242,9 @@ class Run:
     pos: int = 0                    # next plan batch of `epoch`
     last_ckpt: Path | None = None
     stop_signal: int | None = None
+    guard: Guard | None = None      # non-finite steps, counted on the device
+    elapsed: float = 0.0            # seconds of training before this call (from the checkpoint)
+    started: float = field(default_factory=time.monotonic)
     log: dict = field(default_factory=dict)
 
 # %% ../nbs/50_train.ipynb #04a0c962
@@ -229,7 +258,8 @@ def _model(cfg, dist: Dist, device: torch.device):
     from qmind_render.skinner import load_grid
     torch.manual_seed(cfg.seed)                                  # initial weights: a function of the seed
     model = build_model(cfg.model, grid=load_grid()).to(device)
-    net = torch.compile(model) if cfg.train.compile else model
+    compile = cfg.train.compile if cfg.train.compile is not None else device.type == "cuda"
+    net = torch.compile(model) if compile else model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
         net = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
@@ -240,6 +270,7 @@ def setup(cfg, root: str | Path | None = None) -> Run:
     "Everything a run needs, from its config."
     dist = dist_from_env()
     device = pick_device(cfg.train.device, dist.local_rank)
+    if device.type == "cuda": torch.backends.cudnn.benchmark = True
     if dist.world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     run_dir = runs_root(root) / cfg.name
@@ -249,10 +280,10 @@ def setup(cfg, root: str | Path | None = None) -> Run:
     ds, split = _data(cfg)
     model, net = _model(cfg, dist, device)
     t = cfg.train
-    opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    opt = make_optimizer(model, t.lr, betas=(0.9, 0.99), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, t.warmup, t.steps))
     ema = make_ema(model, t.ema, warmup=10)                       # decay min(ema, (1+n)/(10+n)): short runs still average
-    return Run(cfg, run_dir, dist, device, ds, split, model, net, ema, opt, sched, Diffusion.from_config(cfg.model))
+    return Run(cfg, run_dir, dist, device, ds, split, model, net, ema, opt, sched, Diffusion.from_config(cfg.model), guard=Guard.on(device))
 
 # %% ../nbs/50_train.ipynb #f38287aa
 def state_dict(run: Run) -> dict:
@@ -267,13 +298,14 @@ def state_dict(run: Run) -> dict:
             "config": config_to_dict(run.cfg), "git": git_commit(), "dataset": run.cfg.data.dataset,
             "versions": {**contract_versions(), "qmind_render": __version__, "engine": engine.ENGINE_VERSION,
                          "skinner": skinner.SKINNER_VERSION, "torch": str(torch.__version__)},
-            "world": run.dist.world}
+            "world": run.dist.world, "elapsed_s": run.elapsed + time.monotonic() - run.started}
 
 def restore(run: Run, ckpt: dict, path: Path) -> None:
     "Load a checkpoint into a set-up run (after `check_resume`)."
     run.model.load_state_dict(ckpt["model"]); run.ema.load_state_dict(ckpt["ema"])
     run.opt.load_state_dict(ckpt["optimizer"]); run.sched.load_state_dict(ckpt["scheduler"])
     run.step, run.epoch, run.pos, run.last_ckpt = ckpt["step"], ckpt["epoch"], ckpt["pos"], path
+    run.elapsed = float(ckpt.get("elapsed_s", 0.0))
     torch.set_rng_state(ckpt["rng"]["torch"])
     if ckpt["rng"]["cuda"] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
 
@@ -302,8 +334,8 @@ def _precision(run: Run):
     bf16 = str(getattr(run.cfg.train.precision, "value", run.cfg.train.precision)) == "bf16"
     return torch.autocast(run.device.type, torch.bfloat16, enabled=bf16)
 
-def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    "One optimizer step over `micro`; returns (loss, grad norm, updated?)."
+def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device: nothing here waits for it."
     g = seed_step(run.cfg.seed, run.step, run.dist.rank, run.device)
     run.opt.zero_grad(set_to_none=True)
     total = torch.zeros((), device=run.device)
@@ -315,48 +347,60 @@ def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
         (loss / len(micro)).backward()
         total += loss.detach() / len(micro)
     norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.train.grad_clip)
-    ok = bool(torch.isfinite(total) & torch.isfinite(norm))
-    if ok:
-        run.opt.step(); run.ema.update_parameters(run.model)
+    finite = torch.isfinite(total) & torch.isfinite(norm)
+    masked_step(run.opt, finite)
+    run.ema.update_parameters(run.model, finite)
     run.sched.step()
-    return total, norm, ok
+    return total, norm, finite
 
 # %% ../nbs/50_train.ipynb #f4cf8544
 def batches(run: Run):
-    "This rank's plan batches from (run.epoch, run.pos) on, across epochs; advances run.pos/run.epoch."
-    while True:
-        loader = make_loader(run.ds, run.split, "train", batch=run.cfg.train.batch, seed=run.cfg.seed, epoch=run.epoch,
-                             start=run.pos, workers=run.cfg.train.workers, rank=run.dist.rank, world=run.dist.world)
-        if len(loader.dataset) == 0:
-            raise ValueError(f"dataset {run.ds.id} under split {run.split.name} has fewer training samples than "
-                             f"train.batch={run.cfg.train.batch}")
-        for b in loader:
-            run.pos += 1
-            yield b
-        run.epoch, run.pos = run.epoch + 1, 0
+    """This rank's plan batches from (run.epoch, run.pos) to the end of the run, from one loader whose workers prefetch
+    (pinned for a GPU) across epochs; advances run.pos and run.epoch."""
+    t = run.cfg.train
+    loader = make_loader(run.ds, run.split, "train", batch=t.batch, seed=run.cfg.seed, epoch=run.epoch, start=run.pos,
+                         batches=max(0, t.steps - run.step) * t.grad_accum, workers=t.workers,
+                         pin_memory=run.device.type == "cuda", rank=run.dist.rank, world=run.dist.world)
+    n = loader.dataset.plan.per_epoch
+    run.epoch, run.pos = divmod(run.epoch * n + run.pos, n)        # a checkpoint at an epoch's end may say pos == n
+    for b in loader:
+        run.pos += 1
+        if run.pos == n: run.epoch, run.pos = run.epoch + 1, 0
+        yield b
 
 # %% ../nbs/50_train.ipynb #ea66e9c6
 @dataclass
 class Meter:
-    "Sums over a logging interval, kept on the device until read."
-    loss: torch.Tensor | float = 0.0
+    "Sums over a logging interval, kept on the device until read (one host read per log line)."
+    loss: torch.Tensor | float = 0.0        # over the finite steps
     norm: torch.Tensor | float = 0.0
+    bad: torch.Tensor | float = 0.0         # non-finite steps
     steps: int = 0
-    skipped: int = 0
     wait: float = 0.0
     t0: float = field(default_factory=time.perf_counter)
-    def add(self, loss, norm, wait):
-        self.loss, self.norm, self.steps, self.wait = self.loss + loss, self.norm + norm, self.steps + 1, self.wait + wait
+    def add(self, loss, norm, finite, wait):
+        self.loss, self.norm = self.loss + torch.where(finite, loss, 0.0), self.norm + torch.where(finite, norm, 0.0)
+        self.bad, self.steps, self.wait = self.bad + (~finite).float(), self.steps + 1, self.wait + wait
     def read(self, run: Run) -> dict:
-        dt = time.perf_counter() - self.t0
-        n = max(self.steps, 1)
-        return {"loss": float(self.loss) / n, "grad_norm": float(self.norm) / n, "lr": run.sched.get_last_lr()[0],
+        loss, norm, bad = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=run.device) for v in (self.loss, self.norm, self.bad)]).tolist()
+        dt, n, good = time.perf_counter() - self.t0, max(self.steps, 1), max(self.steps - int(bad), 1)
+        return {"loss": loss / good, "grad_norm": norm / good, "lr": run.sched.get_last_lr()[0],
                 "samples_per_s": self.steps * run.cfg.train.batch * run.cfg.train.grad_accum / dt,
-                "data_wait": self.wait / dt, "step_ms": 1000 * dt / n, "skipped": self.skipped, "epoch": run.epoch}
+                "data_wait": self.wait / dt, "step_ms": 1000 * dt / n, "skipped": int(bad), "epoch": run.epoch,
+                "elapsed_s": round(run.elapsed + time.monotonic() - run.started, 2)}
+
+def check_finite(run: Run) -> None:
+    "With train.nonfinite=stop, raise `NonFiniteError` if any step so far was not finite (reads the device: at log and save time)."
+    if str(getattr(run.cfg.train.nonfinite, "value", run.cfg.train.nonfinite)) != "stop": return
+    count, first, loss, norm = torch.cat([torch.stack([run.guard.count, run.guard.first]).float(), run.guard.values]).tolist()
+    if count:
+        raise NonFiniteError(f"non-finite loss or gradient at step {int(first)} (loss={loss}, grad norm={norm}); weights not "
+                             f"updated; last good checkpoint: {run.last_ckpt or 'none yet'}")
 
 # %% ../nbs/50_train.ipynb #e95820c6
 def save(run: Run) -> Path:
-    "Checkpoint the run (rank 0 only); remember it as the last good one."
+    "Checkpoint the run (rank 0 writes); remember it as the last good one. Never after a non-finite step (nonfinite=stop)."
+    check_finite(run)
     if run.dist.main: run.last_ckpt = save_checkpoint(state_dict(run), run.dir, run.cfg.train.keep_last)
     return run.last_ckpt
 
@@ -383,25 +427,25 @@ def stop_on_signals(run: Run):
     finally:
         for s, h in old.items(): signal.signal(s, h)
 
-def _oom_hint(run: Run, e: Exception) -> RuntimeError:
-    t = run.cfg.train
-    return RuntimeError(f"out of memory at step {run.step} with train.batch={t.batch} on {run.device}: try "
-                        f"train.batch={max(1, t.batch // 2)} train.grad_accum={t.grad_accum * 2} (same effective batch), "
-                        f"or train.precision=bf16 ({str(e).splitlines()[0]})")
+class OutOfMemory(MemoryError):
+    "A training step did not fit in the device's memory; the message names the settings to change and the intact checkpoint."
+
+def _oom(run: Run, e: Exception) -> OutOfMemory:
+    t, bf16 = run.cfg.train, str(getattr(run.cfg.train.precision, "value", run.cfg.train.precision)) == "bf16"
+    return OutOfMemory(f"out of memory at step {run.step} with train.batch={t.batch} on {run.device}: try "
+                       f"train.batch={max(1, t.batch // 2)} train.grad_accum={t.grad_accum * 2} (the same effective batch)"
+                       f"{'' if bf16 else ' or train.precision=bf16'}; the last checkpoint, {run.last_ckpt or 'none yet'}, is "
+                       f"intact ({str(e).splitlines()[0][:160]})")
 
 # %% ../nbs/50_train.ipynb #1ea950ff
 def _step(run: Run, it, meter: Meter) -> None:
     t0 = time.perf_counter()
     micro = [next(it) for _ in range(run.cfg.train.grad_accum)]
     wait = time.perf_counter() - t0
-    try: loss, norm, ok = train_step(run, micro)
-    except torch.OutOfMemoryError as e: raise _oom_hint(run, e) from None
-    if not ok:
-        if str(getattr(run.cfg.train.nonfinite, "value", run.cfg.train.nonfinite)) == "stop":
-            raise NonFiniteError(f"non-finite loss or gradient at step {run.step} (loss={float(loss)}, grad norm={float(norm)}); "
-                                 f"weights not updated; last good checkpoint: {run.last_ckpt or 'none yet'}")
-        meter.skipped += 1
-    else: meter.add(loss, norm, wait)
+    try: loss, norm, finite = train_step(run, micro)
+    except torch.OutOfMemoryError as e: raise _oom(run, e) from None
+    run.guard.add(run.step, loss, norm, finite)
+    meter.add(loss, norm, finite, wait)
     run.step += 1
 
 def _due(run: Run, last_save: float) -> bool:
@@ -424,7 +468,10 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None) ->
         with stop_on_signals(run):
             while run.step < t.steps:
                 _step(run, it, meter)
-                if run.dist.main and run.step % t.log_every == 0: tracker.log(run.step, meter.read(run)); meter = Meter()
+                if run.step % t.log_every == 0:                     # every rank, so a stop is taken by all of them at once
+                    check_finite(run)
+                    if run.dist.main: tracker.log(run.step, meter.read(run))
+                    meter = Meter()
                 if run.dist.main and t.sample_every and run.step % t.sample_every == 0: sample(run, fixed, tracker)
                 if _due(run, last_save): save(run); last_save = time.monotonic()
                 if run.stop_signal is not None: status = f"stopped by {signal.Signals(run.stop_signal).name}"; break

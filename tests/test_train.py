@@ -130,7 +130,9 @@ def test_split_for_another_grid_is_refused(data, tmp_path):
         train(load_config(None, args(data, "x2") + [f"data.holdout={bad}"]), data / "runs")
 
 
-def test_nonfinite_loss_stops_naming_step_and_checkpoint(data, monkeypatch):
+@pytest.mark.parametrize("log_every", [1, 100])
+def test_nonfinite_loss_stops_naming_step_and_checkpoint(data, monkeypatch, log_every):
+    "Found at the next log line or before the next checkpoint, whichever comes first: never a checkpoint after it."
     import qmind_render.train as T
     real = T.diffusion_loss
     calls = {"n": 0}
@@ -139,12 +141,56 @@ def test_nonfinite_loss_stops_naming_step_and_checkpoint(data, monkeypatch):
         loss = real(*a, **k)
         return loss * float("nan") if calls["n"] == 5 else loss
     monkeypatch.setattr(T, "diffusion_loss", poisoned)
-    with pytest.raises(NonFiniteError, match=r"step 4 .*last good checkpoint: .*0000004.pt"):
-        train(load_config(None, args(data, "nan")), data / "runs")
-    assert checkpoints(data / "runs" / "nan")[-1].stem == "0000004"  # nothing written after the bad step
+    with pytest.raises(NonFiniteError, match=r"step 4 .*loss=nan.*last good checkpoint: .*0000004.pt"):
+        train(load_config(None, args(data, f"nan{log_every}", 12, f"train.log_every={log_every}")), data / "runs")
+    assert checkpoints(data / "runs" / f"nan{log_every}")[-1].stem == "0000004"  # nothing written after the bad step
+    if log_every > 1: return
     calls["n"] = 0
     res = train(load_config(None, args(data, "nan-skip", 6, "train.nonfinite=skip")), data / "runs")
     assert res["status"] == "finished" and sum(m["skipped"] for m in read_metrics(data / "runs" / "nan-skip")) == 1
+
+
+def test_a_training_step_reads_nothing_back_from_the_device(data):
+    "No .item()/bool()/float() of a tensor in a step (each is a host sync on a GPU): the guard, meter and EMA stay on the device."
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from qmind_render.train import Meter, _step, batches, setup
+    class Reads(TorchDispatchMode):
+        n = 0
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default: Reads.n += 1
+            return func(*args, **(kwargs or {}))
+    run = setup(load_config(None, args(data, "nosync", 6)), data / "runs")
+    it, meter = batches(run), Meter()
+    _step(run, it, meter)
+    with Reads():
+        for _ in range(3): _step(run, it, meter)
+    assert Reads.n == 0 and run.step == 4
+    assert meter.read(run)["skipped"] == 0 and torch.isfinite(torch.tensor(meter.read(run)["loss"]))
+
+
+def test_out_of_memory_names_the_settings_and_keeps_the_checkpoint(data, monkeypatch):
+    import qmind_render.train as T
+    real, calls = T.train_step, {"n": 0}
+    def oom(run, micro):
+        calls["n"] += 1
+        if calls["n"] == 5: raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(run, micro)
+    monkeypatch.setattr(T, "train_step", oom)
+    with pytest.raises(T.OutOfMemory, match=r"out of memory at step 4 with train.batch=4 on cpu: try train.batch=2 "
+                                             r"train.grad_accum=2 .*last checkpoint, .*0000004.pt, is intact"):
+        train(load_config(None, args(data, "oom")), data / "runs")
+    last = checkpoints(data / "runs" / "oom")[-1]
+    assert last.stem == "0000004" and load_checkpoint(last)["step"] == 4
+
+
+def test_a_device_the_machine_lacks_is_one_line(data):
+    if torch.cuda.is_available(): pytest.skip("this machine has CUDA")
+    r = subprocess.run(CLI + ["train", *args(data, "nocuda", 2, "train.device=cuda")], env=env(data), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "train.device=cuda, but this machine has no CUDA device" in r.stderr and "train.device=auto" in r.stderr
+    assert not (data / "runs" / "nocuda").exists()                 # refused before anything was written
 
 
 def test_full_disk_keeps_previous_checkpoint(data, monkeypatch):
