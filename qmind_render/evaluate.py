@@ -18,20 +18,21 @@ import torch.nn.functional as F
 
 from .config import config_from_dict, load_config
 from .data import DatasetError, apply_split, fetch, load_split, open_store
-from .model import Diffusion, build_model, ddim_sample, prepare_batch, to_uint8
+from .model import Diffusion, build_model, prepare_batch, to_uint8
+from .sampler import GraphSampler
 
 # %% auto #0
 __all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'find_checkpoint',
            'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
            'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'heatmap', 'grid_image', 'episode_video',
-           'evaluate', 'report_md', 'eval_main', 'run', 'run_main', 'bench_eval']
+           'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'run', 'run_main', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
-def as_float(rgb) -> torch.Tensor:
-    "uint8 [B, H, W, 3] (numpy or torch) -> float [B, 3, H, W] in [0, 1]."
-    x = torch.as_tensor(np.asarray(rgb))
+def as_float(rgb, device=None) -> torch.Tensor:
+    "uint8 [B, H, W, 3] (numpy, or torch on any device) -> float [B, 3, H, W] in [0, 1], on `device` (default: where it is)."
+    x = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rgb))
     if x.dtype != torch.uint8: raise TypeError(f"frames must be uint8 [B, H, W, 3], got {x.dtype}")
-    return x.permute(0, 3, 1, 2).float() / 255
+    return x.to(x.device if device is None else device).permute(0, 3, 1, 2).float() / 255
 
 def psnr(pred: torch.Tensor, target: torch.Tensor, cap: float = 100.0) -> torch.Tensor:
     "Per-frame PSNR in dB (capped: identical frames give `cap`)."
@@ -67,7 +68,7 @@ from .skinner import SURFACE_RGB, SURFACES  # class ids 0..3, as the channel spe
 def error_by_surface(pred: torch.Tensor, target: torch.Tensor, surface: torch.Tensor) -> dict[str, float]:
     "MAE (0..255) over all pixels of each surface class; NaN for a class with no pixels."
     err = (pred - target).abs().mean(dim=1) * 255           # [B, H, W]
-    surface = torch.as_tensor(np.asarray(surface)).long()
+    surface = torch.as_tensor(np.asarray(surface) if not isinstance(surface, torch.Tensor) else surface).long().to(err.device)
     return {name: (err[surface == i].mean().item() if (surface == i).any() else float("nan")) for i, name in enumerate(SURFACES)}
 
 # %% ../nbs/60_evaluate.ipynb #66e7f38f
@@ -83,10 +84,16 @@ class Loaded:
     diffusion: Diffusion
     ds: object
     split: object
+    elapsed_s: float = 0.0          # training wall time when the checkpoint was written
     @property
-    def autocast(self) -> torch.dtype | None:
-        "Render in bf16 when the run trained in bf16 (about twice as fast on CPUs with native bf16)."
-        return torch.bfloat16 if str(getattr(self.cfg.train.precision, "value", self.cfg.train.precision)) == "bf16" else None
+    def device(self) -> torch.device: return next(self.model.parameters()).device
+    @property
+    def dtype(self) -> torch.dtype:
+        "Render in bf16 when the run trained in bf16 (about twice as fast on CPUs with native bf16), else fp32."
+        return torch.bfloat16 if str(getattr(self.cfg.train.precision, "value", self.cfg.train.precision)) == "bf16" else torch.float32
+    def sampler(self, batch: int = 250) -> GraphSampler:
+        "The sampler evaluation renders with: this model, batches of up to `batch` (one CUDA graph per step count on a GPU)."
+        return GraphSampler(self.model, self.diffusion, dtype=self.dtype, buckets=(batch,))
 
 def find_checkpoint(target: str | Path) -> Path:
     "A checkpoint file, or the latest one in a run dir."
@@ -100,23 +107,24 @@ def find_checkpoint(target: str | Path) -> Path:
     raise EvalError(f"{p}: no such run dir or checkpoint")
 
 # %% ../nbs/60_evaluate.ipynb #a4a9a4d4
-def load_for_eval(target: str | Path, overrides: list[str] = (), device: str = "cpu") -> Loaded:
-    "The EMA model of a checkpoint, with its dataset (fetched, verified) and split."
+def load_for_eval(target: str | Path, overrides: list[str] = (), device: str | None = None) -> Loaded:
+    "The EMA model of a checkpoint, with its dataset (fetched, verified) and split, on `device` (default: `eval.device`)."
     from qmind_render.skinner import load_grid
-    from qmind_render.train import check_resume, load_checkpoint
+    from qmind_render.train import check_resume, load_checkpoint, pick_device
     path = find_checkpoint(target)
-    ck = load_checkpoint(path, map_location=device)
+    ck = load_checkpoint(path, map_location="cpu")
     cfg = load_config(dict(ck["config"]), list(overrides))
     check_resume(ck, config_from_dict(ck["config"]), path)               # contract versions
+    dev = pick_device(device or cfg.eval.device, key="eval.device")
     try: ds = fetch(open_store(cfg.data.store), cfg.data.dataset)
     except DatasetError as e: raise EvalError(f"checkpoint {path} was trained on {e}") from None
     split = load_split(cfg.data.holdout)
     if split.grid != ds.manifest.grid_:
         raise EvalError(f"split {split.name} is for grid {split.grid}, but dataset {ds.id} has grid {ds.manifest.grid_}")
-    model = build_model(cfg.model, grid=load_grid()).to(device)
-    ema = {k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")}
-    model.load_state_dict(ema)
-    return Loaded(cfg, path, int(ck["step"]), model.eval(), Diffusion.from_config(cfg.model), ds, split)
+    model = build_model(cfg.model, grid=load_grid())
+    model.load_state_dict({k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")})
+    return Loaded(cfg, path, int(ck["step"]), model.to(dev).eval(), Diffusion.from_config(cfg.model), ds, split,
+                  float(ck.get("elapsed_s", 0.0)))
 
 # %% ../nbs/60_evaluate.ipynb #2eef26ad
 def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
@@ -129,22 +137,16 @@ def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
         if len(cand): chosen.append(cand[np.linspace(0, len(cand) - 1, min(per_cell, len(cand))).astype(int)])
     return np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
 
-def gather(ds, idx: np.ndarray) -> dict:
-    "The samples at global indices `idx`, as one batch of tensors."
+def gather(ds, idx: np.ndarray, shards=None) -> dict:
+    "The samples at global indices `idx`, as one batch of tensors; pass a `ShardBatches` as `shards` to read each shard once."
     from qmind_render.data import ShardBatches
-    return ShardBatches(ds, [np.asarray(idx)], max_shards=len(ds.paths))[0]
+    return (shards or ShardBatches(ds, [], max_shards=len(ds.paths))).take(np.asarray(idx))
 
 # %% ../nbs/60_evaluate.ipynb #ba1d96d8
-def render_frames(model, diffusion, batch: dict, steps: int, chunk: int = 100, seed: int = 0, autocast: torch.dtype | None = None) -> np.ndarray:
-    "uint8 [N, H, W, 3]: the model's frames for the samples of `batch`, `steps` DDIM steps (under `autocast`, e.g. bfloat16)."
-    dev = next(model.parameters()).device
-    g, out = torch.Generator(dev).manual_seed(seed), []
-    n = len(batch["rgb"])
-    with torch.inference_mode():
-        for i in range(0, n, chunk):
-            _, cond = prepare_batch({k: v[i : i + chunk] for k, v in batch.items()}, dev)
-            out.append(to_uint8(ddim_sample(model, cond, diffusion, steps, g, autocast=autocast)))
-    return np.concatenate(out) if out else np.zeros((0, *batch["rgb"].shape[1:]), np.uint8)
+def render_frames(sampler: GraphSampler, batch: dict, steps: int, seed: int = 0) -> torch.Tensor:
+    "uint8 [N, H, W, 3] on the sampler's device: the model's frames for the samples of `batch`, `steps` DDIM steps."
+    _, cond = prepare_batch(batch, sampler.device)
+    return to_uint8(sampler.sample(cond, steps, torch.Generator(sampler.device).manual_seed(seed)), numpy=False)
 
 # %% ../nbs/60_evaluate.ipynb #9fb24ae8
 class MeanColour:
@@ -153,8 +155,10 @@ class MeanColour:
         self.sum, self.n = np.zeros((n_themes, 256, 4, 3)), np.zeros((n_themes, 256, 4))   # [theme, material id, surface]
     def fit(self, batch: dict) -> "MeanColour":
         t = np.broadcast_to(batch["theme"].numpy()[:, None, None], batch["surface"].shape)
-        m, s, rgb = batch["material"].numpy(), batch["surface"].numpy(), batch["rgb"].numpy().astype(np.float64)
-        np.add.at(self.sum, (t, m, s), rgb); np.add.at(self.n, (t, m, s), 1)
+        key = np.ravel_multi_index((t, batch["material"].numpy(), batch["surface"].numpy()), self.n.shape).ravel()
+        rgb = batch["rgb"].numpy().reshape(-1, 3).astype(np.float64)
+        self.n += np.bincount(key, minlength=self.n.size).reshape(self.n.shape)
+        for c in range(3): self.sum[..., c] += np.bincount(key, rgb[:, c], minlength=self.n.size).reshape(self.n.shape)
         return self
     def predict(self, batch: dict) -> np.ndarray:
         t = np.broadcast_to(batch["theme"].numpy()[:, None, None], batch["surface"].shape)
@@ -182,34 +186,40 @@ def factor_labels(batch: dict, n_materials: int) -> dict[str, torch.Tensor]:
     return {"theme": batch["theme"].long(), "lighting": batch["lighting"].long(), "material": mat}
 
 # %% ../nbs/60_evaluate.ipynb #a5711a6c
+def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    "Cross-entropy over the labelled rows (-1: none), 0 when there are none: no host read to find out."
+    return F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(min=1)
+
 def train_classifier(frames: torch.Tensor, labels: dict, sizes: dict, steps: int = 300, seed: int = 0, batch: int = 32) -> FactorNet:
     "Fit a FactorNet on float frames [N, 3, H, W] for `steps` AdamW steps (cosine LR); labels of -1 are ignored."
     torch.manual_seed(seed)
-    net, g = FactorNet(sizes), torch.Generator().manual_seed(seed)
+    dev = frames.device
+    net, g = FactorNet(sizes).to(dev), torch.Generator(dev).manual_seed(seed)
+    labels = {k: v.to(dev) for k, v in labels.items()}
     opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     for _ in range(steps):
-        idx = torch.randint(0, len(frames), (batch,), generator=g)
+        idx = torch.randint(0, len(frames), (batch,), generator=g, device=dev)
         out = net(frames[idx])
-        loss = sum(F.cross_entropy(out[k], labels[k][idx], ignore_index=-1) for k in sizes if (labels[k][idx] >= 0).any())
+        loss = sum(_ce(out[k], labels[k][idx]) for k in sizes)
         opt.zero_grad(); loss.backward(); opt.step(); sched.step()
     return net.eval()
 
 def accuracy(net: FactorNet, frames: torch.Tensor, labels: dict) -> dict[str, float]:
     "Per-factor accuracy (frames whose label is -1 are left out)."
     with torch.inference_mode(): out = net(frames)
-    acc = {}
-    for k, y in labels.items():
-        ok = y >= 0
-        acc[k] = float((out[k].argmax(1)[ok] == y[ok]).float().mean()) if ok.any() else float("nan")
-    return acc
+    right, known = zip(*[(((out[k].argmax(1) == y.to(frames.device)) & (y.to(frames.device) >= 0)).sum(), (y >= 0).sum().to(frames.device))
+                         for k, y in labels.items()])
+    right, known = torch.stack(right).tolist(), torch.stack(known).tolist()     # one read for every factor
+    return {k: r / n if n else float("nan") for k, r, n in zip(labels, right, known)}
 
 # %% ../nbs/60_evaluate.ipynb #d7a6fed3
-def score(pred_u8: np.ndarray, batch: dict) -> dict:
-    "Per-frame PSNR/SSIM/LPIPS and the part's MAE by surface, for predicted uint8 frames."
-    p, t = as_float(pred_u8), as_float(batch["rgb"])
+def score(pred_u8, batch: dict) -> dict:
+    "Per-frame PSNR/SSIM/LPIPS and the part's MAE by surface, for predicted uint8 frames (numpy, or a tensor: scored where it is)."
+    p = as_float(pred_u8)
+    t = as_float(batch["rgb"], p.device)
     lp = lpips(p, t)
-    return {"psnr": psnr(p, t).numpy(), "ssim": ssim(p, t).numpy(), "lpips": None if lp is None else lp.numpy(),
+    return {"psnr": psnr(p, t).cpu().numpy(), "ssim": ssim(p, t).cpu().numpy(), "lpips": None if lp is None else lp.cpu().numpy(),
             "mae_by_surface": error_by_surface(p, t, batch["surface"])}
 
 def summarise(s: dict) -> dict:
@@ -259,48 +269,54 @@ def episode_video(loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, 
     batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in ch.items()}
     batch.update(rgb=torch.from_numpy(skin(ch, grid.themes[t], grid.lightings[l])),
                  theme=torch.full((frames,), t, dtype=torch.int16), lighting=torch.full((frames,), l, dtype=torch.int16))
-    pred = render_frames(loaded.model, loaded.diffusion, batch, steps, autocast=loaded.autocast)
+    pred = render_frames(loaded.sampler(frames), batch, steps).cpu().numpy()
     rows = [np.concatenate([SURFACE_RGB[ch["surface"][i]], batch["rgb"][i].numpy(), pred[i]], axis=1) for i in range(frames)]
     imgs = [Image.fromarray(r).resize((r.shape[1] * scale, r.shape[0] * scale), Image.NEAREST) for r in rows]
     imgs[0].save(path, save_all=True, append_images=imgs[1:], duration=100, loop=0)
     return path
 
 # %% ../nbs/60_evaluate.ipynb #9b5e78fc
-def _classifiers(ld: Loaded, train_idx: np.ndarray, n: int = 1500) -> tuple[FactorNet, dict]:
+def _classifiers(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 1500) -> tuple[FactorNet, dict]:
     sizes = {"theme": ld.ds.manifest.grid["theme"], "lighting": ld.ds.manifest.grid["light"], "material": ld.ds.manifest.grid["material"]}
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
-    b = gather(ld.ds, pick)
-    return train_classifier(as_float(b["rgb"]), factor_labels(b, sizes["material"]), sizes), sizes
+    b = gather(ld.ds, pick, shards)
+    return train_classifier(as_float(b["rgb"], ld.device), factor_labels(b, sizes["material"]), sizes), sizes
 
-def _fit_baseline(ld: Loaded, train_idx: np.ndarray, n: int = 2000) -> MeanColour:
+def _fit_baseline(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000) -> MeanColour:
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
-    return MeanColour(ld.ds.manifest.grid["theme"]).fit(gather(ld.ds, pick))
+    return MeanColour(ld.ds.manifest.grid["theme"]).fit(gather(ld.ds, pick, shards))
 
 # %% ../nbs/60_evaluate.ipynb #d9fbedde
-def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | None = None, log=print) -> dict:
-    "Evaluate a run dir or checkpoint; write eval.json, report.md and pictures to `<run>/eval/` (or `out`)."
+def _part(ld: Loaded, sampler: GraphSampler, batch: dict, steps: list, base: MeanColour, clf: FactorNet) -> tuple[dict, dict]:
+    "One part's numbers, and its frames as numpy for the pictures: rendering, scoring and classifying on the device."
+    labels = {k: v.to(ld.device) for k, v in factor_labels(batch, ld.ds.manifest.grid["material"]).items()}
+    preds = {"baseline": base.predict(batch)} | {k: render_frames(sampler, batch, k) for k in steps}
+    r = {"frames": len(batch["rgb"]), "ground_truth_classifier": accuracy(clf, as_float(batch["rgb"], ld.device), labels),
+         "baseline": summarise(score(preds["baseline"], batch))}
+    for k in steps:
+        s = score(preds[k], batch)
+        r[f"ddim_{k}"] = {**summarise(s), "classifier": accuracy(clf, as_float(preds[k]), labels), "per_frame_psnr": s["psnr"]}
+    return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
+
+def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | None = None, log=print, device: str | None = None) -> dict:
+    "Evaluate a run dir or checkpoint on `device` (default `eval.device`); write eval.json, report.md and pictures to `<run>/eval/` (or `out`)."
     t0 = time.monotonic()
-    ld = load_for_eval(target, overrides)
+    from qmind_render.data import ShardBatches
+    ld = load_for_eval(target, overrides, device)
     out = Path(out or ld.ckpt_path.parent.parent / "eval"); out.mkdir(parents=True, exist_ok=True)
-    steps, per = list(ld.cfg.eval.ddim_steps), ld.cfg.eval.frames_per_cell
+    steps, per, shards = list(ld.cfg.eval.ddim_steps), ld.cfg.eval.frames_per_cell, ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths))
     train_idx = apply_split(ld.ds.cells, ld.split)["train"]
-    base, (clf, _) = _fit_baseline(ld, train_idx), _classifiers(ld, train_idx)
-    res = {"checkpoint": str(ld.ckpt_path), "step": ld.step, "dataset": ld.ds.id, "split": ld.split.name,
+    base, (clf, _) = _fit_baseline(ld, train_idx, shards), _classifiers(ld, train_idx, shards)
+    log(f"  baseline and factor classifiers fitted on {ld.device} ({time.monotonic() - t0:.1f} s)")
+    res = {"checkpoint": str(ld.ckpt_path), "step": ld.step, "dataset": ld.ds.id, "split": ld.split.name, "device": str(ld.device),
            "ddim_steps": steps, "lpips": "computed" if lpips_available() else "unavailable (no local weights)", "parts": {}}
-    cells_psnr, grids = {}, {}
+    cells_psnr, grids, sampler = {}, {}, ld.sampler()
     for part in ("heldout", "train"):
-        idx = eval_indices(ld.ds, ld.split, part, per)
-        batch = gather(ld.ds, idx)
-        log(f"  {part}: {len(idx)} frames, DDIM steps {steps}")
-        labels = factor_labels(batch, ld.ds.manifest.grid["material"])
-        preds = {k: render_frames(ld.model, ld.diffusion, batch, k, autocast=ld.autocast) for k in steps}
-        r = {"frames": len(idx), "ground_truth_classifier": accuracy(clf, as_float(batch["rgb"]), labels)}
-        r["baseline"] = summarise(score(base.predict(batch), batch))
-        for k, p in preds.items():
-            s = score(p, batch)
-            r[f"ddim_{k}"] = {**summarise(s), "classifier": accuracy(clf, as_float(p), labels)}
-            cells_psnr.setdefault(k, []).append((s["psnr"], batch["cells"].numpy()))
-        res["parts"][part], grids[part] = r, grid_image(batch, {"baseline": base.predict(batch), **preds})
+        t1, batch = time.monotonic(), gather(ld.ds, eval_indices(ld.ds, ld.split, part, per), shards)
+        r, frames = _part(ld, sampler, batch, steps, base, clf)
+        for k in steps: cells_psnr.setdefault(k, []).append((r[f"ddim_{k}"].pop("per_frame_psnr"), batch["cells"].numpy()))
+        res["parts"][part], grids[part] = r, grid_image(batch, frames)
+        log(f"  {part}: {r['frames']} frames at DDIM steps {steps}, rendered and scored in {time.monotonic() - t1:.1f} s")
     res["gap"] = {f"ddim_{k}": res["parts"]["train"][f"ddim_{k}"]["psnr"] - res["parts"]["heldout"][f"ddim_{k}"]["psnr"] for k in steps}
     res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps))
     res["seconds"] = round(time.monotonic() - t0, 1)
@@ -336,6 +352,22 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
             for m, v in d.items() if isinstance(v, float)}
     w.log({**flat, **{f"eval/{n}": wandb.Image(str(out / f)) for n, f in res["pictures"].items() if f.endswith(".png")}}, step=ld.step)
     w.finish()
+
+# %% ../nbs/60_evaluate.ipynb #af32b950
+def psnr_curve(run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 2, device: str | None = None) -> list[dict]:
+    "Held-out and training-cell PSNR of every checkpoint in `run_dir`, with its step and minutes of training."
+    from qmind_render.data import ShardBatches
+    from qmind_render.train import checkpoints
+    rows, shards = [], None
+    for ck in checkpoints(run_dir):
+        ld = load_for_eval(ck, [], device)
+        shards = shards or ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths))
+        row, sampler = {"step": ld.step, "minutes": round(ld.elapsed_s / 60, 2)}, ld.sampler()
+        for part in ("heldout", "train"):
+            b = gather(ld.ds, eval_indices(ld.ds, ld.split, part, frames_per_cell), shards)
+            row[f"{part}_psnr"] = round(float(psnr(as_float(render_frames(sampler, b, ddim_steps)), as_float(b["rgb"], ld.device)).mean()), 2)
+        rows.append(row)
+    return rows
 
 # %% ../nbs/60_evaluate.ipynb #07640866
 def _row(name: str, d: dict) -> str:
@@ -420,15 +452,28 @@ def run_main(argv: list[str]) -> int:
     return 0 if res["eval"] is not None else 1
 
 # %% ../nbs/60_evaluate.ipynb #7dd21a87
-def bench_eval(frames: int = 1000, steps: int = 4, size: str = "small") -> dict:
-    "Seconds to render and score `frames` frames with `steps` DDIM steps on this machine's CPU."
+def bench_eval(frames: int = 1000, steps=(1, 2, 4), size: str = "small", device: str = "cpu", batch: int = 250) -> dict:
+    "Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts, and to fit the classifiers."
     from qmind_render.model import synthetic_batch
+    from qmind_render.sampler import fast_dtype
     from qmind_render.skinner import load_grid
+    from qmind_render.train import pick_device
+    dev, steps = pick_device(device, key="device"), [int(k) for k in np.atleast_1d(steps)]
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     cfg = load_config(None, [f"model.size={size}"])
-    model, diffusion = build_model(cfg.model, grid=load_grid()).eval(), Diffusion.from_config(cfg.model)
-    b = {k: torch.as_tensor(np.asarray(v)) for k, v in synthetic_batch(frames).items()}
-    out = {"frames": frames, "ddim_steps": steps, "model": size, "threads": torch.get_num_threads()}
-    for name, ac in (("fp32", None), ("bf16", torch.bfloat16)):
-        t0 = time.perf_counter(); p = render_frames(model, diffusion, b, steps, autocast=ac); t1 = time.perf_counter(); score(p, b)
-        out[f"seconds_{name}"] = time.perf_counter() - t0; out[f"render_seconds_{name}"] = t1 - t0
-    return out
+    model = build_model(cfg.model, grid=load_grid()).to(dev).eval()
+    sampler = GraphSampler(model, Diffusion.from_config(cfg.model), dtype=fast_dtype(dev), buckets=(batch,))
+    b = synthetic_batch(frames)
+    sizes = {"theme": 5, "lighting": 4, "material": 5}
+    labels = {k: v.to(dev) for k, v in factor_labels(b, 5).items()}
+    out = {"frames": frames, "ddim_steps": steps, "model": size, "device": str(dev), "dtype": str(sampler.net.dtype).replace("torch.", "")}
+    render_frames(sampler, {k: v[:batch] for k, v in b.items()}, steps[0]); sync()      # warm-up (capture on a GPU)
+    t0 = time.perf_counter(); clf = train_classifier(as_float(b["rgb"], dev), labels, sizes); sync()
+    out["classifier_fit_s"] = round(time.perf_counter() - t0, 2)
+    for k in steps:
+        render_frames(sampler, {kk: v[:batch] for kk, v in b.items()}, k); sync()         # each step count's graph, untimed
+        t0 = time.perf_counter(); p = render_frames(sampler, b, k); sync(); t1 = time.perf_counter()
+        score(p, b); accuracy(clf, as_float(p), labels); sync()
+        out[f"render_s_{k}"], out[f"score_s_{k}"] = round(t1 - t0, 2), round(time.perf_counter() - t1, 2)
+    out["seconds"] = round(out["classifier_fit_s"] + sum(out[f"render_s_{k}"] + out[f"score_s_{k}"] for k in steps), 2)
+    return {**out, "threads": torch.get_num_threads()}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import functools
 import hashlib
 import io
@@ -34,12 +33,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from .config import config_from_dict, load_config
 from .contracts import ChannelError, ChannelSpec, check_spec_version, validate
 from .model import Diffusion, _interleaved, _sync, build_model, to_uint8
+from .sampler import GraphSampler, InferenceNet, fast_dtype
 
 # %% auto #0
 __all__ = ['MAX_STEPS', 'BACKENDS', 'AOT_MAX_BATCH', 'WIRE_DTYPES', 'PLAY_HTML', 'Served', 'ServeError', 'load_served',
-           'random_served', 'RequestError', 'RenderItem', 'render_item', 'fast_dtype', 'InferenceNet', 'eager_net',
-           'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond',
-           'start_noise', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'Metrics', 'model_thread',
+           'random_served', 'RequestError', 'RenderItem', 'render_item', 'eager_net', 'compiled_path',
+           'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond', 'start_noise',
+           'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'Metrics', 'model_thread',
            'on_model_thread', 'MicroBatcher', 'ServeSettings', 'encode_array', 'decode_array', 'render_request',
            'parse_play_message', 'PlaySession', 'create_app', 'serve', 'ServerThread', 'serve_main', 'load_test',
            'bench_serve']
@@ -133,26 +133,6 @@ def render_item(channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0
 BACKENDS = ("eager", "bf16", "compile", "onnx")
 AOT_MAX_BATCH = 256                      # the largest batch a compiled package accepts
 
-def _vec_or_zeros(model, e) -> torch.Tensor:
-    return e.vec if e.vec is not None else e.planes.new_zeros(e.planes.shape[0], model.net.emb_dim)
-
-def fast_dtype(device="cpu") -> torch.dtype:
-    "bf16 where the hardware has it natively (a CUDA GPU, a CPU with AVX-512 BF16 or AMX), else float32."
-    if torch.device(device).type == "cuda": return torch.bfloat16
-    return torch.bfloat16 if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
-
-class InferenceNet(torch.nn.Module):
-    "The served network: float32 (x_t, t, planes, vec) in, float32 out; weights in `dtype` (a copy when not float32)."
-    def __init__(self, model, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.net = model.net if dtype == torch.float32 else copy.deepcopy(model.net).to(dtype).eval()
-        self.dtype, self.channels_last = dtype, model.channels_last
-
-    def forward(self, x, t, planes, vec):
-        x = torch.cat([x, planes], 1).to(self.dtype)
-        x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
-        return self.net(x, t, vec.to(self.dtype)).float()
-
 def eager_net(served: Served, bf16: bool = False) -> Callable:
     "The network in PyTorch, in fp32 or with bf16 weights."
     return InferenceNet(served.model, torch.bfloat16 if bf16 else torch.float32).eval()
@@ -195,18 +175,26 @@ def compile_package(served: Served, path: str | Path, log=print) -> Path:
     return path
 
 def compiled_net(served: Served, cache: str | Path | None = None, log=print) -> Callable:
-    """The network compiled ahead of time (AOTInductor, frozen bf16 weights where the hardware has bf16), for any batch up to
-    `AOT_MAX_BATCH`; from the cache when this exact network was compiled before, else compiled now (about a minute on 2 cores)."""
+    """The network compiled. On a CPU: ahead of time (AOTInductor, frozen bf16 weights where the hardware has bf16), for any
+    batch up to `AOT_MAX_BATCH`; from the cache when this exact network was compiled before, else compiled now (about a minute
+    on 2 cores). On a GPU: Inductor just in time, once per batch size, inside the sampler's CUDA graphs."""
+    if served.device.type == "cuda": return torch.compile(eager_net(served, bf16=True), dynamic=False)
     path = compiled_path(served, cache)
     if path.exists():
         try: return _aoti_runner(path)
         except Exception as e: log(f"the compiled package {path} did not load ({type(e).__name__}: {str(e)[:200]}); compiling again")
     return _aoti_runner(compile_package(served, path, log))
 
+_AOTI_LOADED: dict[tuple, Callable] = {}
+
 def _aoti_runner(path: Path) -> Callable:
+    "A compiled package's runner, loaded once per process (a package loaded twice in one process has crashed PyTorch)."
+    key = (str(Path(path).resolve()), Path(path).stat().st_mtime_ns)
+    if key in _AOTI_LOADED: return _AOTI_LOADED[key]
     runner = torch._inductor.aoti_load_package(str(path))
     def run(x, t, planes, vec):                 # the package was traced on contiguous inputs: give it contiguous ones
         return runner(x.contiguous(), t.long().contiguous(), planes.contiguous(), vec.contiguous())
+    _AOTI_LOADED[key] = run
     return run
 
 def export_onnx(served: Served, path: str | Path | None = None) -> bytes:
@@ -257,24 +245,34 @@ def start_noise(items: list[RenderItem], spec: ChannelSpec) -> torch.Tensor:
     "x_T for each item, from its own seed: [B, 3, H, W]."
     return torch.stack([torch.randn(3, *spec.size, generator=torch.Generator().manual_seed(it.seed)) for it in items])
 
+def serve_buckets(max_batch: int) -> tuple[int, ...]:
+    "The batch sizes a server captures: powers of two below `max_batch`, and `max_batch`."
+    return tuple(sorted({1 << i for i in range(max(1, max_batch).bit_length()) if 1 << i < max_batch} | {max(1, max_batch)}))
+
 class Renderer:
-    "Batches of `RenderItem`s -> uint8 frames, with one network backend."
-    def __init__(self, served: Served, backend: str = "eager", net: Callable | None = None):
+    "Batches of `RenderItem`s -> uint8 frames, with one network backend inside the sampler's DDIM loop."
+    def __init__(self, served: Served, backend: str = "eager", net: Callable | None = None, max_batch: int = 8, log=None):
         self.served, self.backend = served, backend
         self.net = net or make_net(served, backend)
+        self.sampler = GraphSampler(served.model, served.diffusion, net=self.net, buckets=serve_buckets(max_batch), log=log)
         self.lock = threading.Lock()
 
-    @torch.no_grad()
     def sample(self, items: list[RenderItem], steps: int) -> torch.Tensor:
         "Frames in [-1, 1], [B, 3, H, W], by `steps` DDIM steps."
-        m, d, dev = self.served.model, self.served.diffusion, self.served.device
-        e = m.encode(stack_cond(items, dev))
-        planes, vec, x = e.planes.float(), _vec_or_zeros(m, e).float(), start_noise(items, self.served.spec).to(dev)
-        ts = d.ddim_timesteps(steps)
-        for i, t in enumerate(ts):
-            out = self.net(x, torch.full((len(items),), t, dtype=torch.long, device=dev), planes, vec)
-            x = d.ddim_step(out.float(), x, t, ts[i + 1] if i + 1 < len(ts) else -1)
-        return x
+        dev = self.served.device
+        return self.sampler(stack_cond(items, dev), start_noise(items, self.served.spec).to(dev), steps)
+
+    def warm(self, steps=(1, 2, 4, 8), log=print) -> None:
+        "Capture every (batch size, step count) a server can be asked for, now rather than on a player's first frame (CUDA)."
+        if not self.sampler.graphs: return
+        t0 = last = time.perf_counter()
+        pairs = [(b, k) for k in steps for b in self.sampler.buckets]
+        item = RenderItem({c: np.zeros(self.served.spec.shape(c), self.served.spec.dtype(c)) for c in self.served.spec.names}, 0, 0)
+        for i, (b, k) in enumerate(pairs):
+            self.sample([item] * b, k)
+            if log and (i + 1 == len(pairs) or time.perf_counter() - last > 5):
+                last = time.perf_counter()
+                log(f"CUDA graphs: {i + 1}/{len(pairs)} (batch, steps) captured ({last - t0:.1f} s)")
 
     def render(self, items: list[RenderItem]) -> np.ndarray:
         "uint8 [B, H, W, 3] for `items`, in order; items with different step counts run as separate batches."
@@ -304,7 +302,9 @@ def candidate_nets(served: Served, compile: bool | str = "cached", cache: str | 
     if served.device.type == "cpu":
         try: nets["onnx"] = onnx_net(served)
         except ImportError: log("onnxruntime is not installed: eager and bf16 only")
-    if compile == "cached" and not compiled_path(served, cache).exists():
+    if compile == "cached" and served.device.type == "cuda":
+        log("compile left out: on a GPU it compiles at start-up, for each batch size (`--backend compile`: minutes)")
+    elif compile == "cached" and not compiled_path(served, cache).exists():
         log("compile left out: this network has no compiled package yet (`--backend compile` builds one once, about a minute)")
     elif compile:
         try: nets["compile"] = compiled_net(served, cache, log)
@@ -611,7 +611,8 @@ class _State:
         s = self.settings
         if s.backend == "auto": name, net = pick_backend(self.served, s.max_batch, log)
         else: name, net = s.backend, make_net(self.served, s.backend, log)
-        self.renderer = Renderer(self.served, name, net)
+        self.renderer = Renderer(self.served, name, net, s.max_batch, log)
+        self.renderer.warm(sorted({1, 2, 4, 8, s.steps}), log)             # a GPU's CUDA graphs, before the first player
         self.batcher = MicroBatcher(self.renderer.render, s.max_batch, s.max_wait_ms, self.metrics,
                                     clients=lambda: self.sessions + self.renders)
 
@@ -813,10 +814,12 @@ def serve_main(argv: list[str]) -> int:
     p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"micro-batch size limit (default {d.max_batch})")
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help=f"how long a batch waits to fill (default {d.max_wait_ms})")
     p.add_argument("--max-sessions", type=int, default=d.max_sessions, help=f"concurrent /play sessions (default {d.max_sessions})")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:N")
     a = p.parse_args(argv)
+    from qmind_render.train import pick_device
+    device = pick_device(a.device, key="--device")                    # a device this machine lacks: one line, before loading
     settings = ServeSettings(steps=a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions)
-    serve(on_model_thread(load_served, a.checkpoint, a.device), settings, a.host, a.port)
+    serve(on_model_thread(load_served, a.checkpoint, str(device)), settings, a.host, a.port)
     return 0
 
 # %% ../nbs/70_serve.ipynb #1ec2ffd4
