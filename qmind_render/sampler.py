@@ -7,6 +7,7 @@ Docs: https://qmind.github.io/qmind-render/sampler.html.md"""
 # %% ../nbs/42_sampler.ipynb #6a5b25fc
 from __future__ import annotations
 
+import copy
 import functools
 import time
 from typing import Callable
@@ -33,7 +34,6 @@ class InferenceNet(torch.nn.Module):
     "The network as samplers call it: float32 (x_t, t, planes, vec) in, float32 out; weights in `dtype` (a copy when not float32)."
     def __init__(self, model: ConditionalUNet, dtype: torch.dtype = torch.float32):
         super().__init__()
-        import copy
         self.net = model.net if dtype == torch.float32 else copy.deepcopy(model.net).to(dtype).eval()
         self.dtype, self.channels_last = dtype, model.channels_last
 
@@ -163,8 +163,9 @@ def bench_sampler(device: str = "cpu", size: str = "small", steps=(1, 2, 4), bat
     dev, t0 = torch.device(device), time.perf_counter()
     cfg = load_config(None, [f"model.size={size}"])
     torch.manual_seed(0)
-    model, d = build_model(cfg.model, grid=load_grid()).to(dev).eval(), Diffusion.from_config(cfg.model)
-    dtype, cuda = fast_dtype(dev), dev.type == "cuda"
+    model, d = build_model(cfg.model, grid=load_grid()).eval(), Diffusion.from_config(cfg.model)
+    with torch.no_grad(): torch.nn.init.normal_(model.net.out[-1].weight, std=0.02)   # untrained, but its frames differ
+    model, dtype, cuda = model.to(dev), fast_dtype(dev), dev.type == "cuda"
     variants = {"eager": {"graphs": False}}
     if cuda: variants["graph"] = {"graphs": True}
     if compile if compile is not None else cuda: variants["graph_compile" if cuda else "compile"] = {"graphs": cuda, "compile": True}
