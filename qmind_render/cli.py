@@ -31,8 +31,9 @@ COMMANDS: dict[str, Command] = {
     "train":   Command("qmind_render.train:train_main", "train or resume a run (torchrun -m qmind_render.train for DDP)"),
     "eval":    Command("qmind_render.evaluate:eval_main", "evaluate a run on held-out and training cells; write a report"),
     "run":     Command("qmind_render.evaluate:run_main", "the main job: dataset (if missing) -> train -> eval -> report"),
-    "serve":   Command("qmind_render.serve:serve_main", "serve a checkpoint: POST /render, WebSocket /play and the playable page at /"),
-    "sweep":   Command("qmind_render.sweep:sweep_main", "expand a sweep file into runs; run them (local papermill, slurm, ec2, sagemaker); --status, --report"),
+    "serve":   Command("qmind_render.serve:serve_main", "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, the playable page at /"),
+    "ship":    Command("qmind_render.serve:ship_main", "write a trained, evaluated run as the model `qmind serve` plays by default"),
+    "sweep":   Command("qmind_render.sweep:sweep_main", "a sweep file (or EXPERIMENT -m k=a,b) into runs, run them (local papermill, slurm, ec2, sagemaker); --status, --report"),
     "cost":    Command("qmind_render.sweep:cost_main", "what a config costs: FLOPs, GPU-hours, dollars, memory, runs per budget"),
     "aws":     Command("qmind_render.cloud:aws_main", "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas"),
     "bench":   Command("qmind_render.cli:bench_main", "run a stage's benchmark and print its numbers"),
@@ -133,7 +134,7 @@ def bench_main(argv: list[str]) -> int:
     p.add_argument("name", choices=sorted(BENCHES) or ["(none yet)"], help="which benchmark")
     p.add_argument("kwargs", nargs="*", help="key=value arguments for the benchmark")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)                          # --json anywhere on the line
     res = {**load_target(BENCHES[a.name])(**_kwargs(a.kwargs)), "measured_on": machine()}
     if a.json: print(json.dumps(res, indent=2))
     else:

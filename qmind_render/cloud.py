@@ -198,6 +198,7 @@ class RunSpec:
     config: dict                                    # the resolved experiment config as plain data (config_to_dict)
     notebook: str = "nbs/experiments/train.ipynb"  # the papermill template the job executes
     estimate_usd: float | None = None               # from the cost planner, for the budget guard
+    point: dict = field(default_factory=dict)       # a sweep run's grid values, e.g. {"seed": 2, "data.holdout": "coverage_50"}
 
     @property
     def store(self) -> str: return str(self.config.get("data", {}).get("store", ""))

@@ -19,6 +19,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .contracts import project_dirs
+
 # %% auto #0
 __all__ = ['MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'DataConfig', 'ModelConfig',
            'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config', 'load_config',
@@ -153,10 +155,10 @@ def find_config(name: str | os.PathLike, root: str | os.PathLike | None = None) 
     "Resolve a config path or a name under `sweeps/exp/`; a missing file is a `ConfigError` listing what exists."
     p = Path(name)
     if p.suffix in (".yaml", ".yml") or p.exists(): cands = [p]
-    else: cands = [Path(root or ".") / "sweeps" / "exp" / f"{name}.yaml"]
+    else: cands = [d / "sweeps" / "exp" / f"{name}.yaml" for d in project_dirs(root)]
     for c in cands:
         if c.is_file(): return c
-    exp = Path(root or ".") / "sweeps" / "exp"
+    exp = next((d / "sweeps" / "exp" for d in project_dirs(root) if (d / "sweeps" / "exp").is_dir()), Path("sweeps") / "exp")
     have = sorted(x.stem for x in exp.glob("*.yaml")) if exp.is_dir() else []
     raise ConfigError(f"config file not found: {cands[0]}" + (f" (sweeps/exp has: {', '.join(have)})" if have else ""))
 
@@ -239,7 +241,7 @@ def config_main(argv: list[str]) -> int:
     import json
     p = add_config_args(argparse.ArgumentParser(prog="qmind config", description="Resolve an experiment config and print it."))
     p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)          # options anywhere on the line
     cfg = config_from_args(a)
     print(json.dumps(config_to_dict(cfg), indent=2) if a.json else yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
     return 0

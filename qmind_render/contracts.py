@@ -16,15 +16,25 @@ import numpy as np
 import yaml
 
 # %% auto #0
-__all__ = ['contracts_dir', 'parse_version', 'is_compatible', 'IncompatibleVersion', 'check_compatible', 'ChannelSpec',
-           'load_spec', 'bytes_per_pixel', 'random_frame', 'ChannelError', 'validate', 'check_spec_version',
-           'ThemeSchema', 'load_theme_schema', 'ThemeError', 'validate_theme', 'theme_vector', 'contract_versions']
+__all__ = ['contracts_dir', 'project_dirs', 'parse_version', 'is_compatible', 'IncompatibleVersion', 'check_compatible',
+           'ChannelSpec', 'load_spec', 'bytes_per_pixel', 'random_frame', 'ChannelError', 'validate',
+           'check_spec_version', 'ThemeSchema', 'load_theme_schema', 'ThemeError', 'validate_theme', 'theme_vector',
+           'contract_versions']
 
 # %% ../nbs/00_contracts.ipynb #a9ae0412
 def contracts_dir() -> Path:
     "The folder holding `channel_spec.yaml` and `theme_schema.yaml`."
     import qmind_render
     return Path(qmind_render.__file__).resolve().parent / "contracts"
+
+def project_dirs(root: str | Path | None = None) -> list[Path]:
+    """Where the project's `sweeps/` (experiments, splits) is looked for, in order: `root` when given; else the working folder,
+    its parents, and the checkout this package was installed from (`pip install -e .`), so commands work from any folder."""
+    if root is not None: return [Path(root)]
+    import qmind_render
+    here, checkout = Path.cwd().resolve(), Path(qmind_render.__file__).resolve().parent.parent
+    out = [Path(".")] + [d for d in [*here.parents, checkout] if d != here]
+    return [d for i, d in enumerate(out) if d.resolve() not in {x.resolve() for x in out[:i]}]
 
 def _read_yaml(path: Path, what: str) -> dict:
     path = Path(path)

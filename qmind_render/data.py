@@ -23,7 +23,7 @@ from typing import Iterable
 import numpy as np
 from fastcore.basics import patch
 
-from .contracts import ChannelSpec, check_spec_version, contract_versions, load_spec, validate
+from .contracts import ChannelSpec, check_spec_version, contract_versions, load_spec, project_dirs, validate
 
 # %% auto #0
 __all__ = ['LABELS', 'MANIFEST_KEYS', 'StoreError', 'Store', 'atomic_write', 'LocalStore', 'S3Store', 'default_store_uri',
@@ -493,13 +493,10 @@ def save_split(split: Split, root: Path | str = ".") -> Path:
     return path
 
 def find_split(name: str, root: Path | str | None = None) -> Path:
-    "A split file: `name` itself if it is a path, else `sweeps/splits/<name>.yaml` under `root` or the nearest parent that has one."
+    "A split file: `name` itself if it is a path, else `sweeps/splits/<name>.yaml` in the first of `project_dirs(root)` that has it."
     if name.endswith((".yaml", ".yml")) or "/" in name: return Path(name)
-    if root is not None: return split_path(name, root)
-    here = Path.cwd().resolve()
-    for d in [here, *here.parents]:
-        if split_path(name, d).is_file(): return split_path(name, d)
-    return split_path(name, ".")
+    dirs = project_dirs(root)
+    return next((split_path(name, d) for d in dirs if split_path(name, d).is_file()), split_path(name, dirs[0]))
 
 def load_split(name: str, root: Path | str | None = None) -> Split:
     "Read a split by name (`sweeps/splits/<name>.yaml`) or path; a missing file names the path and how to make it."
@@ -804,9 +801,11 @@ def data_main(argv: list[str]) -> int:
         return 0
     store = open_store(a.store)
     if a.cmd == "ls":
-        for d in list_datasets(store):
+        found = list_datasets(store)
+        for d in found:
             m = read_manifest(store, d)
             print(f"{d:<20} {m.n_samples:>8} samples {len(m.shards):>5} shards  channel_spec {m.channel_spec}  git {m.git}")
+        if not found: print(f"no datasets in {store.uri} yet: make one with `qmind data gen quickstart` (or `qmind run quickstart`)")
         return 0
     if a.cmd == "verify":
         problems = verify_dataset(store, a.dataset)

@@ -30,10 +30,10 @@ import yaml
 from nbdev.processors import FilterDefaults, exec_show_docs
 
 # %% auto #0
-__all__ = ['FINGERPRINT_DIRS', 'Page', 'page_name', 'find_pages', 'execute_nb', 'process_nb', 'lenient_exec_show_docs',
-           'DocsFilter', 'library_fingerprint', 'render_notebooks', 'quarto_options', 'markdown_ready',
-           'notebook_markdown', 'local_links', 'build_slides', 'talks_index', 'slugify', 'nav', 'mkdocs_yaml',
-           'write_pages', 'swap_in', 'build_site', 'serve_site', 'docs_main']
+__all__ = ['FINGERPRINT_DIRS', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'execute_nb', 'process_nb',
+           'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'render_notebooks', 'quarto_options',
+           'markdown_ready', 'notebook_markdown', 'local_links', 'build_slides', 'talks_index', 'slugify', 'nav',
+           'mkdocs_yaml', 'write_pages', 'swap_in', 'build_site', 'serve_site', 'docs_main']
 
 # %% ../nbs/95_docs.ipynb #33e3bfb6
 @dataclass(frozen=True)
@@ -276,14 +276,14 @@ def local_links(md: str, page: str, pages: set[str], site_url: str) -> str:
     return re.sub(re.escape(site_url.rstrip("/") + "/") + r"([\w./-]+?)\.html(#[\w.\-]*)?", sub, md)
 
 # %% ../nbs/95_docs.ipynb #385c1409
-def build_slides(out_dir: Path) -> list[Path] | None:
-    "The talks' slides written by `qmind_render.talks.build_talks(out_dir)`, or None if there is no talks module."
+def build_slides(out_dir: Path, cache: Path | None = None) -> list[Path] | None:
+    "The talks' slides written by `qmind_render.talks.build_talks(out_dir)` (reused from `cache` when unchanged), or None without a talks module."
     try: talks = importlib.import_module("qmind_render.talks")
     except ModuleNotFoundError as e:
         if e.name == "qmind_render.talks": return None
         raise
     out_dir = Path(out_dir).absolute()
-    slides = [Path(p).absolute() for p in talks.build_talks(out_dir)]
+    slides = [Path(p).absolute() for p in talks.build_talks(out_dir, slides_cache=cache)]
     if bad := [str(p) for p in slides if not p.is_relative_to(out_dir) or not p.is_file()]:
         raise ValueError(f"build_talks({out_dir}) returned slides that are not files inside it: {bad}")
     return slides
@@ -330,12 +330,20 @@ def nav(pages: list[Page]) -> list:
     sections["Talks"] = ["talks/index.md", *sections["Talks"]]
     return out + [{k: v} for k, v in sections.items()]
 
+SITE_CSS = """/* qmind docs: room for the notebooks' 120-column code and their figures at a laptop's width (1280 px) */
+.md-grid { max-width: 1440px; }
+.md-typeset pre > code { font-size: .74em; }
+.md-typeset img { max-width: 100%; height: auto; }
+"""
+
 def mkdocs_yaml(title: str, pages: list[Page], docs_dir: Path, site_dir: Path) -> str:
-    "The `mkdocs.yml` for these pages."
+    "The `mkdocs.yml` for these pages (with `SITE_CSS` as `qmind.css`, written beside them by `build_site`)."
     cfg = {"site_name": title, "docs_dir": str(docs_dir), "site_dir": str(site_dir), "use_directory_urls": False,
            "strict": True, "nav": nav(pages),
            "theme": {"name": "material", "font": False, "features": ["navigation.sections", "navigation.indexes", "navigation.top",
-                     "navigation.footer", "search.highlight", "search.suggest", "content.code.copy", "toc.follow"]},
+                     "navigation.footer", "search.highlight", "search.suggest", "content.code.copy", "toc.follow",
+                     "toc.integrate"]},                               # the page's contents in the left column: code gets the width
+           "extra_css": ["qmind.css"],
            "plugins": ["search"],
            "validation": {"omitted_files": "warn", "absolute_links": "info", "unrecognized_links": "warn", "anchors": "warn"}}
     exts = ("markdown_extensions:\n  - toc:\n      permalink: true\n      slugify: !!python/name:qmind_render.docs.slugify\n"
@@ -396,8 +404,9 @@ def build_site(root: Path, out: Path | None = None, execute: str | None = "*", j
         t1 = time.perf_counter()
         docs = work / "docs"
         n_images = write_pages(pages, work / "_proc", docs, _site_url())
+        (docs / "qmind.css").write_text(SITE_CSS)
         talks = [p for p in pages if p.section == "Talks"]
-        slides = build_slides(docs / "talks" / "slides") if slides and talks else None
+        slides = build_slides(docs / "talks" / "slides", cache / "talks" if cache else None) if slides and talks else None
         (docs / "talks").mkdir(parents=True, exist_ok=True)
         (docs / "talks" / "index.md").write_text(talks_index(talks, slides, docs / "talks"))
         times["markdown_and_slides_s"] = time.perf_counter() - t1

@@ -800,7 +800,7 @@ def channel_strip(frames: dict | Sequence[dict], spec: ChannelSpec | None = None
     return _label(_joined(rows, gap, 0), PANELS, frames[0]["surface"].shape[1] * scale + gap)
 
 # %% ../nbs/10_engine.ipynb #0cedbf6a
-def plot_map(game: Game, ax=None, trail: np.ndarray | None = None):
+def plot_map(game: Game, ax=None, trail: np.ndarray | None = None, title: str | None = None, legend: bool = False):
     "Top-down view of `game`: walls by material, floor by light, enemies, the player and its view cone. Returns the figure."
     from matplotlib.figure import Figure
     ax = ax or Figure(figsize=(4, 4)).subplots()
@@ -816,8 +816,20 @@ def plot_map(game: Game, ax=None, trail: np.ndarray | None = None):
     ax.plot([cx[0], x, cx[-1]], [cy[0], y, cy[-1]], c="k", lw=0.6)
     if trail is not None and len(trail): ax.plot(*np.asarray(trail).T[:2], c="tab:blue", lw=1.2, alpha=0.8)
     ax.plot(*game.enemies.T, "o", c="tab:red", ms=4); ax.plot(x, y, "o", c="tab:blue", ms=5)
-    ax.set_axis_off(); ax.set_title(f"frame {game.frame}", fontsize=9)
+    ax.set_axis_off(); ax.set_title(title or f"after frame {game.frame - 1}", fontsize=9)
+    if legend: _map_legend(ax, trail is not None)
     return ax.figure
+
+def _map_legend(ax, trail: bool) -> None:
+    "What the map's colours and marks mean, beside it."
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    h = [Patch(color=MATERIAL_RGB[m] / 255, label=f"wall, material {m}") for m in range(len(MATERIAL_RGB))]
+    h += [Patch(color=(0.9, 0.9, 0.9), label="floor (brighter: more light)"), Patch(color=(45 / 255,) * 3, label="rock"),
+          Patch(facecolor="white", edgecolor="k", lw=0.6, label="what the player sees"), Line2D([], [], marker="o", ls="", c="tab:blue", label="player"),
+          Line2D([], [], marker="o", ls="", c="tab:red", label="enemy")]
+    if trail: h.append(Line2D([], [], c="tab:blue", alpha=0.8, label="the path walked"))
+    ax.legend(handles=h, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7, frameon=False)
 
 # %% ../nbs/10_engine.ipynb #a80119db
 GOLDEN_CASES = ((0, 48, None), (1, 48, None), (1003, 48, None), (7, 48, (2,)), (42, 48, (0, 4)))
@@ -930,7 +942,8 @@ def write_episode(args) -> int:
     for t in range(args.frames):
         f = game.step(); trail.append(game.player)
         if t % args.every == 0: Image.fromarray(channel_strip(f, game.spec, args.scale)).save(args.out / f"frame_{t:05d}.png"); n += 1
-    plot_map(game, trail=np.array(trail)).savefig(args.out / "map.png", dpi=100)
+    title = f"seed {args.seed}: frames 0-{args.frames - 1}"
+    plot_map(game, trail=np.array(trail), title=title, legend=True).savefig(args.out / "map.png", dpi=100, bbox_inches="tight")
     return n
 
 # %% ../nbs/10_engine.ipynb #69060193

@@ -291,10 +291,14 @@ def _fit_baseline(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000)
     return MeanColour(ld.ds.manifest.grid["theme"]).fit(gather(ld.ds, pick, shards))
 
 # %% ../nbs/60_evaluate.ipynb #d9fbedde
-def _part(ld: Loaded, sampler: GraphSampler, batch: dict, steps: list, base: MeanColour, clf: FactorNet) -> tuple[dict, dict]:
+def _part(ld: Loaded, sampler: GraphSampler, batch: dict, steps: list, base: MeanColour, clf: FactorNet, log=print,
+          name: str = "") -> tuple[dict, dict]:
     "One part's numbers, and its frames as numpy for the pictures: rendering, scoring and classifying on the device."
     labels = {k: v.to(ld.device) for k, v in factor_labels(batch, ld.ds.manifest.grid["material"]).items()}
-    preds = {"baseline": base.predict(batch)} | {k: render_frames(sampler, batch, k) for k in steps}
+    preds = {"baseline": base.predict(batch)}
+    for k in steps:
+        t0 = time.monotonic(); preds[k] = render_frames(sampler, batch, k)
+        log(f"  {name}: {len(batch['rgb'])} frames rendered with {k} DDIM step{'s' * (k > 1)} in {time.monotonic() - t0:.1f} s")
     r = {"frames": len(batch["rgb"]), "ground_truth_classifier": accuracy(clf, as_float(batch["rgb"], ld.device), labels),
          "baseline": summarise(score(preds["baseline"], batch))}
     for k in steps:
@@ -317,12 +321,13 @@ def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | No
     cells_psnr, grids, sampler = {}, {}, ld.sampler()
     for part in ("heldout", "train"):
         t1, batch = time.monotonic(), gather(ld.ds, eval_indices(ld.ds, ld.split, part, per), shards)
-        r, frames = _part(ld, sampler, batch, steps, base, clf)
+        r, frames = _part(ld, sampler, batch, steps, base, clf, log, part)
         for k in steps: cells_psnr.setdefault(k, []).append((r[f"ddim_{k}"].pop("per_frame_psnr"), batch["cells"].numpy()))
         res["parts"][part], grids[part] = r, grid_image(batch, frames)
-        log(f"  {part}: {r['frames']} frames at DDIM steps {steps}, rendered and scored in {time.monotonic() - t1:.1f} s")
+        log(f"  {part}: {r['frames']} frames scored and classified ({time.monotonic() - t1:.1f} s for the part)")
     res["gap"] = {f"ddim_{k}": res["parts"]["train"][f"ddim_{k}"]["psnr"] - res["parts"]["heldout"][f"ddim_{k}"]["psnr"] for k in steps}
-    res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps))
+    t1 = time.monotonic(); res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps))
+    log(f"  pictures: the PSNR heatmap, sample grids and an episode video ({time.monotonic() - t1:.1f} s)")
     res["seconds"] = round(time.monotonic() - t0, 1)
     (out / "eval.json").write_text(json.dumps(res, indent=1, default=float))
     (out / "report.md").write_text(report_md(res, ld))
@@ -410,7 +415,7 @@ def eval_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="qmind eval", description="Evaluate a checkpoint on held-out and training cells; write a report.")
     p.add_argument("target", help="a run dir (its latest checkpoint) or a checkpoint file")
     p.add_argument("overrides", nargs="*", help="key=value, e.g. eval.ddim_steps=[1,2,4] eval.frames_per_cell=4")
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)          # options anywhere on the line
     res = evaluate(a.target, a.overrides)
     print(_headline(res)); print(f"report: {Path(res['checkpoint']).parent.parent / 'eval' / 'report.md'}")
     return 0
@@ -451,7 +456,7 @@ def run_main(argv: list[str]) -> int:
     add_config_args(p)
     p.add_argument("--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)")
     p.add_argument("--workers", type=int, default=None, help="dataset generation processes (default: one per core)")
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)          # options anywhere on the line
     res = run(*config_args(a), a.runs, a.workers)
     return 0 if res["eval"] is not None else 1
 

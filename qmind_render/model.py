@@ -14,6 +14,7 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -30,8 +31,8 @@ __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PRE
            'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet', 'ConditionalUNet',
            'build_model', 'n_params', 'forward_flops', 'size_table', 'make_schedule', 'Diffusion', 'diffusion_loss',
            'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step', 'overfit_one_batch',
-           'quick_train', 'train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'train_flops',
-           'bench_throughput', 'bench_model']
+           'quick_train', 'shipped_path', 'load_shipped', 'train_step', 'diffusers_twin', 'bench_cpu',
+           'matmul_peak_tflops', 'train_flops', 'bench_throughput', 'bench_model']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(ValueError):
@@ -645,6 +646,26 @@ def quick_train(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: 
         opt.zero_grad(set_to_none=True); loss.backward(); opt.step(); ema.update_parameters(model)
         losses.append(loss.item())
     return ema, losses
+
+# %% ../nbs/40_model.ipynb #ac87c7b9
+def shipped_path() -> Path:
+    "Where the model that ships with the package is: `qmind_render/assets/shipped.pt`."
+    import qmind_render
+    return Path(qmind_render.__file__).resolve().parent / "assets" / "shipped.pt"
+
+def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffusion, dict]:
+    "The shipped model (eval mode, float32 weights), its diffusion schedule, and its provenance (config, metrics, ...)."
+    from qmind_render.config import config_from_dict
+    from qmind_render.skinner import load_grid
+    path = Path(path or shipped_path())
+    if not path.is_file():
+        raise FileNotFoundError(f"no shipped model at {path}: this install has none; train one (qmind run shipped && qmind ship runs/shipped)")
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    cfg = config_from_dict(blob["config"])
+    model = build_model(cfg.model, grid=load_grid())
+    model.load_state_dict({k.removeprefix("module."): v.float() if v.is_floating_point() else v for k, v in blob["ema"].items()
+                           if k.startswith("module.")})
+    return model.eval(), Diffusion.from_config(cfg.model), {k: v for k, v in blob.items() if k != "ema"}
 
 # %% ../nbs/40_model.ipynb #b3928827
 def _median_time(fn, iters: int, warmup: int, sync=lambda: None) -> float:

@@ -21,7 +21,7 @@ import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -36,13 +36,13 @@ from .model import Diffusion, _interleaved, _sync, build_model, to_uint8
 from .sampler import GraphSampler, InferenceNet, fast_dtype
 
 # %% auto #0
-__all__ = ['MAX_STEPS', 'BACKENDS', 'AOT_MAX_BATCH', 'WIRE_DTYPES', 'PLAY_HTML', 'Served', 'ServeError', 'load_served',
-           'random_served', 'RequestError', 'RenderItem', 'render_item', 'eager_net', 'compiled_path',
-           'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond', 'start_noise',
-           'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'Metrics', 'model_thread',
-           'on_model_thread', 'MicroBatcher', 'ServeSettings', 'encode_array', 'decode_array', 'render_request',
-           'parse_play_message', 'PlaySession', 'create_app', 'serve', 'ServerThread', 'serve_main', 'load_test',
-           'bench_serve']
+__all__ = ['REPRODUCE', 'MAX_STEPS', 'BACKENDS', 'AOT_MAX_BATCH', 'WIRE_DTYPES', 'PLAY_HTML', 'Served', 'ServeError',
+           'load_served', 'random_served', 'ship', 'ship_main', 'RequestError', 'RenderItem', 'render_item',
+           'eager_net', 'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net',
+           'stack_cond', 'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend',
+           'Metrics', 'model_thread', 'on_model_thread', 'MicroBatcher', 'ServeSettings', 'encode_array',
+           'decode_array', 'render_request', 'parse_play_message', 'PlaySession', 'create_app', 'showcase', 'serve',
+           'ServerThread', 'serve_main', 'load_test', 'bench_serve']
 
 # %% ../nbs/70_serve.ipynb #18a8356a
 @dataclass
@@ -54,6 +54,7 @@ class Served:
     grid: object
     source: str
     step: int = 0
+    about: dict = field(default_factory=dict)       # the shipped model's provenance: metrics, commit, dataset, command
 
     @property
     def spec(self) -> ChannelSpec: return self.model.spec
@@ -64,8 +65,9 @@ class Served:
 class ServeError(ValueError):
     "A server cannot start as asked; the message says why."
 
-def load_served(checkpoint: str | Path, device: str = "cpu") -> Served:
-    "The EMA model of a checkpoint file or a run dir's latest checkpoint."
+def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Served:
+    "The EMA model of a checkpoint file or a run dir's latest checkpoint; None: the model that ships with the package."
+    if checkpoint is None: return _shipped_served(device)
     from qmind_render.evaluate import EvalError, find_checkpoint
     from qmind_render.skinner import load_grid
     from qmind_render.train import CheckpointError, load_checkpoint
@@ -77,6 +79,15 @@ def load_served(checkpoint: str | Path, device: str = "cpu") -> Served:
     model.load_state_dict({k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")})
     return Served(model.to(device).eval(), Diffusion.from_config(cfg.model), cfg, load_grid(), str(path), int(ck["step"]))
 
+def _shipped_served(device: str = "cpu") -> Served:
+    from qmind_render.model import load_shipped
+    from qmind_render.skinner import load_grid
+    try: model, diffusion, about = load_shipped()
+    except FileNotFoundError as e: raise ServeError(f"{e}; or serve a run you trained: --checkpoint runs/quickstart") from None
+    check_spec_version(about["versions"]["channel_spec"], what="the shipped model")
+    return Served(model.to(device), diffusion, config_from_dict(about["config"]), load_grid(),
+                  f"shipped:{about['config']['model']['size']}", int(about["step"]), about)
+
 def random_served(size: str = "small", seed: int = 0, overrides: list[str] = (), device: str = "cpu") -> Served:
     "An untrained model of `size` (the output layer randomised too, so frames are not constant): for benchmarks and tests."
     from qmind_render.skinner import load_grid
@@ -85,6 +96,53 @@ def random_served(size: str = "small", seed: int = 0, overrides: list[str] = (),
     model = build_model(cfg.model, grid=load_grid())
     with torch.no_grad(): torch.nn.init.normal_(model.net.out[-1].weight, std=0.02)
     return Served(model.to(device).eval(), Diffusion.from_config(cfg.model), cfg, load_grid(), f"random:{size}:{seed}")
+
+# %% ../nbs/70_serve.ipynb #5b472663
+REPRODUCE = "qmind run shipped && qmind ship runs/shipped"
+
+def _metrics(ev: dict) -> dict:
+    "Held-out and training-cell PSNR (dB) per DDIM step count and the baseline's, and the gap, from an eval.json."
+    out = {p: {**{f"ddim_{k}": round(ev["parts"][p][f"ddim_{k}"]["psnr"], 2) for k in ev["ddim_steps"]},
+               "baseline": round(ev["parts"][p]["baseline"]["psnr"], 2), "frames": ev["parts"][p]["frames"]} for p in ("heldout", "train")}
+    return out | {"gap": {k: round(v, 2) for k, v in ev["gap"].items()}}
+
+def ship(run_dir: str | Path, out: str | Path | None = None, trained_on: str | None = None, reproduce: str = REPRODUCE) -> Path:
+    "Write `run_dir`'s last checkpoint, evaluated, as the shipped model (bf16 EMA weights and provenance) to `out`, atomically."
+    from qmind_render.data import load_split
+    from qmind_render.evaluate import EvalError, find_checkpoint
+    from qmind_render.model import shipped_path
+    from qmind_render.train import CheckpointError, load_checkpoint
+    try: path = find_checkpoint(run_dir); ck = load_checkpoint(path)
+    except (EvalError, CheckpointError) as e: raise ServeError(str(e)) from None
+    ev_path = Path(run_dir) / "eval" / "eval.json"
+    ev = json.loads(ev_path.read_text()) if ev_path.is_file() else None
+    if not ev or Path(ev["checkpoint"]).name != path.name:
+        raise ServeError(f"{run_dir}: no evaluation of {path.name} (eval/eval.json); run `qmind eval {run_dir}` first")
+    cfg = config_from_dict(ck["config"])
+    blob = {"ema": {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in ck["ema"].items()},
+            "config": ck["config"], "versions": ck["versions"], "step": int(ck["step"]), "git": ck["git"], "dataset": ck["dataset"],
+            "held_out": [list(c) for c in load_split(cfg.data.holdout).held_out], "metrics": _metrics(ev), "reproduce": reproduce,
+            "trained": {"minutes": round(float(ck.get("elapsed_s", 0.0)) / 60, 1), "on": trained_on or ck.get("device", "unknown")}}
+    out = Path(out or shipped_path()); out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try: torch.save(blob, tmp); os.replace(tmp, out)
+    finally: tmp.unlink(missing_ok=True)
+    return out
+
+def ship_main(argv: list[str]) -> int:
+    "`qmind ship RUN_DIR [--out FILE] [--trained-on TEXT]`"
+    import argparse
+    p = argparse.ArgumentParser(prog="qmind ship", description="Write a trained, evaluated run as the model `qmind serve` plays by default.")
+    p.add_argument("run_dir", help="a run dir whose last checkpoint has been evaluated, e.g. runs/shipped")
+    p.add_argument("--out", default=None, help="where to write it (default: the package's assets/shipped.pt)")
+    p.add_argument("--trained-on", default=None, help="the machine it trained on, for the provenance (default: the checkpoint's device)")
+    a = p.parse_args(argv)
+    out = ship(a.run_dir, a.out, a.trained_on)
+    about = torch.load(out, map_location="cpu", weights_only=True)
+    h = about["metrics"]["heldout"]
+    print(f"shipped {a.run_dir} (step {about['step']}, {out.stat().st_size / 1e6:.1f} MB) to {out}: held-out PSNR "
+          + " / ".join(f"{h[k]:.2f}" for k in sorted(h) if k.startswith("ddim_")) + f" dB (baseline {h['baseline']:.2f})")
+    return 0
 
 # %% ../nbs/70_serve.ipynb #6d17f3c7
 class RequestError(ValueError):
@@ -315,6 +373,7 @@ def pick_backend(served: Served, max_batch: int = 8, log=print, cache: str | Pat
     """The fastest of `candidate_nets` (compile only once its package is cached) on this machine, scored by
     a lone player's wait plus a frame's share of a full batch: ms at batch 1 + ms at `max_batch` / `max_batch`."""
     nets = candidate_nets(served, "cached", cache, log)
+    log(f"backend: measuring {', '.join(nets)} at batch 1 and {max_batch} (a few seconds)")
     t = time_backends(served, nets, batches=(1, max_batch), iters=5)
     score = {k: t[f"{k}_b1_ms"] + t[f"{k}_b{max_batch}_ms"] / max_batch for k in nets}
     best = min(score, key=score.get)
@@ -517,6 +576,7 @@ PLAY_HTML = r"""<!doctype html>
 </style></head>
 <body>
 <h1>qmind-render: play</h1>
+<p id="about"></p>
 <p>Move with <kbd>↑</kbd><kbd>↓</kbd> or <kbd>W</kbd><kbd>S</kbd>, turn with <kbd>←</kbd><kbd>→</kbd>, strafe with <kbd>A</kbd><kbd>D</kbd>.
  The engine makes the channels; the model paints the left frame from them; the skinner's ground truth is on the right.</p>
 <div class="row">
@@ -588,6 +648,10 @@ function fill(id, names, chosen) {
 }
 async function main() {
   const info = await (await fetch("/info")).json();
+  const h = info.heldout_psnr, ks = h ? Object.keys(h).filter(k => k.startsWith("ddim_")) : [];
+  $("about").textContent = `Model: ${info.model}, ${info.source}, step ${info.step}` + (h ? `. Held-out PSNR ${ks.map(k => h[k].toFixed(2)).join(" / ")} dB at ` +
+    `${ks.map(k => k.slice(5)).join(" / ")} DDIM steps (the mean-colour baseline: ${h.baseline.toFixed(2)} dB), on factor combinations it never saw in ` +
+    `training` + (info.trained ? `; trained ${info.trained.minutes} min on ${info.trained.on}.` : ".") : ".");
   fill("theme", info.themes, info.themes[0]); fill("lighting", info.lightings, info.lightings[0]);
   fill("steps", info.step_choices.map(String), String(info.steps));
   const q = new URLSearchParams({theme: $("theme").value, lighting: $("lighting").value, steps: $("steps").value});
@@ -619,6 +683,7 @@ class _State:
     def info(self) -> dict:
         sv, s = self.served, self.settings
         return {"model": sv.model.size_name, "source": sv.source, "step": sv.step, "backend": self.renderer.backend if self.renderer else None,
+                "heldout_psnr": sv.about.get("metrics", {}).get("heldout"), "trained": sv.about.get("trained"),
                 "steps": s.steps, "step_choices": [1, 2, 4, 8], "themes": sv.grid.theme_names, "lightings": sv.grid.lighting_names,
                 "frame_size": list(sv.spec.size), "channel_spec": sv.spec.version, "settings": asdict(s)}
 
@@ -656,14 +721,15 @@ def _encode_frame(frame: np.ndarray, fmt: str) -> tuple[bytes, str]:
     Image.fromarray(frame).save(buf, format="PNG"); return buf.getvalue(), "image/png"
 
 # %% ../nbs/70_serve.ipynb #6eb352e1
-def create_app(served: Served, settings: ServeSettings | None = None, log=print):
-    "The FastAPI app serving `served`: `/`, `/info`, `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`."
+def create_app(served: Served, settings: ServeSettings | None = None, log=print, ready: str | None = None):
+    "The FastAPI app serving `served`: `/`, `/info`, `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready` once started."
     st = _State(served, settings or ServeSettings())
 
     @asynccontextmanager
     async def lifespan(app):
         await asyncio.get_running_loop().run_in_executor(model_thread(), st.start, log)
         await st.batcher.start()
+        if ready: log(ready)
         try: yield
         finally: await st.batcher.stop()
 
@@ -758,6 +824,29 @@ async def _play(ws, st: _State):
     finally:
         st.sessions -= 1
 
+# %% ../nbs/70_serve.ipynb #f274c52c
+def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_000):
+    "A figure: for `frames` frames of unseen episodes in held-out cells, surface and depth channels, ground truth, and the model at each K."
+    from matplotlib.figure import Figure
+
+    from qmind_render.engine import render_episode
+    from qmind_render.skinner import SURFACE_RGB, skin
+    g, held, r = served.grid, served.about.get("held_out") or [[0, 0, 0]], Renderer(served, "eager")
+    fig = Figure(figsize=(1.25 * (3 + len(steps)), 1.4 * frames + 0.5))
+    axs = fig.subplots(frames, 3 + len(steps), squeeze=False)
+    for i, (row, (t, m, l)) in enumerate(zip(axs, [held[i * 5 % len(held)] for i in range(frames)])):
+        ch = list(render_episode(seed + int(t * 100 + m * 10 + l), 24, materials=[m]))[-1]     # well into an unseen episode
+        preds = r.render([RenderItem(ch, t, l, seed=0, steps=k) for k in steps])
+        panels = [("surface", SURFACE_RGB[ch["surface"]]), ("depth", ch["depth"]), ("ground truth", skin(ch, g.themes[t], g.lightings[l]))]
+        panels += [(f"model, {k} step{'s' * (k > 1)}", p) for k, p in zip(steps, preds)]
+        for ax, (lab, im) in zip(row, panels):
+            ax.imshow(im, cmap="gray" if im.ndim == 2 else None, interpolation="nearest"); ax.set_xticks([]); ax.set_yticks([])
+            if i == 0: ax.set_title(lab, fontsize=8)
+        row[0].set_ylabel(f"{g.theme_names[t]}\n{g.materials[m]}\n{g.lighting_names[l]}", fontsize=7)
+    fig.suptitle(f"{served.source} (step {served.step}) on held-out factor cells: channels → ground truth → model", fontsize=9)
+    fig.tight_layout()
+    return fig
+
 # %% ../nbs/70_serve.ipynb #8e6ec30f
 def _uvicorn_config(app, host: str, port: int, settings: ServeSettings, log_level: str = "info"):
     import uvicorn
@@ -770,8 +859,9 @@ def serve(served: Served, settings: ServeSettings | None = None, host: str = "12
     settings = settings or ServeSettings()
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"WARNING: binding {host}: anyone who can reach this machine can use the server (it has no authentication)")
-    print(f"qmind serve: {served.source} (step {served.step}, {served.model.size_name}); open http://{host}:{port}/")
-    try: uvicorn.Server(_uvicorn_config(create_app(served, settings), host, port, settings)).run()
+    print(f"qmind serve: {served.source} (step {served.step}, {served.model.size_name}); starting on http://{host}:{port}/")
+    app = create_app(served, settings, ready=f"ready: open http://{host}:{port}/ and play (arrows or WASD; Ctrl-C stops the server)")
+    try: uvicorn.Server(_uvicorn_config(app, host, port, settings)).run()
     except KeyboardInterrupt: pass               # Ctrl-C: uvicorn has already shut down cleanly
 
 class ServerThread:
@@ -802,11 +892,12 @@ class ServerThread:
 
 # %% ../nbs/70_serve.ipynb #a697e9f5
 def serve_main(argv: list[str]) -> int:
-    "`qmind serve --checkpoint RUN_OR_FILE [--host] [--port] [--steps K] [--backend] [--max-batch] [--max-wait-ms] [--max-sessions]`"
+    "`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend] [--max-batch] [--max-wait-ms] [--max-sessions]`"
     import argparse
     d = ServeSettings()
     p = argparse.ArgumentParser(prog="qmind serve", description="Serve a checkpoint: POST /render, WebSocket /play, and the playable page at /.")
-    p.add_argument("--checkpoint", required=True, help="a checkpoint file or a run dir (its latest checkpoint), e.g. runs/quickstart")
+    p.add_argument("--checkpoint", default=None, help="a checkpoint file or a run dir (its latest checkpoint), e.g. runs/quickstart "
+                                                      "(default: the model that ships with the package)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--steps", type=int, default=d.steps, help=f"DDIM steps when a request does not say (default {d.steps})")

@@ -661,7 +661,7 @@ def explore(grid: FactorGrid | None = None):
         ax.imshow(img, interpolation="nearest"); ax.set_axis_off()
         ax.set_title("depth · surface · material · u · v · light · skinned", fontsize=9)
         plt.show()
-    return w.interact(view, seed=w.IntSlider(0, 0, 999), frame=w.IntSlider(0, 0, 199),
+    return w.interactive(view, seed=w.IntSlider(0, 0, 999), frame=w.IntSlider(0, 0, 199),   # a widget: it displays as controls
                       theme=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.theme_names)]),
                       material=w.Dropdown(options=[("map's own", None)] + [(n, i) for i, n in enumerate(grid.materials)]),
                       light=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.lighting_names)]))
@@ -677,7 +677,7 @@ def _frames(frames):
 
 def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | None = None,
                strip: bool = False, start: int = 0) -> list[Path]:
-    "Skin `frames` with (theme, lighting) and write `out_dir/frame-NNNNN.png` per frame; returns the paths."
+    "Skin `frames` with (theme, lighting) and write `out_dir/frame_NNNNN.png` per frame (the engine's strips' names); returns the paths."
     from PIL import Image
     grid = grid or load_grid()
     th = theme if isinstance(theme, dict) else grid.theme(theme)
@@ -686,7 +686,7 @@ def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | 
     paths = []
     for i, ch in enumerate(_frames(frames), start):
         rgb = skin(ch, th, li)
-        paths.append(out_dir / f"frame-{i:05d}.png")
+        paths.append(out_dir / f"frame_{i:05d}.png")
         Image.fromarray(channel_strip(ch, rgb) if strip else rgb).save(paths[-1])
     return paths
 

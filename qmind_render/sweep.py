@@ -24,12 +24,13 @@ from .cloud import Backend, RunSpec, load_menu
 from .config import config_from_dict, config_to_dict, find_config, load_config
 
 # %% auto #0
-__all__ = ['DECK', 'BYTES_PER_PARAM', 'SLURM_RESOURCES', 'SLURM_STATES', 'CLOUD', 'METRICS', 'gpu_hours', 'deck_sizing',
-           'saved_activation_bytes', 'measure_model', 'memory_gb', 'instance_rows', 'plan_cost', 'format_table',
-           'format_plan', 'cost_main', 'load_sweep', 'expand_sweep', 'run_finished', 'job_record', 'write_run_dir',
-           'execute_run', 'LocalBackend', 'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend', 'sweep_cost',
-           'prepare_datasets', 'sweep_summary', 'make_backend', 'record_backend', 'sweep_main', 'sweep_results',
-           'aggregate', 'plot_sweep', 'md_table', 'write_report']
+__all__ = ['DECK', 'BYTES_PER_PARAM', 'SLURM_RESOURCES', 'SLURM_STATES', 'CLOUD', 'SWEEP_HELP', 'METRICS', 'gpu_hours',
+           'deck_sizing', 'saved_activation_bytes', 'measure_model', 'memory_gb', 'instance_rows', 'plan_cost',
+           'format_table', 'format_plan', 'cost_main', 'load_sweep', 'multirun', 'expand_sweep', 'run_finished',
+           'job_record', 'write_run_dir', 'execute_run', 'LocalBackend', 'sbatch_script', 'slurm', 'slurm_states',
+           'SlurmBackend', 'sweep_cost', 'prepare_datasets', 'sweep_summary', 'step_seconds', 'estimate_wall',
+           'make_backend', 'record_backend', 'watch', 'read_metrics_tail', 'sweep_main', 'sweep_results', 'aggregate',
+           'plot_sweep', 'md_table', 'write_report']
 
 # %% ../nbs/85_sweep.ipynb #f14003f1
 DECK = {"gflop_per_frame": 50.0, "steps": 200_000, "batch": 64, "backward_factor": 3.0, "utilisation": 0.3,
@@ -155,7 +156,7 @@ def cost_main(argv: list[str]) -> int:
     ap.add_argument("--budget", type=float, default=None, help="USD: how many runs it buys")
     ap.add_argument("--utilisation", type=float, default=0.4, help="assumed fraction of peak bf16 (default 0.4)")
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
-    a = ap.parse_args(argv)
+    a = ap.parse_intermixed_args(argv)         # options anywhere on the line
     p = plan_cost(load_config(a.config, a.overrides), a.instance, a.budget, a.utilisation)
     print(json.dumps(p, indent=1) if a.json else format_plan(p))
     return 0
@@ -182,6 +183,31 @@ def load_sweep(sweep: str | Path | dict) -> dict:
         raise ValueError(f"{src}: `slurm:` takes {', '.join(SLURM_RESOURCES)}; got {slurm!r}")
     return {"name": d["name"], "base": d["base"], "grid": grid, "overrides": list(d.get("overrides") or []), "slurm": slurm}
 
+def _values(v: str) -> list[str]:
+    "Split `a,b,[1,2],'c,d'` at the commas that are not inside brackets or quotes."
+    out, cur, depth, quote = [], "", 0, None
+    for ch in v:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'": quote = ch
+        elif ch in "[{(": depth += 1
+        elif ch in "]})": depth -= 1
+        elif ch == "," and depth == 0: out.append(cur); cur = ""; continue
+        cur += ch
+    return out + [cur]
+
+def multirun(base: str, args: list[str], name: str | None = None) -> dict:
+    "`qmind sweep BASE -m k=a,b k2=c ...` as a sweep dict: each comma list is a grid axis, every other key=value an override."
+    grid, overrides = {}, []
+    for a in args:
+        k, eq, v = a.partition("=")
+        if not eq or not k: raise ValueError(f"'{a}' is not key=value (a sweep axis is key=a,b,c)")
+        vals = _values(v)
+        if len(vals) > 1: grid[k] = [yaml.safe_load(x) if x.strip() else x for x in vals]
+        else: overrides.append(a)
+    if not grid: raise ValueError(f"-m needs at least one key with a comma list to sweep, e.g. seed=1,2,3 (got {' '.join(args) or 'nothing'})")
+    return {"name": name or Path(str(base)).stem, "base": str(base), "grid": grid, "overrides": overrides}
+
 def expand_sweep(sweep: str | Path | dict, overrides: list[str] = (), root: str | Path | None = None) -> list[RunSpec]:
     "One `RunSpec` per grid point: the resolved config of base <- sweep overrides <- `overrides` <- the point."
     s = load_sweep(sweep)
@@ -191,7 +217,7 @@ def expand_sweep(sweep: str | Path | dict, overrides: list[str] = (), root: str 
         name = "-".join([s["name"], f"{i:03d}", *(_short(k, v) for k, v in zip(keys, vals))])
         point = [f"{k}={v}" for k, v in zip(keys, vals)]
         cfg = load_config(base, [*s["overrides"], *overrides, *point, f"name={name}"])
-        runs.append(RunSpec(name, config_to_dict(cfg)))
+        runs.append(RunSpec(name, config_to_dict(cfg), point=dict(zip(keys, vals))))
     return runs
 
 # %% ../nbs/85_sweep.ipynb #22516196
@@ -231,12 +257,16 @@ def execute_run(job: dict, kernel: str = "python3") -> str:
     if job.get("threads") and "OMP_NUM_THREADS" not in os.environ:   # N runs share the cores instead of oversubscribing them
         os.environ["OMP_NUM_THREADS"] = str(job["threads"])
     _write_json(jp, job | {"state": "running", "started": time.time()})
-    try:
-        pm.execute_notebook(job["notebook"], str(rd / Path(job["notebook"]).name), parameters=job["parameters"],
-                            kernel_name=kernel, cwd=job["cwd"], progress_bar=False, log_output=False)
-        state, err = "done", None
-    except Exception as e:  # noqa: BLE001 - the job record carries the failure
-        state, err = "failed", f"{type(e).__name__}: {str(e)[-2000:]}"
+    saved = os.dup(2)                      # the kernel's own stderr (its start-up notes) goes to the run dir, not the terminal
+    with open(rd / "kernel.log", "ab") as klog:
+        os.dup2(klog.fileno(), 2)
+        try:
+            pm.execute_notebook(job["notebook"], str(rd / Path(job["notebook"]).name), parameters=job["parameters"],
+                                kernel_name=kernel, cwd=job["cwd"], progress_bar=False, log_output=False)
+            state, err = "done", None
+        except Exception as e:  # noqa: BLE001 - the job record carries the failure
+            state, err = "failed", f"{type(e).__name__}: {str(e)[-2000:]}"
+        finally: os.dup2(saved, 2); os.close(saved)
     _write_json(jp, job | {"state": state, "error": err, "finished": time.time()})
     return state
 
@@ -456,6 +486,48 @@ def sweep_summary(runs: list[RunSpec], jobs: list[dict], backend) -> list[dict]:
                      "ddim_steps": max(ev["ddim_steps"]) if ev else None})
     return rows
 
+# %% ../nbs/85_sweep.ipynb #79e87002
+def step_seconds(cfg, threads: int | None = None, batch_cap: int = 8, iters: int = 3) -> float:
+    "Seconds of one training step of `cfg` on this machine's CPU, measured at a batch of at most `batch_cap` and scaled to its batch."
+    import torch
+
+    from qmind_render.model import Diffusion, _median_time, build_model, make_optimizer, prepare_batch, synthetic_batch, train_step
+    from qmind_render.skinner import load_grid
+    old = torch.get_num_threads()
+    torch.set_num_threads(int(threads or old))
+    try:
+        torch.manual_seed(0)
+        model, d, b = build_model(cfg.model, grid=load_grid()), Diffusion.from_config(cfg.model), min(cfg.train.batch, batch_cap)
+        opt, (x0, cond), g = make_optimizer(model, cfg.train.lr), prepare_batch(synthetic_batch(b)), torch.Generator().manual_seed(0)
+        ac = torch.bfloat16 if str(getattr(cfg.train.precision, "value", cfg.train.precision)) == "bf16" else None
+        s = _median_time(lambda: train_step(model, opt, d, x0, cond, g, ac), iters, 1)
+    finally: torch.set_num_threads(old)
+    return s * cfg.train.batch * cfg.train.grad_accum / b
+
+def estimate_wall(runs: list[RunSpec], backend: str = "local", jobs: int | None = None, instance: str | None = None,
+                  utilisation: float = 0.4) -> dict:
+    "Minutes per run and for the whole sweep on `backend`: measured step times here (local), the planner's hours elsewhere."
+    import os
+    jobs, per, cache = max(1, jobs or 1), [], {}
+    if backend == "local":
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        for r in runs:
+            cfg = config_from_dict(r.config)
+            key = json.dumps([r.config["model"], cfg.train.batch, cfg.train.grad_accum, str(r.config["train"]["precision"])], sort_keys=True)
+            s = cache[key] = cache[key] if key in cache else step_seconds(cfg, threads)
+            ev = 100 * cfg.eval.frames_per_cell * sum(cfg.eval.ddim_steps) * s / (cfg.train.batch * cfg.train.grad_accum) / 3 + 10
+            per.append({"run": r.name, "step_s": round(s, 3), "minutes": round((cfg.train.steps * s + ev) / 60, 1)})
+        basis = f"step times measured on this machine's CPU, {threads} thread(s) a run, {jobs} run(s) at a time"
+    else:
+        inst = instance or ("ml.g5.xlarge" if backend == "sagemaker" else "g6.xlarge")
+        for r in runs:
+            row = plan_cost(config_from_dict(r.config), instance=inst, utilisation=utilisation)["instances"][0]
+            per.append({"run": r.name, "minutes": None if row["hours"] is None else round(row["hours"] * 60, 1)})
+        basis = f"the planner's GPU hours on {inst} at {utilisation:.0%} of peak bf16, {jobs} run(s) at a time"
+    mins = [p["minutes"] for p in per]
+    total = None if None in mins else round(sum(mins) / jobs if backend == "local" else max(mins, default=0) * -(-len(mins) // jobs), 1)
+    return {"runs": per, "wall_minutes": total, "basis": basis}
+
 # %% ../nbs/85_sweep.ipynb #f8789f98
 CLOUD = {"ec2": "EC2Backend", "sagemaker": "SageMakerBackend"}
 
@@ -481,12 +553,31 @@ def _cloud_kw(a) -> dict:
     return kw | {"instance": a.instance or "ml.g5.xlarge", "spot": a.market == "spot", "image": a.image, "role_arn": a.role_arn}
 
 # %% ../nbs/85_sweep.ipynb #f0ca96af
+SWEEP_HELP = """\
+a sweep file (YAML):
+  name: coverage               # optional: the run names' prefix (default: the file's name)
+  base: quickstart             # an experiment under sweeps/exp/, or a config path
+  overrides: [train.steps=500] # optional: applied to every run
+  grid:                        # the runs: every combination, the last key varying fastest
+    data.holdout: [coverage_25, coverage_50, coverage_75]
+    seed: [1, 2, 3]
+  slurm: {partition: gpu, gpus: 1, time: "4:00:00"}   # optional: what each Slurm array task asks for
+
+or the same from the command line (-m, as Hydra's multirun): every key=a,b,c is a grid axis, every
+other key=value applies to every run:
+  qmind sweep quickstart -m seed=1,2,3 data.holdout=coverage_50,coverage_75 train.steps=500
+
+each run is named <name>-<NNN>-<values> and lives in runs/<run name>/ (its config.yaml, checkpoints,
+eval/, and the executed notebook); a rerun skips finished runs and resumes interrupted ones."""
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="qmind sweep", description="Expand a sweep file into runs and execute each through papermill.")
-    ap.add_argument("sweep", help="a sweep file, e.g. sweeps/coverage.yaml")
-    ap.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
+    ap = argparse.ArgumentParser(prog="qmind sweep", description="Expand a sweep into runs and execute each through papermill.",
+                                 epilog=SWEEP_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep", help="a sweep file, e.g. sweeps/coverage.yaml; with -m, an experiment (quickstart) or config path")
+    ap.add_argument("overrides", nargs="*", help="key=value overrides applied to every run; with -m, key=a,b,c sweeps the key")
+    ap.add_argument("-m", "--multirun", action="store_true", help="sweep SWEEP (an experiment) over the comma lists in the overrides")
     ap.add_argument("--backend", default="local", choices=["local", "slurm", *CLOUD])
-    ap.add_argument("--dry-run", action="store_true", help="print the runs and the cost estimate; run nothing")
+    ap.add_argument("--dry-run", action="store_true", help="print the runs, the cost estimate and the wall time on the backend; run nothing")
     ap.add_argument("--status", action="store_true", help="print the runs' table from their job records; submit nothing")
     ap.add_argument("--report", nargs="?", const="", default=None, metavar="DIR",
                     help="write the sweep report (markdown + PNG) from the runs' eval.json to DIR (default runs/<sweep>-report); submit nothing")
@@ -507,6 +598,47 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 # %% ../nbs/85_sweep.ipynb #197503bb
+def _ago(s: float) -> str: return f"{int(s) // 60}m{int(s) % 60:02d}s"
+
+def watch(be, runs: list[RunSpec], jobs: list[dict], log=print, poll: float = 2.0, every: float = 30.0) -> None:
+    """While local runs execute: a line when each starts (its run dir and grid values), a status line per running run every
+    `every` seconds (step, loss), and a line when each ends; then the workers are released."""
+    rec = {j["run"]: j for j in jobs}
+    said, last, t_start = {}, 0.0, {}
+    def state(r):
+        p = Path(rec[r.name]["run_dir"]) / "job.json"
+        return (_read_json(p) or {}).get("state", "queued") if r.name in rec else "queued"
+    while True:
+        busy = any(not f.done() for f in getattr(be, "_futures", {}).values())
+        now = time.monotonic()
+        for r in runs:
+            st, before = state(r), said.get(r.name)
+            if st == before or rec.get(r.name, {}).get("skipped"): continue
+            said[r.name] = st
+            if st in ("running", "done", "failed") and r.name not in t_start:    # a short run may be done by the next look
+                t_start[r.name] = now
+                log(f"{r.name}: started in {rec[r.name]['run_dir']}" + (f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else ""))
+            if st in ("done", "failed"):
+                ev = _read_json(Path(rec[r.name]["run_dir"]) / "eval" / "eval.json")
+                how = f", held-out PSNR {_psnr(ev, 'heldout'):.2f} dB" if ev and be.status(rec[r.name]) == "done" else ""
+                log(f"{r.name}: {be.status(rec[r.name])} after {_ago(now - t_start.get(r.name, now))}{how}")
+        if now - last >= every:
+            last = now
+            for r in runs:
+                if said.get(r.name) != "running": continue
+                m = read_metrics_tail(Path(rec[r.name]["run_dir"]))
+                log(f"  {r.name}: " + (f"step {m['step']}/{rec[r.name]['steps']}, loss {m['loss']:.4f}" if m else "starting")
+                    + f", {_ago(now - t_start[r.name])}")
+        if not busy: break
+        time.sleep(poll)
+    be.wait()
+
+def read_metrics_tail(run_dir: Path) -> dict | None:
+    "The last logged metrics line of a run (None before the first)."
+    p = Path(run_dir) / "metrics.jsonl"
+    lines = p.read_text().splitlines() if p.is_file() else []
+    return json.loads(lines[-1]) if lines and lines[-1].strip() else None
+
 def _print_table(runs, jobs, be) -> list[dict]:
     rows = sweep_summary(runs, jobs, be)
     print("\n" + format_table(rows))
@@ -544,17 +676,35 @@ def _submit_cloud(be, runs: list[RunSpec], a) -> list[dict]:
     return [jobs[r.name] for r in runs]
 
 # %% ../nbs/85_sweep.ipynb #eab5aebd
+def _sweep(a) -> dict:
+    "The sweep a command line names: a sweep file, or (-m) an experiment and its comma lists."
+    if a.multirun: return multirun(a.sweep, a.overrides)
+    if not Path(a.sweep).is_file():
+        raise ValueError(f"{a.sweep}: no such sweep file; to sweep an experiment from the command line add -m, e.g. "
+                         f"qmind sweep {a.sweep} -m seed=1,2,3")
+    s = load_sweep(a.sweep)
+    return s | {"overrides": [*s["overrides"], *a.overrides]}
+
+def _print_dry_run(runs: list[RunSpec], a) -> None:
+    print(f"{len(runs)} runs:\n" + "\n".join(f"  {r.name}" + (f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else "")
+                                            for r in runs))
+    print(f"\ntotal estimate, {len(runs)} runs at {a.utilisation:.0%} of peak bf16:\n" + format_table(sweep_cost(runs, a.utilisation)))
+    w = estimate_wall(runs, a.backend, a.jobs, a.instance, a.utilisation)
+    per = [r["minutes"] for r in w["runs"]]
+    print(f"\nwall time on the {a.backend} backend: " + (f"about {_ago(60 * w['wall_minutes'])} for the sweep "
+          f"({min(per):g}-{max(per):g} min a run)" if w["wall_minutes"] is not None else "unknown (no bf16 peak for the instance)")
+          + f"; {w['basis']}")
+
 def sweep_main(argv: list[str]) -> int:
-    "`qmind sweep sweeps/SWEEP.yaml [key=value ...] [--backend local|slurm|ec2|sagemaker] [--dry-run|--status|--report] [--jobs N]`"
-    a = _parser().parse_args(argv)
-    s, runs = load_sweep(a.sweep), expand_sweep(a.sweep, a.overrides)
-    if a.dry_run:
-        print(f"{len(runs)} runs:\n" + "\n".join(f"  {r.name}" for r in runs))
-        print(f"\ntotal estimate, {len(runs)} runs at {a.utilisation:.0%} of peak bf16:\n" + format_table(sweep_cost(runs, a.utilisation)))
-        return 0
+    "`qmind sweep SWEEP.yaml | EXPERIMENT -m [key=value ...] [--backend local|slurm|ec2|sagemaker] [--dry-run|--status|--report] [--jobs N]`"
+    a = _parser().parse_intermixed_args(argv)                    # flags anywhere: `qmind sweep quickstart -m seed=1,2 --dry-run`
+    s = _sweep(a)
+    runs = expand_sweep(s)
+    again = "qmind sweep " + " ".join([a.sweep, *(["-m", *a.overrides] if a.multirun else a.overrides)])
+    if a.dry_run: _print_dry_run(runs, a); return 0
     if a.status: return _status(runs, a.runs)
     if a.report is not None:
-        rep = write_report(a.sweep, a.report or None, a.runs, a.overrides)
+        rep = write_report(s, a.report or None, a.runs)
         print(md_table(rep["groups"], [k for k in s["grid"] if k != "seed"] + ["seeds", *METRICS]) if rep["groups"] else "no finished runs yet")
         print(f"\nreport: {rep['report']}" + (f"  (figure {rep['png']})" if rep["png"] else ""))
         return 0
@@ -567,11 +717,11 @@ def sweep_main(argv: list[str]) -> int:
         jobs = be.submit_many(runs) if hasattr(be, "submit_many") else [be.submit(r) for r in runs]
     for j in jobs: print(f"{j['run']}: {j['state']}{' (finished earlier, skipped)' if j.get('skipped') and j['state'] == 'done' else ''}"
                          f"{' (already submitted, skipped)' if j.get('skipped') and j['state'] != 'done' else ''}"
-                         f"{'  ' + j['slurm_job_id'] if j.get('slurm_job_id') else ''}")
-    if a.backend == "local": be.wait()
+                         f"{'  ' + j['slurm_job_id'] if j.get('slurm_job_id') else ''}", flush=True)
+    if a.backend == "local": watch(be, runs, jobs, lambda m: print(m, flush=True))
     if a.backend == "slurm" and a.wait: be.wait(jobs)
     rows = _print_table(runs, jobs, be)
-    if a.backend == "local" or a.wait: print(f"report: qmind sweep {a.sweep} --report")
+    if a.backend == "local" or a.wait: print(f"report: {again} --report")
     return 0 if all(r["status"] == "done" for r in rows) or not (a.backend == "local" or a.wait) else 1
 
 # %% ../nbs/85_sweep.ipynb #0f9d3f8c

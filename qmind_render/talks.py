@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import html
 import json
 import os
@@ -245,8 +246,23 @@ def execute_talk(nb, cwd: Path, timeout: int = 600):
     return nb
 
 # %% ../nbs/96_talks.ipynb #ae43cc57
-def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = False, assets: str = "_assets") -> Path:
-    "Check, run (if asked, or if it has no outputs) and render one talk to `out_dir/<slug>.html`."
+def _cached_slides(talk: Talk, cache: Path | None, slow: bool, assets: str) -> Path | None:
+    "Where the slides of this exact talk, library and settings are kept in `cache` (None: no cache, or no project to hash)."
+    if cache is None: return None
+    from qmind_render.docs import library_fingerprint
+    try: lib = library_fingerprint(talk.path.resolve().parents[2])      # nbs/talks/NN_x.ipynb -> the project's root
+    except Exception: return None
+    h = hashlib.sha256(talk.path.read_bytes() + lib.encode() + f"{slow} {assets}".encode())
+    return Path(cache) / f"{talk.slug}-{h.hexdigest()[:20]}.html"
+
+def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = False, assets: str = "_assets",
+                cache: Path | None = None) -> Path:
+    """Check, run (if asked, or if it has no outputs) and render one talk to `out_dir/<slug>.html`; with `cache`, reuse the slides
+    made from the same notebook, library and settings (`execute` renders anew)."""
+    out, kept = Path(out_dir) / f"{talk.slug}.html", _cached_slides(talk, cache, slow, assets)
+    if kept is not None and kept.is_file() and not execute:
+        shutil.copyfile(kept, out)
+        return out
     nb = nbformat.read(talk.path, as_version=4)
     check_talk(nb, talk.slug)
     nb = prepare(nb, slow)
@@ -254,9 +270,11 @@ def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = F
     check_talk(nb, talk.slug, executed=True)
     nb.metadata["title"] = talk.title
     body, _ = slides_exporter(assets).from_notebook_node(nb, resources={"metadata": {"name": talk.slug}})
-    out = Path(out_dir) / f"{talk.slug}.html"
     out.write_text(body)
     check_offline(out)
+    if kept is not None:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        tmp = kept.with_suffix(f".{os.getpid()}.tmp"); shutil.copyfile(out, tmp); os.replace(tmp, kept)
     return out
 
 _INDEX = """<!DOCTYPE html>
@@ -264,7 +282,8 @@ _INDEX = """<!DOCTYPE html>
 <style>body{{font-family:system-ui,sans-serif;max-width:46em;margin:3em auto;padding:0 1em;line-height:1.5}}
 li{{margin:.6em 0}} .sub{{color:#555}}</style></head>
 <body><h1>Five-minute talks</h1>
-<p>Deck 7: "teach one idea in five minutes": three slides, one picture, one equation, why it matters for
+<p>The design deck this project was built from (deck 7 of the group's research course) ends with "teach one idea
+in five minutes": three slides, one picture, one equation, why it matters for
 the project. Every number on them was computed by qmind-render's code when the talk was built.
 Arrow keys move between slides; <kbd>S</kbd> opens the speaker notes.</p>
 <ul>
@@ -282,11 +301,12 @@ def write_index(talks: list[Talk], out_dir: Path) -> Path:
 
 # %% ../nbs/96_talks.ipynb #2c250409
 def build_talks(out_dir: str | Path, execute: bool = False, only=None, slow: bool = False, folder: str | Path | None = None,
-                cache: str | Path | None = None, log=print) -> list[Path]:
+                cache: str | Path | None = None, log=print, slides_cache: str | Path | None = None) -> list[Path]:
     """Render the talks in `folder` (default `nbs/talks`) as reveal.js slides in `out_dir`, with `index.html` and `_assets/`.
 
     A talk is executed when `execute` is set or when it is stored without outputs (as notebooks are here), so every number is
-    fresh; `slow` also runs its `#| slow` cells. `only`: slugs to build. Returns the slide files, in talk order."""
+    fresh; `slow` also runs its `#| slow` cells. `only`: slugs to build. `cache`: where npm packages are kept; `slides_cache`: where
+    rendered slides are kept for reuse (the docs site passes its cache). Returns the slide files, in talk order."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     talks = find_talks(folder, only)
@@ -295,7 +315,7 @@ def build_talks(out_dir: str | Path, execute: bool = False, only=None, slow: boo
     paths = []
     for t in talks:
         t0 = time.perf_counter()
-        paths.append(render_talk(t, out_dir, execute, slow))
+        paths.append(render_talk(t, out_dir, execute, slow, cache=slides_cache))
         if log: log(f"{t.slug}: {paths[-1]} ({time.perf_counter() - t0:.1f} s)")
     write_index(find_talks(folder), out_dir) if not only else write_index(talks, out_dir)
     check_offline(out_dir / "index.html")

@@ -32,9 +32,9 @@ from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_em
 # %% auto #0
 __all__ = ['RESUME_FIXED', 'runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor',
            'CheckpointError', 'checkpoints', 'save_checkpoint', 'load_checkpoint', 'check_resume', 'wandb_mode',
-           'Tracker', 'read_metrics', 'sample_grid', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore',
-           'resume_from', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter', 'check_finite', 'save',
-           'sample', 'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'bench_train']
+           'Tracker', 'read_metrics', 'Progress', 'sample_grid', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict',
+           'restore', 'resume_from', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter',
+           'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 def runs_root(root: str | Path | None = None) -> Path:
@@ -191,6 +191,26 @@ def read_metrics(run_dir: Path) -> list[dict]:
     "The logged metrics of a run."
     p = Path(run_dir) / "metrics.jsonl"
     return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.is_file() else []
+
+# %% ../nbs/50_train.ipynb #fa25a3df
+def _hms(s: float) -> str:
+    s = int(max(0, s)); return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+class Progress:
+    "A run's progress: a tqdm bar (step, loss, samples/s, ETA) on a terminal, one line per logged step anywhere else."
+    def __init__(self, total: int, start: int, name: str, stream=None):
+        from tqdm import tqdm
+        self.stream, self.total = stream or sys.stderr, total
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.bar = tqdm(total=total, initial=start, desc=f"training {name}", unit="step", file=self.stream, dynamic_ncols=True,
+                        disable=not self.tty, smoothing=0.05)
+    def update(self) -> None: self.bar.update(1)
+    def log(self, step: int, m: dict) -> None:
+        "At a log step: the bar's figures, or a line."
+        if self.tty: self.bar.set_postfix_str(f"loss {m['loss']:.4f}, {m['samples_per_s']:.0f} samples/s", refresh=False)
+        else: print(f"  step {step}/{self.total}  loss {m['loss']:.4f}  {m['samples_per_s']:.0f} samples/s  {m['step_ms']:.0f} ms/step  "
+                    f"{_hms((self.total - step) * m['step_ms'] / 1e3)} left", file=self.stream, flush=True)
+    def close(self) -> None: self.bar.close()
 
 # %% ../nbs/50_train.ipynb #884090b1
 def sample_grid(batch: dict, pred: np.ndarray) -> np.ndarray:
@@ -454,9 +474,9 @@ def _due(run: Run, last_save: float) -> bool:
     return by_steps or time.monotonic() - last_save >= 60 * t.ckpt_every_min
 
 # %% ../nbs/50_train.ipynb #6ac2ac33
-def train(cfg, root: str | Path | None = None, stop_after: int | None = None) -> dict:
+def train(cfg, root: str | Path | None = None, stop_after: int | None = None, progress: bool = True) -> dict:
     """Train (or resume, or report finished) the run `cfg` describes; returns a summary.
-    `stop_after`: checkpoint and return after that many steps of this call, as if interrupted."""
+    `stop_after`: checkpoint and return after that many steps of this call, as if interrupted; `progress`: show it (stderr)."""
     run, t = setup(cfg, root), cfg.train
     maybe_restore(run)
     start, t_start = run.step, time.monotonic()
@@ -464,13 +484,17 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None) ->
     tracker = Tracker(run.dir, cfg, run.step) if run.dist.main else None
     fixed = fixed_samples(run.ds, run.split) if run.dist.main else None
     it, meter, last_save, status = batches(run), Meter(), time.monotonic(), "finished"
+    shown = Progress(t.steps, run.step, cfg.name) if run.dist.main and progress else None
     try:
         with stop_on_signals(run):
             while run.step < t.steps:
                 _step(run, it, meter)
+                if shown: shown.update()
                 if run.step % t.log_every == 0:                     # every rank, so a stop is taken by all of them at once
                     check_finite(run)
-                    if run.dist.main: tracker.log(run.step, meter.read(run))
+                    if run.dist.main:
+                        tracker.log(run.step, m := meter.read(run))
+                        if shown: shown.log(run.step, m)
                     meter = Meter()
                 if run.dist.main and t.sample_every and run.step % t.sample_every == 0: sample(run, fixed, tracker)
                 if _due(run, last_save): save(run); last_save = time.monotonic()
@@ -480,6 +504,7 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None) ->
             if run.dist.main and status == "finished": sample(run, fixed, tracker)
     finally:
         if tracker: tracker.close()
+        if shown: shown.close()
     return _summary(run, status, start, t_start)
 
 def _summary(run: Run, status: str, start: int, t0: float) -> dict:
@@ -496,7 +521,7 @@ def train_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="qmind train", description="Train (or resume) a run; its dir is runs/<name>/.")
     add_config_args(p, "key=value, e.g. train.steps=500 seed=2 train.resume=never")
     p.add_argument("--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)")
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)          # options anywhere on the line
     cfg = config_from_args(a)
     try: res = train(cfg, a.runs)
     finally:

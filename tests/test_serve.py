@@ -353,6 +353,40 @@ def test_page_in_chromium(server, tmp_path):
     assert errors == [], errors
 
 
+@needs_chromium
+def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it_is(tmp_path):
+    "`qmind serve` with no arguments: the model that ships with the package, its held-out PSNR on the page."
+    from playwright.sync_api import sync_playwright
+    port = free_port()
+    proc = subprocess.Popen(CLI + ["serve", "--port", str(port), "--backend", "bf16"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200: break
+            except httpx.TransportError: pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.2)
+        info = httpx.get(f"{url}/info", timeout=10).json()
+        assert info["source"] == "shipped:small" and info["heldout_psnr"]["ddim_2"] > info["heldout_psnr"]["baseline"]
+        with sync_playwright() as p:
+            browser = launch_chromium(p)
+            try:
+                page = browser.new_page()
+                page.goto(url + "/")
+                page.wait_for_function("Number(document.body.dataset.frames || 0) >= 2", timeout=60_000)
+                about = page.locator("#about").inner_text()
+                assert "shipped:small" in about and "Held-out PSNR" in about and f"{info['heldout_psnr']['ddim_2']:.2f}" in about, about
+            finally: browser.close()
+    finally:
+        proc.send_signal(2)
+        try: out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired: proc.kill(); out, _ = proc.communicate()
+    assert f"ready: open http://127.0.0.1:{port}/" in out and "Traceback" not in out, out[-3000:]
+
+
 # ---------------------------------------------------------------- the benchmark's code path (numbers are not tested)
 
 def test_bench_serve_json_is_clean_and_complete(tmp_path):

@@ -277,7 +277,7 @@ def test_write_pngs_round_trip(tmp_path):
     from PIL import Image
     frames = [sk.corridor_frame(shift=0.2 * i) for i in range(3)]
     paths = sk.write_pngs(frames, tmp_path, "lab", "toxic")
-    assert [p.name for p in paths] == ["frame-00000.png", "frame-00001.png", "frame-00002.png"]
+    assert [p.name for p in paths] == ["frame_00000.png", "frame_00001.png", "frame_00002.png"]
     want = sk.skin(frames[2], GRID.theme("lab"), GRID.lighting("toxic"))
     assert np.array_equal(np.asarray(Image.open(paths[2])), want)
 

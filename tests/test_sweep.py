@@ -183,12 +183,17 @@ def test_local_sweep_end_to_end(tiny_sweep):
         assert cells == ["done", format_table([{"x": h}]).split()[1], format_table([{"x": t}]).split()[1], "1"]
         assert (rd / "train.ipynb").is_file() and (rd / "params.yaml").is_file()   # the executed copy lands in the run dir
         assert json.loads((rd / "job.json").read_text())["state"] == "done"
+        executed = json.loads((rd / "train.ipynb").read_text())             # it ends with the run's numbers and samples
+        assert "PSNR (dB) of run" in json.dumps(executed["cells"][-1]["outputs"])
+        assert any("image/png" in o.get("data", {}) for o in executed["cells"][-1]["outputs"])
+        assert f"{name}: started in {rd}  (seed=" in out and f"{name}: done after " in out   # progress as each run goes
     assert isinstance(LocalBackend(), Backend)
 
 
 def test_interrupted_runs_resume_and_finished_runs_are_skipped(tiny_sweep):
     rc, out = tiny_sweep["first"]
     assert rc == 1, out                                             # both runs were stopped: the sweep is not done
+    assert "Kernel is running over TCP" not in out                  # the kernels' own notes go to each run's kernel.log
     assert [cells[:2] for cells in table_of(out).values()] == [["failed", "-"], ["failed", "-"]]
     _, out2 = tiny_sweep["second"]
     for n in NAMES:
@@ -243,3 +248,30 @@ def test_aggregate_groups_by_the_non_seed_keys():
     assert [(x["h"], x["seeds"], x["heldout_psnr"], x["heldout_psnr_min"], x["heldout_psnr_max"]) for x in a] == [
         ("coverage_25", 2, 18.0, 17.0, 19.0), ("coverage_50", 1, 21.0, 21.0, 21.0)]
     assert a[0]["heldout_psnr_std"] == pytest.approx(2 ** 0.5) and a[1]["heldout_psnr_std"] == 0.0
+
+
+def test_multirun_from_the_command_line_and_its_wall_time(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    assert sweep_main(["quickstart", "-m", "seed=1,2", "data.holdout=coverage_50,coverage_75", "train.steps=40", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("4 runs:") and "quickstart-003-seed2-coverage_75  (seed=2 data.holdout=coverage_75)" in out
+    assert "wall time on the local backend: about " in out and "measured on this machine's CPU" in out
+    with pytest.raises(ValueError, match=r"no such sweep file; .* add -m, e\.g\. qmind sweep quickstart -m seed=1,2,3"):
+        sweep_main(["quickstart", "seed=1,2"])
+    with pytest.raises(ValueError, match="-m needs at least one key with a comma list"):
+        sweep_main(["quickstart", "-m", "seed=1"])
+
+
+def test_wall_time_follows_the_steps(monkeypatch):
+    from qmind_render.sweep import estimate_wall, multirun
+    monkeypatch.chdir(REPO)
+    runs = expand_sweep(multirun("quickstart", ["train.steps=100,400"]))
+    w = estimate_wall(runs, "local")
+    assert w["runs"][0]["step_s"] == w["runs"][1]["step_s"] > 0                  # one measurement for the two
+    assert 2.5 < w["runs"][1]["minutes"] / w["runs"][0]["minutes"] < 4.0          # 4x the steps (evaluation is the same)
+    assert w["wall_minutes"] == pytest.approx(w["runs"][0]["minutes"] + w["runs"][1]["minutes"], abs=0.11)
+
+
+def test_sweep_help_documents_the_file_format():
+    r = subprocess.run([sys.executable, "-m", "qmind_render.cli", "sweep", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "a sweep file (YAML):" in r.stdout and "grid:" in r.stdout and "-m seed=1,2,3" in r.stdout

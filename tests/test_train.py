@@ -193,6 +193,22 @@ def test_a_device_the_machine_lacks_is_one_line(data):
     assert not (data / "runs" / "nocuda").exists()                 # refused before anything was written
 
 
+def test_progress_is_a_line_per_log_step_off_a_terminal_and_a_bar_on_one(data, capsys):
+    import io
+
+    from qmind_render.train import Progress
+    train(load_config(None, args(data, "progress", 6, "train.log_every=2", "train.ckpt_every_steps=0")), data / "runs")
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("  step ")]
+    assert [l.split()[1] for l in lines] == ["2/6", "4/6", "6/6"] and all(" samples/s " in l and l.endswith(" left") for l in lines)
+    class Tty(io.StringIO):
+        def isatty(self): return True
+    out = Tty()
+    p = Progress(10, 0, "demo", out)
+    for _ in range(4): p.update()
+    p.log(4, {"loss": 0.0312, "samples_per_s": 812.0, "step_ms": 39.4}); p.update(); p.close()
+    assert "training demo" in out.getvalue() and "5/10" in out.getvalue() and "loss 0.0312, 812 samples/s" in out.getvalue()
+
+
 def test_full_disk_keeps_previous_checkpoint(data, monkeypatch):
     res = train(load_config(None, args(data, "disk", 2)), data / "runs")
     good = Path(res["last_checkpoint"])
