@@ -788,7 +788,10 @@ def _data_parser():
 # %% ../nbs/30_data.ipynb #dc186f25
 def data_main(argv: list[str]) -> int:
     "`qmind data gen|ls|verify|show|split ...`"
-    a = _data_parser().parse_args(argv)
+    p = _data_parser()
+    a, extra = p.parse_known_args(argv)           # key=value after an option (gen quickstart --workers 2 data.episodes=8)
+    if extra and (a.cmd != "gen" or any("=" not in x or x.startswith("-") for x in extra)): p.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra: a.overrides = [*a.overrides, *extra]
     if a.cmd == "gen":
         from qmind_render.config import config_from_args
         m = generate(config_from_args(a).data, workers=a.workers)

@@ -637,7 +637,10 @@ def read_metrics_tail(run_dir: Path) -> dict | None:
     "The last logged metrics line of a run (None before the first)."
     p = Path(run_dir) / "metrics.jsonl"
     lines = p.read_text().splitlines() if p.is_file() else []
-    return json.loads(lines[-1]) if lines and lines[-1].strip() else None
+    for line in reversed(lines[-2:]):                              # the last line may be half-written as we read it
+        try: return json.loads(line)
+        except ValueError: continue
+    return None
 
 def _print_table(runs, jobs, be) -> list[dict]:
     rows = sweep_summary(runs, jobs, be)

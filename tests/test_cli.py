@@ -86,3 +86,28 @@ def test_missing_config_file_lists_what_exists():
     assert r.returncode == 1
     assert "config file not found: sweeps/exp/no_such_experiment.yaml" in r.stderr
     assert "quickstart" in r.stderr
+
+
+def test_options_anywhere_and_project_files_from_any_folder(tmp_path):
+    "Flags after key=value (and key=value after flags) work, and experiments and splits are found outside the checkout."
+    r = qmind("config", "quickstart", "--json", "seed=5", cwd=tmp_path)                  # from a folder with no sweeps/
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads(r.stdout)
+    assert cfg["seed"] == 5 and cfg["name"] == "quickstart"
+    r = qmind("data", "ls", "--store", str(tmp_path / "empty"), cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith(f"no datasets in {tmp_path / 'empty'}")
+    r = qmind("data", "gen", "quickstart", "--workers", "1", "data.episodes=x", cwd=tmp_path)   # the override reached the config
+    assert r.returncode == 1 and "bad value for 'data.episodes'" in r.stderr
+    from qmind_render.data import find_split
+    import os
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert find_split("random_15").resolve() == (ROOT / "sweeps" / "splits" / "random_15.yaml").resolve()
+    finally: os.chdir(here)
+
+
+def test_bench_takes_json_after_its_arguments():
+    r = qmind("bench", "sampler", "size=tiny", "steps=[1]", "batches=[1]", "iters=1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["eager_b1_s1_ms"] > 0
