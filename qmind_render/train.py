@@ -318,7 +318,7 @@ def state_dict(run: Run) -> dict:
             "config": config_to_dict(run.cfg), "git": git_commit(), "dataset": run.cfg.data.dataset,
             "versions": {**contract_versions(), "qmind_render": __version__, "engine": engine.ENGINE_VERSION,
                          "skinner": skinner.SKINNER_VERSION, "torch": str(torch.__version__)},
-            "world": run.dist.world, "elapsed_s": run.elapsed + time.monotonic() - run.started}
+            "world": run.dist.world, "elapsed_s": run.elapsed + time.monotonic() - run.started, "device": str(run.device)}
 
 def restore(run: Run, ckpt: dict, path: Path) -> None:
     "Load a checkpoint into a set-up run (after `check_resume`)."

@@ -2,6 +2,7 @@
 checkpoint; HTTP and WebSocket clients; bad input of every kind the issue names; a bounded load
 test; fuzzing of /render and /play (hypothesis); and the page in headless Chromium (Playwright)."""
 import base64
+import contextlib
 import os
 import io
 import json
@@ -48,13 +49,11 @@ def run_dir(tmp_path_factory):
     return tmp / "runs" / "served"
 
 
-@pytest.fixture(scope="module")
-def server(run_dir):
-    "`qmind serve` as a user runs it, on a free loopback port; stopped (SIGINT) at the end."
-    port = free_port()
-    proc = subprocess.Popen(CLI + ["serve", "--checkpoint", str(run_dir), "--port", str(port), "--steps", "1", "--backend", "eager",
-                                   "--max-sessions", str(MAX_SESSIONS), "--max-wait-ms", "5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+@contextlib.contextmanager
+def qmind_serve(*args):
+    "`qmind serve ARGS` as a user runs it, on a free loopback port, once /healthz answers; yields (url, log), log['out'] set at exit."
+    port, log = free_port(), {"out": ""}
+    proc = subprocess.Popen(CLI + ["serve", "--port", str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -65,12 +64,20 @@ def server(run_dir):
             except httpx.TransportError: pass
             assert time.monotonic() < deadline, "server did not come up"
             time.sleep(0.2)
-        yield url
+        yield url, log
     finally:
-        proc.send_signal(2)
-        try: out, _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired: proc.kill(); out, _ = proc.communicate()
-        assert "Traceback" not in out, out[-3000:]
+        proc.send_signal(2)                             # Ctrl-C
+        try: log["out"], _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired: proc.kill(); log["out"], _ = proc.communicate()
+        assert "Traceback" not in log["out"], log["out"][-3000:]
+
+
+@pytest.fixture(scope="module")
+def server(run_dir):
+    "`qmind serve` on a trained run; stopped (SIGINT) at the end."
+    with qmind_serve("--checkpoint", str(run_dir), "--steps", "1", "--backend", "eager", "--max-sessions", str(MAX_SESSIONS),
+                     "--max-wait-ms", "5") as (url, _):
+        yield url
 
 
 def healthy(url):
@@ -357,18 +364,7 @@ def test_page_in_chromium(server, tmp_path):
 def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it_is(tmp_path):
     "`qmind serve` with no arguments: the model that ships with the package, its held-out PSNR on the page."
     from playwright.sync_api import sync_playwright
-    port = free_port()
-    proc = subprocess.Popen(CLI + ["serve", "--port", str(port), "--backend", "bf16"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.stdout.read()
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200: break
-            except httpx.TransportError: pass
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.2)
+    with qmind_serve("--backend", "bf16") as (url, log):
         info = httpx.get(f"{url}/info", timeout=10).json()
         assert info["source"] == "shipped:small" and info["heldout_psnr"]["ddim_2"] > info["heldout_psnr"]["baseline"]
         with sync_playwright() as p:
@@ -380,11 +376,25 @@ def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it
                 about = page.locator("#about").inner_text()
                 assert "shipped:small" in about and "Held-out PSNR" in about and f"{info['heldout_psnr']['ddim_2']:.2f}" in about, about
             finally: browser.close()
-    finally:
-        proc.send_signal(2)
-        try: out, _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired: proc.kill(); out, _ = proc.communicate()
-    assert f"ready: open http://127.0.0.1:{port}/" in out and "Traceback" not in out, out[-3000:]
+    assert f"ready: open {url}/" in log["out"], log["out"][-3000:]
+
+
+def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
+    from qmind_render.evaluate import evaluate
+    from qmind_render.model import load_shipped
+    from qmind_render.serve import ServeError, ship
+    with pytest.raises(ServeError, match=r"no evaluation of 0000003.pt .*run `qmind eval .*` first"):
+        ship(run_dir, tmp_path / "never.pt")
+    assert not (tmp_path / "never.pt").exists()
+    ev = evaluate(run_dir, ["eval.ddim_steps=[1]", "eval.frames_per_cell=1"], out=run_dir / "eval", log=lambda *a: None)
+    out = ship(run_dir, tmp_path / "shipped.pt", trained_on="this test")
+    blob = torch.load(out, weights_only=True)
+    assert all(v.dtype == torch.bfloat16 for v in blob["ema"].values() if v.is_floating_point())
+    assert blob["metrics"]["heldout"]["ddim_1"] == round(ev["parts"]["heldout"]["ddim_1"]["psnr"], 2) and blob["step"] == 3
+    assert blob["trained"]["on"] == "this test" and blob["dataset"] == "ds-serve" and blob["reproduce"].startswith("qmind run ")
+    model, _, about = load_shipped(out)
+    ref = load_served(run_dir).model.state_dict()
+    assert all((model.state_dict()[k] - v.float()).abs().max() <= v.float().abs().max() / 128 + 1e-8 for k, v in ref.items())   # bf16 rounding
 
 
 # ---------------------------------------------------------------- the benchmark's code path (numbers are not tested)
