@@ -107,6 +107,7 @@ class EvalConfig:
     ddim_steps: list[int] = field(default_factory=lambda: [1, 2, 4])
     frames_per_cell: int = 8
     device: str = "auto"                                # auto (the GPU when there is one) | cpu | cuda | cuda:1 ...
+    classifier_steps: int = 300                         # AdamW steps of the factor classifiers (fitted on training frames)
 
 @dataclass
 class ExperimentConfig:

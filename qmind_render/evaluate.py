@@ -284,7 +284,7 @@ def _classifiers(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 1500) 
     sizes = {"theme": ld.ds.manifest.grid["theme"], "lighting": ld.ds.manifest.grid["light"], "material": ld.ds.manifest.grid["material"]}
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
     b = gather(ld.ds, pick, shards)
-    return train_classifier(as_float(b["rgb"], ld.device), factor_labels(b, sizes["material"]), sizes), sizes
+    return train_classifier(as_float(b["rgb"], ld.device), factor_labels(b, sizes["material"]), sizes, ld.cfg.eval.classifier_steps), sizes
 
 def _fit_baseline(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000) -> MeanColour:
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]

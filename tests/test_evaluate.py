@@ -28,7 +28,7 @@ def work(tmp_path_factory):
 def small(work, name="small", *extra):
     return [f"data.store={work}/store", "data.dataset=ds-e", "data.episodes=24", "data.frames_per_episode=20",
             f"name={name}", "train.batch=8", "train.steps=30", "train.warmup=5", "train.log_every=10",
-            "train.sample_every=0", "tracker=none", "train.lr=2e-3", "eval.ddim_steps=[1,2]", "eval.frames_per_cell=2", *extra]
+            "train.sample_every=0", "tracker=none", "train.lr=2e-3", "eval.ddim_steps=[1,2]", "eval.frames_per_cell=2", "eval.classifier_steps=60", *extra]
 
 
 def env(work):
@@ -70,7 +70,7 @@ def test_rerun_reuses_everything(work, ran):
 
 def test_eval_is_reproducible(work, ran):
     a = json.loads((work / "runs" / "small" / "eval" / "eval.json").read_text())
-    b = evaluate(work / "runs" / "small", ["eval.ddim_steps=[1,2]", "eval.frames_per_cell=2"], out=work / "again", log=lambda *_: None)
+    b = evaluate(work / "runs" / "small", ["eval.ddim_steps=[1,2]", "eval.frames_per_cell=2", "eval.classifier_steps=60"], out=work / "again", log=lambda *_: None)
     assert a["parts"]["heldout"]["ddim_2"]["psnr"] == b["parts"]["heldout"]["ddim_2"]["psnr"]
 
 

@@ -386,7 +386,7 @@ def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
     with pytest.raises(ServeError, match=r"no evaluation of 0000003.pt .*run `qmind eval .*` first"):
         ship(run_dir, tmp_path / "never.pt")
     assert not (tmp_path / "never.pt").exists()
-    ev = evaluate(run_dir, ["eval.ddim_steps=[1]", "eval.frames_per_cell=1"], out=run_dir / "eval", log=lambda *a: None)
+    ev = evaluate(run_dir, ["eval.ddim_steps=[1]", "eval.frames_per_cell=1", "eval.classifier_steps=30"], out=run_dir / "eval", log=lambda *a: None)
     out = ship(run_dir, tmp_path / "shipped.pt", trained_on="this test")
     blob = torch.load(out, weights_only=True)
     assert all(v.dtype == torch.bfloat16 for v in blob["ema"].values() if v.is_floating_point())

@@ -20,7 +20,8 @@ from qmind_render.sweep import (LocalBackend, aggregate, deck_sizing, expand_swe
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["data.episodes=8", "data.frames_per_episode=16", "data.dataset=ds-sweep-tiny", "train.steps=8", "train.batch=4",
-        "train.log_every=1", "train.sample_every=0", "eval.frames_per_cell=1", "eval.ddim_steps=[1]", "tracker=none"]
+        "train.log_every=1", "train.sample_every=0", "eval.frames_per_cell=1", "eval.ddim_steps=[1]", "eval.classifier_steps=30",
+        "tracker=none"]
 NAMES = ["tiny-000-seed1", "tiny-001-seed2"]
 
 
