@@ -90,7 +90,7 @@ class Loaded:
     @property
     def dtype(self) -> torch.dtype:
         "Render in bf16 when the run trained in bf16 (about twice as fast on CPUs with native bf16), else fp32."
-        return torch.bfloat16 if str(getattr(self.cfg.train.precision, "value", self.cfg.train.precision)) == "bf16" else torch.float32
+        return torch.bfloat16 if self.cfg.train.precision == "bf16" else torch.float32
     def sampler(self, batch: int | None = None) -> GraphSampler:
         "The sampler evaluation renders with: this model, batches of up to `batch` (one CUDA graph per step count on a GPU)."
         return GraphSampler(self.model, self.diffusion, dtype=self.dtype, buckets=(batch or eval_batch(self.device),))

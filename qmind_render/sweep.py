@@ -499,7 +499,7 @@ def step_seconds(cfg, threads: int | None = None, batch_cap: int = 8, iters: int
         torch.manual_seed(0)
         model, d, b = build_model(cfg.model, grid=load_grid()), Diffusion.from_config(cfg.model), min(cfg.train.batch, batch_cap)
         opt, (x0, cond), g = make_optimizer(model, cfg.train.lr), prepare_batch(synthetic_batch(b)), torch.Generator().manual_seed(0)
-        ac = torch.bfloat16 if str(getattr(cfg.train.precision, "value", cfg.train.precision)) == "bf16" else None
+        ac = torch.bfloat16 if cfg.train.precision == "bf16" else None
         s = _median_time(lambda: train_step(model, opt, d, x0, cond, g, ac), iters, 1)
     finally: torch.set_num_threads(old)
     return s * cfg.train.batch * cfg.train.grad_accum / b
@@ -514,7 +514,8 @@ def estimate_wall(runs: list[RunSpec], backend: str = "local", jobs: int | None 
         for r in runs:
             cfg = config_from_dict(r.config)
             key = json.dumps([r.config["model"], cfg.train.batch, cfg.train.grad_accum, str(r.config["train"]["precision"])], sort_keys=True)
-            s = cache[key] = cache[key] if key in cache else step_seconds(cfg, threads)
+            if key not in cache: cache[key] = step_seconds(cfg, threads)   # one measurement per distinct model/batch/precision
+            s = cache[key]
             ev = 100 * cfg.eval.frames_per_cell * sum(cfg.eval.ddim_steps) * s / (cfg.train.batch * cfg.train.grad_accum) / 3 + 10
             per.append({"run": r.name, "step_s": round(s, 3), "minutes": round((cfg.train.steps * s + ev) / 60, 1)})
         basis = f"step times measured on this machine's CPU, {threads} thread(s) a run, {jobs} run(s) at a time"
@@ -600,6 +601,8 @@ def _parser() -> argparse.ArgumentParser:
 # %% ../nbs/85_sweep.ipynb #197503bb
 def _ago(s: float) -> str: return f"{int(s) // 60}m{int(s) % 60:02d}s"
 
+def _point(r: RunSpec) -> str: return f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else ""
+
 def watch(be, runs: list[RunSpec], jobs: list[dict], log=print, poll: float = 2.0, every: float = 30.0) -> None:
     """While local runs execute: a line when each starts (its run dir and grid values), a status line per running run every
     `every` seconds (step, loss), and a line when each ends; then the workers are released."""
@@ -617,7 +620,7 @@ def watch(be, runs: list[RunSpec], jobs: list[dict], log=print, poll: float = 2.
             said[r.name] = st
             if st in ("running", "done", "failed") and r.name not in t_start:    # a short run may be done by the next look
                 t_start[r.name] = now
-                log(f"{r.name}: started in {rec[r.name]['run_dir']}" + (f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else ""))
+                log(f"{r.name}: started in {rec[r.name]['run_dir']}{_point(r)}")
             if st in ("done", "failed"):
                 ev = _read_json(Path(rec[r.name]["run_dir"]) / "eval" / "eval.json")
                 how = f", held-out PSNR {_psnr(ev, 'heldout'):.2f} dB" if ev and be.status(rec[r.name]) == "done" else ""
@@ -689,8 +692,7 @@ def _sweep(a) -> dict:
     return s | {"overrides": [*s["overrides"], *a.overrides]}
 
 def _print_dry_run(runs: list[RunSpec], a) -> None:
-    print(f"{len(runs)} runs:\n" + "\n".join(f"  {r.name}" + (f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else "")
-                                            for r in runs))
+    print(f"{len(runs)} runs:\n" + "\n".join(f"  {r.name}{_point(r)}" for r in runs))
     print(f"\ntotal estimate, {len(runs)} runs at {a.utilisation:.0%} of peak bf16:\n" + format_table(sweep_cost(runs, a.utilisation)))
     w = estimate_wall(runs, a.backend, a.jobs, a.instance, a.utilisation)
     per = [r["minutes"] for r in w["runs"]]

@@ -351,8 +351,7 @@ class NonFiniteError(FloatingPointError):
     "A NaN/Inf loss or gradient; the message names the step and the last good checkpoint."
 
 def _precision(run: Run):
-    bf16 = str(getattr(run.cfg.train.precision, "value", run.cfg.train.precision)) == "bf16"
-    return torch.autocast(run.device.type, torch.bfloat16, enabled=bf16)
+    return torch.autocast(run.device.type, torch.bfloat16, enabled=run.cfg.train.precision == "bf16")   # a str enum: == compares its value
 
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device: nothing here waits for it."
@@ -411,7 +410,7 @@ class Meter:
 
 def check_finite(run: Run) -> None:
     "With train.nonfinite=stop, raise `NonFiniteError` if any step so far was not finite (reads the device: at log and save time)."
-    if str(getattr(run.cfg.train.nonfinite, "value", run.cfg.train.nonfinite)) != "stop": return
+    if run.cfg.train.nonfinite != "stop": return
     count, first, loss, norm = torch.cat([torch.stack([run.guard.count, run.guard.first]).float(), run.guard.values]).tolist()
     if count:
         raise NonFiniteError(f"non-finite loss or gradient at step {int(first)} (loss={loss}, grad norm={norm}); weights not "
@@ -451,10 +450,10 @@ class OutOfMemory(MemoryError):
     "A training step did not fit in the device's memory; the message names the settings to change and the intact checkpoint."
 
 def _oom(run: Run, e: Exception) -> OutOfMemory:
-    t, bf16 = run.cfg.train, str(getattr(run.cfg.train.precision, "value", run.cfg.train.precision)) == "bf16"
+    t = run.cfg.train
     return OutOfMemory(f"out of memory at step {run.step} with train.batch={t.batch} on {run.device}: try "
                        f"train.batch={max(1, t.batch // 2)} train.grad_accum={t.grad_accum * 2} (the same effective batch)"
-                       f"{'' if bf16 else ' or train.precision=bf16'}; the last checkpoint, {run.last_ckpt or 'none yet'}, is "
+                       f"{'' if t.precision == 'bf16' else ' or train.precision=bf16'}; the last checkpoint, {run.last_ckpt or 'none yet'}, is "
                        f"intact ({str(e).splitlines()[0][:160]})")
 
 # %% ../nbs/50_train.ipynb #1ea950ff

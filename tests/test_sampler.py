@@ -1,4 +1,4 @@
-"""The fast sampler (nbs/42_sampler.ipynb), evaluation and serving through it.
+"""The fast sampler (nbs/42_sampler.ipynb); evaluation and serving through it are tested in their own files.
 
 On every machine: the sampler's fixed-buffer path (what a GPU captures and replays; on a CPU the loop is re-run in its
 place) equals the reference `ddim_sample` in float32 (to the bit when the batch fills its bucket; padded, to rounding), for
