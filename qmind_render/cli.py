@@ -15,8 +15,11 @@ import platform
 import sys
 from typing import Callable, NamedTuple
 
+from .contracts import UserError, one_line
+
 # %% auto #0
-__all__ = ['COMMANDS', 'BENCHES', 'Command', 'load_target', 'main', 'versions', 'version_main', 'machine', 'bench_main']
+__all__ = ['COMMANDS', 'BENCHES', 'Command', 'load_target', 'error_exit', 'guarded', 'main', 'versions', 'version_main',
+           'machine', 'bench_main']
 
 # %% ../nbs/90_cli.ipynb #b18915f0
 class Command(NamedTuple):
@@ -65,29 +68,43 @@ def _parser() -> argparse.ArgumentParser:
     from qmind_render import __version__
     p = argparse.ArgumentParser(prog="qmind", description="qmind-render: can a diffusion model render a game?",
                                 epilog="Run `qmind COMMAND --help` for a command's own options.")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error (also: QMIND_DEBUG=1)")
     p.add_argument("--version", action="version", version=f"qmind-render {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, c in COMMANDS.items(): sub.add_parser(name, help=c.help, add_help=False)
     return p
 
 # %% ../nbs/90_cli.ipynb #5653a911
-_USER_ERRORS = (ValueError, FileNotFoundError, KeyError, MemoryError)   # MemoryError: train.OutOfMemory says what to change
+_INPUT_ERRORS = (ValueError, KeyError, OSError, MemoryError)   # MemoryError: train.OutOfMemory says what to change
+
+def error_exit(prog: str, e: BaseException) -> int:
+    "Print `e` as `prog: error: ...` on one line; its exit status (a `UserError`'s `exit_code`, else 2)."
+    print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+    return getattr(e, "exit_code", 2)
+
+def guarded(prog: str, fn: Callable[[], int | None]) -> int:
+    "Run `fn()` inside the error boundary: expected failures become one line and exit 2, unless debugging."
+    try: return int(fn() or 0)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, *_INPUT_ERRORS) as e:
+        if os.environ.get("QMIND_DEBUG"): raise
+        return error_exit(prog, e)
 
 def main(argv: list[str] | None = None) -> int:
     "The `qmind` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--debug" in argv:                                      # anywhere; the environment carries it to torchrun's workers
+        argv = [a for a in argv if a != "--debug"]
+        os.environ["QMIND_DEBUG"] = "1"
     p = _parser()
     if not argv:
         p.print_usage(sys.stderr)
         print("qmind: error: a COMMAND is required (see qmind --help)", file=sys.stderr)
         return 2
     cmd = p.parse_args(argv[:1]).command
-    try: return int(load_target(COMMANDS[cmd].target)(argv[1:]) or 0)
-    except _USER_ERRORS as e:
-        if os.environ.get("QMIND_DEBUG"): raise
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"qmind {cmd}: error: {msg}", file=sys.stderr)
-        return 1
+    return guarded(f"qmind {cmd}", lambda: load_target(COMMANDS[cmd].target)(argv[1:]))
 
 # %% ../nbs/90_cli.ipynb #f79f1d92
 def versions() -> dict[str, str]:

@@ -27,6 +27,7 @@ from typing import Protocol, runtime_checkable
 
 import yaml
 from fastcore.basics import patch
+from .contracts import UserError
 
 # %% auto #0
 __all__ = ['PROJECT', 'MAX_ATTEMPTS', 'JOB_STATES', 'ESTIMATE_TAG', 'USER_DATA_LIMIT', 'DLAMI_PARAMETER', 'MARKETS', 'THRESHOLDS',
@@ -87,7 +88,7 @@ def menu_source(path: str | Path | None = None) -> dict:
     return {k: d[k] for k in ("region", "as_of", "source")}
 
 # %% ../nbs/80_cloud.ipynb #55b2dbdb
-class CloudError(RuntimeError):
+class CloudError(UserError, RuntimeError):
     "A cloud operation was refused or failed: the message says what, where, and what to do."
 
 def instance_type(name: str, menu: dict[str, InstanceType] | None = None) -> InstanceType:

@@ -19,7 +19,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .contracts import project_dirs
+from .contracts import UserError, project_dirs
 
 # %% auto #0
 __all__ = ['MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'DataConfig', 'ModelConfig',
@@ -121,7 +121,7 @@ class ExperimentConfig:
     tracker: Tracker = Tracker.wandb                    # wandb runs offline unless you are logged in
 
 # %% ../nbs/01_config.ipynb #16392fe2
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     "A config could not be loaded: the message names the key, the source and the fix."
 
 def _section_type(key: str):

@@ -16,10 +16,10 @@ import numpy as np
 import yaml
 
 # %% auto #0
-__all__ = ['contracts_dir', 'project_dirs', 'parse_version', 'is_compatible', 'IncompatibleVersion', 'check_compatible',
-           'ChannelSpec', 'load_spec', 'bytes_per_pixel', 'random_frame', 'ChannelError', 'validate',
-           'check_spec_version', 'ThemeSchema', 'load_theme_schema', 'ThemeError', 'validate_theme', 'theme_vector',
-           'contract_versions']
+__all__ = ['contracts_dir', 'project_dirs', 'UserError', 'one_line', 'parse_version', 'is_compatible', 'IncompatibleVersion',
+           'check_compatible', 'ChannelSpec', 'load_spec', 'bytes_per_pixel', 'random_frame', 'ChannelError',
+           'validate', 'check_spec_version', 'ThemeSchema', 'load_theme_schema', 'ThemeError', 'validate_theme',
+           'theme_vector', 'contract_versions']
 
 # %% ../nbs/00_contracts.ipynb #a9ae0412
 def contracts_dir() -> Path:
@@ -44,6 +44,17 @@ def _read_yaml(path: Path, what: str) -> dict:
         raise ValueError(f"{path}: not a {what} (a YAML mapping with a `version` key)")
     return d
 
+# %% ../nbs/00_contracts.ipynb #106d3c58
+class UserError(Exception):
+    """An expected failure caused by input: a config, a file, a flag, the machine. Its message names the thing
+    and the fix; `qmind` prints it as one line and exits with `exit_code`."""
+    exit_code = 2
+
+def one_line(e: BaseException) -> str:
+    "An error's message as one line: a `KeyError`'s text without its quotes, newlines folded."
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
+    return " ".join(str(msg).split())
+
 # %% ../nbs/00_contracts.ipynb #cce90593
 _semver = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 
@@ -60,7 +71,7 @@ def is_compatible(made: str, reader: str) -> bool:
     return m == Rm if M == 0 else m <= Rm
 
 # %% ../nbs/00_contracts.ipynb #8d466f07
-class IncompatibleVersion(ValueError):
+class IncompatibleVersion(UserError, ValueError):
     "Data or a checkpoint made under a contract version this code cannot read."
     def __init__(self, contract: str, made: str, reader: str, what: str = "data"):
         self.contract, self.made, self.reader, self.what = contract, made, reader, what
@@ -149,7 +160,7 @@ def random_frame(spec: ChannelSpec, rng: np.random.Generator) -> dict[str, np.nd
     }
 
 # %% ../nbs/00_contracts.ipynb #71a64d3a
-class ChannelError(ValueError):
+class ChannelError(UserError, ValueError):
     "A sample broke the channel spec: `.channel` and `.rule` say where and how."
     def __init__(self, channel: str, rule: str, detail: str, spec: ChannelSpec):
         self.channel, self.rule = channel, rule
@@ -242,7 +253,7 @@ def _load_theme_schema(path: str, mtime_ns: int) -> ThemeSchema:
     return ThemeSchema(str(d["version"]), d["schema"], tuple(d["x-param-vector"]), path)
 
 # %% ../nbs/00_contracts.ipynb #6e0b4cc4
-class ThemeError(ValueError):
+class ThemeError(UserError, ValueError):
     "A theme record broke the theme schema: `.field` is the dotted path of the offending field."
     def __init__(self, theme: str, fld: str, detail: str, schema: ThemeSchema):
         self.theme, self.field = theme, fld

@@ -23,7 +23,7 @@ from typing import Iterable
 import numpy as np
 from fastcore.basics import patch
 
-from .contracts import ChannelSpec, check_spec_version, contract_versions, load_spec, project_dirs, validate
+from .contracts import UserError, ChannelSpec, check_spec_version, contract_versions, load_spec, project_dirs, validate
 
 # %% auto #0
 __all__ = ['LABELS', 'MANIFEST_KEYS', 'StoreError', 'Store', 'atomic_write', 'LocalStore', 'S3Store', 'default_store_uri',
@@ -37,7 +37,7 @@ __all__ = ['LABELS', 'MANIFEST_KEYS', 'StoreError', 'Store', 'atomic_write', 'Lo
            'bench_data']
 
 # %% ../nbs/30_data.ipynb #29d86866
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     "A store could not be reached or refused an operation; the message names the store and the key."
 
 class Store:
@@ -194,7 +194,7 @@ class Grid:
         return int(i // (self.material * self.light)), int(i // self.light % self.material), int(i % self.light)
 
 # %% ../nbs/30_data.ipynb #1f11e206
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     "A dataset or one of its shards is missing, corrupt or incompatible; the message names both."
     def __init__(self, dataset: str, detail: str, shard: str | None = None):
         self.dataset, self.shard = dataset, shard
@@ -508,7 +508,7 @@ def load_split(name: str, root: Path | str | None = None) -> Split:
     return Split(d["name"], grid, tuple(tuple(c) for c in d["held_out"]), d.get("seed", 0), d.get("version", 1))
 
 # %% ../nbs/30_data.ipynb #8c3613d1
-class LeakError(AssertionError):
+class LeakError(UserError, AssertionError):
     "A training sample contains a pixel of a held-out cell."
 
 def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data") -> None:

@@ -20,6 +20,7 @@ from .config import config_from_dict, load_config
 from .data import DatasetError, apply_split, fetch, load_split, open_store
 from .model import Diffusion, build_model, prepare_batch, to_uint8
 from .sampler import GraphSampler
+from .contracts import UserError
 
 # %% auto #0
 __all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
@@ -72,7 +73,7 @@ def error_by_surface(pred: torch.Tensor, target: torch.Tensor, surface: torch.Te
     return {name: (err[surface == i].mean().item() if (surface == i).any() else float("nan")) for i, name in enumerate(SURFACES)}
 
 # %% ../nbs/60_evaluate.ipynb #66e7f38f
-class EvalError(ValueError):
+class EvalError(UserError, ValueError):
     "What was asked for cannot be evaluated; the message says what is missing."
 
 @dataclass

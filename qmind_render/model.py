@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 
-from .contracts import ChannelSpec, _leaf_values, load_spec, load_theme_schema, theme_vector
+from .contracts import UserError, ChannelSpec, _leaf_values, load_spec, load_theme_schema, theme_vector
 
 # %% auto #0
 __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PREDICTIONS', 'ModelInputError', 'check_tensor',
@@ -35,7 +35,7 @@ __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PRE
            'matmul_peak_tflops', 'train_flops', 'bench_throughput', 'bench_model']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
-class ModelInputError(ValueError):
+class ModelInputError(UserError, ValueError):
     "An input the model can't take: `.tensor` names it; the message says what was expected and found."
     def __init__(self, tensor: str, detail: str):
         self.tensor = tensor

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 from fastcore.basics import patch
 
+from .contracts import UserError
 from .model import (COND_KEYS, ConditionalUNet, Diffusion, _interleaved, _randn, _sync, build_model, check_tensor,
                                 ddim_sample, prepare_batch, synthetic_batch)
 
@@ -43,7 +44,7 @@ class InferenceNet(torch.nn.Module):
         return self.net(x, t, vec.to(self.dtype)).float()
 
 # %% ../nbs/42_sampler.ipynb #09f3fc9a
-class SamplerError(ValueError):
+class SamplerError(UserError, ValueError):
     "A sampler was asked for what it was not built for; the message names the setting and what to change."
 
 BUCKETS = (1, 2, 4, 8)   # batch sizes a sampler captures by default: serve's micro-batches (max_batch 8)

@@ -31,7 +31,7 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .config import config_from_dict, load_config
-from .contracts import ChannelError, ChannelSpec, check_spec_version, validate
+from .contracts import UserError, ChannelError, ChannelSpec, check_spec_version, validate
 from .model import Diffusion, _interleaved, _sync, build_model, to_uint8
 from .sampler import GraphSampler, InferenceNet, fast_dtype
 
@@ -62,7 +62,7 @@ class Served:
     @property
     def device(self) -> torch.device: return next(self.model.parameters()).device
 
-class ServeError(ValueError):
+class ServeError(UserError, ValueError):
     "A server cannot start as asked; the message says why."
 
 def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Served:
@@ -145,7 +145,7 @@ def ship_main(argv: list[str]) -> int:
     return 0
 
 # %% ../nbs/70_serve.ipynb #6d17f3c7
-class RequestError(ValueError):
+class RequestError(UserError, ValueError):
     "A request the server cannot serve: `where` names the field, the message says what to send instead."
     def __init__(self, where: str, msg: str, status: int = 422):
         super().__init__(f"{where}: {msg}")

@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 from numba import njit
 
-from .contracts import (ChannelError, check_compatible, load_spec, load_theme_schema, validate,
+from .contracts import (UserError, ChannelError, check_compatible, load_spec, load_theme_schema, validate,
                                     validate_theme)
 
 # %% auto #0
@@ -67,7 +67,7 @@ LIGHTING_SCHEMA = {
 }
 
 # %% ../nbs/20_skinner.ipynb #4047c8d3
-class LightingError(ValueError):
+class LightingError(UserError, ValueError):
     "A lighting record broke `LIGHTING_SCHEMA`: `.field` is the dotted path of the offending field."
     def __init__(self, lighting: str, fld: str, detail: str):
         self.lighting, self.field = lighting, fld

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from .contracts import UserError
 
 # %% auto #0
 __all__ = ['NPM_PACKAGES', 'ASSET_FILES', 'talks_dir', 'talk_slug', 'Talk', 'find_talks', 'TalkFormatError', 'slide_type',
@@ -69,7 +70,7 @@ def find_talks(folder: str | Path | None = None, only=None) -> list[Talk]:
     return talks
 
 # %% ../nbs/96_talks.ipynb #ac510191
-class TalkFormatError(ValueError):
+class TalkFormatError(UserError, ValueError):
     "A talk that isn't five minutes, three slides, one picture, one equation and why it matters; the message names the talk."
     def __init__(self, talk: str, detail: str):
         self.talk = talk
@@ -116,7 +117,7 @@ ASSET_FILES: dict[str, tuple[str, ...]] = {   # what the slides load, relative t
                 "es5/ui", "es5/a11y/assistive-mml.js"),
 }
 
-class AssetError(RuntimeError):
+class AssetError(UserError, RuntimeError):
     "The slides' JavaScript packages could not be fetched or found; the message says which and what to do."
 
 def npm_cache_dir() -> Path:
@@ -206,7 +207,7 @@ def slides_exporter(assets: str = "_assets"):
                           reveal_width="1100", reveal_height="760")
 
 # %% ../nbs/96_talks.ipynb #ee4fdb64
-class OfflineError(AssertionError):
+class OfflineError(UserError, AssertionError):
     "A rendered page would load something from the network."
 
 _FETCH = re.compile(r"""<(?:script|link|img|iframe|source|video|audio)\b[^>]*?\b(?:src|href)\s*=\s*["']?((?:[a-z][a-z0-9+.-]*:)?//[^"'\s>]+)"""

@@ -24,7 +24,7 @@ import torch
 from fastcore.basics import patch
 
 from .config import config_to_dict, load_config
-from .contracts import check_spec_version, contract_versions
+from .contracts import UserError, check_spec_version, contract_versions
 from .data import fetch, git_commit, load_split, make_loader, open_store
 from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, make_optimizer, masked_step,
                                 prepare_batch, to_uint8)
@@ -84,7 +84,7 @@ def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
 
 # %% ../nbs/50_train.ipynb #c294260a
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     "A checkpoint could not be written or read, or does not fit this run; the message names the file."
 
 def checkpoints(run_dir: Path) -> list[Path]:
@@ -347,7 +347,7 @@ def maybe_restore(run: Run) -> None:
     restore(run, ckpt, path)
 
 # %% ../nbs/50_train.ipynb #9413031d
-class NonFiniteError(FloatingPointError):
+class NonFiniteError(UserError, FloatingPointError):
     "A NaN/Inf loss or gradient; the message names the step and the last good checkpoint."
 
 def _precision(run: Run):
@@ -446,7 +446,7 @@ def stop_on_signals(run: Run):
     finally:
         for s, h in old.items(): signal.signal(s, h)
 
-class OutOfMemory(MemoryError):
+class OutOfMemory(UserError, MemoryError):
     "A training step did not fit in the device's memory; the message names the settings to change and the intact checkpoint."
 
 def _oom(run: Run, e: Exception) -> OutOfMemory:

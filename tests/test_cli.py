@@ -75,7 +75,7 @@ def test_bad_config_is_one_clear_line(tmp_path, yaml_text, argv, expect):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml_text)
     r = qmind("config", str(path), *argv)
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert expect.format(path=path) in r.stderr
@@ -83,7 +83,7 @@ def test_bad_config_is_one_clear_line(tmp_path, yaml_text, argv, expect):
 
 def test_missing_config_file_lists_what_exists():
     r = qmind("config", "no_such_experiment")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "config file not found: sweeps/exp/no_such_experiment.yaml" in r.stderr
     assert "quickstart" in r.stderr
 
@@ -97,7 +97,7 @@ def test_options_anywhere_and_project_files_from_any_folder(tmp_path):
     r = qmind("data", "ls", "--store", str(tmp_path / "empty"), cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith(f"no datasets in {tmp_path / 'empty'}")
     r = qmind("data", "gen", "quickstart", "--workers", "1", "data.episodes=x", cwd=tmp_path)   # the override reached the config
-    assert r.returncode == 1 and "bad value for 'data.episodes'" in r.stderr
+    assert r.returncode == 2 and "bad value for 'data.episodes'" in r.stderr
     from qmind_render.data import find_split
     import os
     here = os.getcwd()

@@ -43,7 +43,7 @@ def test_gen_ls_verify_show(work):
     assert facts["samples"] == 60 and sum(facts["split random_15"].values()) == 60
     assert (work / "sheet.png").stat().st_size > 1000
     again = qmind("data", "gen", *TINY, cwd=work, env=env)
-    assert again.returncode == 1 and "ds-tiny" in again.stderr and "immutable" in again.stderr
+    assert again.returncode == 2 and "ds-tiny" in again.stderr and "immutable" in again.stderr
 
 
 def test_verify_reports_a_flipped_byte(work):
@@ -100,6 +100,6 @@ def test_split_files_are_versioned_not_overwritten(work, tmp_path):
     assert qmind("data", "split", "random_30", cwd=d).returncode == 0
     assert "held_out" in (d / "sweeps" / "splits" / "random_30.yaml").read_text()
     r = qmind("data", "split", "random_30", cwd=d)
-    assert r.returncode == 1 and "--force" in r.stderr
+    assert r.returncode == 2 and "--force" in r.stderr
     bad = qmind("data", "split", "half_and_half", cwd=d)
-    assert bad.returncode == 1 and "random_K" in bad.stderr
+    assert bad.returncode == 2 and "random_K" in bad.stderr

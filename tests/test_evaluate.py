@@ -91,7 +91,7 @@ def test_eval_errors(work, ran, tmp_path):
 def test_eval_cli_without_checkpoint_is_one_line(work, tmp_path):
     (tmp_path / "r").mkdir()
     r = subprocess.run(CLI + ["eval", str(tmp_path / "r")], cwd=work, env=env(work), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "has no checkpoint" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "has no checkpoint" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_classifiers_learn_real_labels_and_not_shuffled_ones(work, ran):

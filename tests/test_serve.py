@@ -305,12 +305,12 @@ def test_binds_loopback_only(server):
 
 def test_serve_cli_errors(tmp_path, run_dir):
     r = subprocess.run(CLI + ["serve", "--checkpoint", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "no such run dir or checkpoint" in r.stderr
+    assert r.returncode == 2 and "no such run dir or checkpoint" in r.stderr
     r = subprocess.run(CLI + ["serve", "--checkpoint", str(run_dir), "--steps", "0"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "steps must be in 1..16" in r.stderr
+    assert r.returncode == 2 and "steps must be in 1..16" in r.stderr
     if not torch.cuda.is_available():                            # not "the checkpoint is corrupt": the device is named
         r = subprocess.run(CLI + ["serve", "--checkpoint", str(run_dir), "--device", "cuda"], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 1 and "--device=cuda, but this machine has no CUDA device" in r.stderr and "Traceback" not in r.stderr
+        assert r.returncode == 2 and "--device=cuda, but this machine has no CUDA device" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_onnx_renders_like_eager(run_dir, channels):

@@ -188,7 +188,7 @@ def test_a_device_the_machine_lacks_is_one_line(data):
     if torch.cuda.is_available(): pytest.skip("this machine has CUDA")
     r = subprocess.run(CLI + ["train", *args(data, "nocuda", 2, "train.device=cuda")], env=env(data), capture_output=True,
                        text=True, timeout=120)
-    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "train.device=cuda, but this machine has no CUDA device" in r.stderr and "train.device=auto" in r.stderr
     assert not (data / "runs" / "nocuda").exists()                 # refused before anything was written
 
