@@ -26,15 +26,16 @@ from fastcore.basics import patch
 from .contracts import UserError, ChannelSpec, check_spec_version, contract_versions, load_spec, project_dirs, validate
 
 # %% auto #0
-__all__ = ['LABELS', 'MANIFEST_KEYS', 'StoreError', 'Store', 'atomic_write', 'LocalStore', 'S3Store', 'default_store_uri',
-           'open_store', 'sample_fields', 'Grid', 'DatasetError', 'check_arrays', 'shard_bytes', 'sha256_file',
-           'ShardInfo', 'write_shard', 'load_shard', 'random_samples', 'Manifest', 'parse_manifest', 'check_manifest',
-           'git_commit', 'dataset_key', 'DatasetExists', 'DatasetWriter', 'list_datasets', 'read_manifest',
-           'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'verify_dataset', 'Split', 'make_split',
-           'split_path', 'save_split', 'find_split', 'load_split', 'LeakError', 'assert_no_leak', 'apply_split',
-           'plan_batches', 'EpochPlans', 'ShardBatches', 'make_loader', 'summary', 'sample_sheet', 'frame_factors',
-           'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards', 'generate', 'data_main',
-           'bench_data']
+__all__ = ['LABELS', 'DERIVED', 'MANIFEST_KEYS', 'EDITED', 'RECIPE', 'StoreError', 'Store', 'atomic_write', 'LocalStore',
+           'S3Store', 'default_store_uri', 'open_store', 'sample_fields', 'Grid', 'DatasetError', 'check_arrays',
+           'shard_bytes', 'sha256_file', 'ShardInfo', 'write_shard', 'load_shard', 'random_samples', 'Manifest',
+           'content_hash', 'manifest_fault', 'data_cmd', 'parse_manifest', 'check_manifest', 'git_commit',
+           'dataset_key', 'DatasetExists', 'DatasetWriter', 'list_datasets', 'read_manifest', 'shard_fix',
+           'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'check_shards', 'verify_dataset',
+           'seal_manifest', 'Split', 'make_split', 'split_path', 'save_split', 'find_split', 'load_split', 'LeakError',
+           'assert_no_leak', 'apply_split', 'plan_batches', 'EpochPlans', 'ShardBatches', 'make_loader', 'summary',
+           'sample_sheet', 'frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards',
+           'generate', 'data_main', 'rebuild_manifest', 'regenerate_shards', 'repair_dataset', 'bench_data']
 
 # %% ../nbs/30_data.ipynb #29d86866
 class StoreError(UserError, RuntimeError):
@@ -195,9 +196,9 @@ class Grid:
 
 # %% ../nbs/30_data.ipynb #1f11e206
 class DatasetError(UserError, ValueError):
-    "A dataset or one of its shards is missing, corrupt or incompatible; the message names both."
+    "A dataset or one of its shards is missing, corrupt or incompatible; the message names both, and what to do."
     def __init__(self, dataset: str, detail: str, shard: str | None = None):
-        self.dataset, self.shard = dataset, shard
+        self.dataset, self.shard, self.detail = dataset, shard, detail
         super().__init__(f"dataset {dataset}" + (f", shard {shard}" if shard else "") + f": {detail}")
 
 def check_arrays(arrays: dict, spec: ChannelSpec, grid: Grid, where: str = "shard") -> int:
@@ -285,23 +286,80 @@ class Manifest:
     def n_samples(self) -> int: return sum(s.n for s in self.shards)
     @property
     def grid_(self) -> Grid: return Grid(**self.grid)
+    @property
+    def content_sha256(self) -> str: return content_hash(asdict(self))
+    @property
+    def content_id(self) -> str: return self.content_sha256[:12]
     def to_json(self) -> bytes:
+        "The sealed manifest: its fields, `n_samples` and `content_sha256`."
         d = asdict(self)
-        d["n_samples"] = self.n_samples
+        d.update(n_samples=self.n_samples, content_sha256=content_hash(d))
         return (json.dumps(d, indent=1, sort_keys=True) + "\n").encode()
+
+DERIVED = ("content_sha256", "n_samples")
+
+def content_hash(d: dict) -> str:
+    "sha256 of a manifest's canonical JSON, without its derived fields."
+    body = {k: v for k, v in d.items() if k not in DERIVED}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 # %% ../nbs/30_data.ipynb #02dedf31
 MANIFEST_KEYS = {"id", "channel_spec", "theme_schema", "grid", "seeds", "shards"}
+EDITED = "the manifest was edited or is corrupt"
 
-def parse_manifest(data: bytes, dataset: str) -> Manifest:
-    "A manifest from JSON bytes; a malformed one is a `DatasetError` naming the dataset."
+def _whole(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+def _shard_fault(i: int, s) -> str | None:
+    "What is wrong with shard record `i`, or None."
+    if not isinstance(s, dict) or set(s) != {"file", "n", "bytes", "sha256"}:
+        return f"shard record {i} is not {{file, n, bytes, sha256}}: {json.dumps(s)[:80]}"
+    if s["file"] != f"shard-{i:05d}.npz":
+        return f"shard record {i} is {s['file']!r}, expected 'shard-{i:05d}.npz' (records go in order, none missing)"
+    for k in ("n", "bytes"):
+        if not _whole(s[k]): return f"shard {s['file']} has {k}={s[k]!r}, expected a whole number > 0"
+    if not (isinstance(s["sha256"], str) and len(s["sha256"]) == 64 and set(s["sha256"]) <= set("0123456789abcdef")):
+        return f"shard {s['file']} has sha256={s['sha256']!r}, expected 64 hex digits"
+
+def manifest_fault(d, dataset: str) -> str | None:
+    "The first thing wrong with the shape of a manifest (its parsed JSON) of `dataset`, or None."
+    if not isinstance(d, dict): return f"manifest is a JSON {type(d).__name__}, not an object"
+    if missing := MANIFEST_KEYS - set(d): return f"manifest lacks {sorted(missing)}"
+    if d["id"] != dataset: return f"manifest is of dataset {d['id']!r}, stored as {dataset!r}"
+    sh, seeds, grid = d["shards"], d["seeds"], d["grid"]
+    if not isinstance(sh, list) or not sh: return f"manifest lists no shards (shards: {json.dumps(sh)[:40]})"
+    for i, s in enumerate(sh):
+        if fault := _shard_fault(i, s): return fault
+    if not (isinstance(seeds, list) and len(seeds) == 2 and all(isinstance(x, int) for x in seeds) and seeds[0] < seeds[1]):
+        return f"seeds is {seeds!r}, expected [start, stop)"
+    if not (isinstance(grid, dict) and set(grid) == set(Grid.__dataclass_fields__) and all(map(_whole, grid.values()))):
+        return f"grid is {grid!r}, expected whole numbers for {sorted(Grid.__dataclass_fields__)}"
+    total, g = sum(s["n"] for s in sh), d.get("generator") or {}
+    if "n_samples" in d and d["n_samples"] != total: return f"n_samples is {d['n_samples']!r} but the shards hold {total}"
+    if _whole(g.get("episodes")) and _whole(g.get("frames_per_episode")) and g["episodes"] * g["frames_per_episode"] != total:
+        return f"its recipe makes {g['episodes']} episodes × {g['frames_per_episode']} frames but the shards hold {total} samples"
+
+# %% ../nbs/30_data.ipynb #c9ff3302
+def data_cmd(action: str, dataset: str, store: Store | None = None, extra: str = "") -> str:
+    "The `qmind data ACTION DATASET` command line for `store` (no --store for the default one)."
+    opt = "" if store is None or store.uri == open_store().uri else f" --store {store.uri}"
+    return f"`qmind data {action} {dataset}{extra}{opt}`"
+
+def parse_manifest(data: bytes, dataset: str, sealed: bool = True, store: Store | None = None) -> Manifest:
+    """A manifest from JSON bytes, checked for shape and against its content hash; any fault is one `DatasetError`
+    naming the dataset, the fault and what to do. `sealed=False` also accepts a manifest written before sealing."""
+    fix = f"rebuild it from the shards with {data_cmd('repair', dataset, store)}"
     try: d = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise DatasetError(dataset, f"manifest is not valid JSON ({e})") from None
-    missing = MANIFEST_KEYS - set(d)
-    if missing: raise DatasetError(dataset, f"manifest lacks {sorted(missing)}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(dataset, f"manifest is not valid JSON ({e}): restore manifest.json or write the dataset again under a new ID") from None
+    if fault := manifest_fault(d, dataset): raise DatasetError(dataset, f"{fault}: {EDITED}; {fix}")
+    stored = d.pop("content_sha256", None)
+    if stored is None and sealed:
+        raise DatasetError(dataset, "manifest has no content hash (it was written before manifests were sealed), so it is not "
+                                    f"trusted: check every shard and seal it with {data_cmd('verify', dataset, store, ' --seal')}")
+    if stored is not None and stored != content_hash(d):
+        raise DatasetError(dataset, f"manifest does not match its content hash ({content_hash(d)[:12]}…, recorded {str(stored)[:12]}…): {EDITED}; {fix}")
     d.pop("n_samples", None)
-    try: d["shards"] = [ShardInfo(**s) for s in d["shards"]]
-    except TypeError as e: raise DatasetError(dataset, f"manifest has a malformed shard record ({e})") from None
+    d["shards"] = [ShardInfo(**s) for s in d["shards"]]
     return Manifest(**{k: v for k, v in d.items() if k in Manifest.__dataclass_fields__})
 
 def check_manifest(m: Manifest, spec: ChannelSpec | None = None) -> Manifest:
@@ -376,22 +434,31 @@ def list_datasets(store: Store) -> list[str]:
     "IDs of committed datasets (those with a manifest)."
     return sorted({k.split("/")[1] for k in store.list("datasets") if k.endswith("/manifest.json")})
 
-def read_manifest(store: Store, dataset: str, spec: ChannelSpec | None = None) -> Manifest:
-    "The checked manifest of a committed dataset."
+def read_manifest(store: Store, dataset: str, spec: ChannelSpec | None = None, sealed: bool = True) -> Manifest:
+    "The checked manifest of a committed dataset: its shape, its content hash, its channel spec."
     try: data = store.get_bytes(dataset_key(dataset, "manifest.json"))
     except FileNotFoundError:
         have = list_datasets(store)
-        raise DatasetError(dataset, f"not in store {store.uri} (no manifest; datasets there: {', '.join(have) or 'none'})") from None
-    return check_manifest(parse_manifest(data, dataset), spec)
+        raise DatasetError(dataset, f"not in store {store.uri} (no manifest; datasets there: {', '.join(have) or 'none'}); "
+                                    f"make it with `qmind data gen CONFIG data.dataset={dataset}`") from None
+    return check_manifest(parse_manifest(data, dataset, sealed, store), spec)
 
 # %% ../nbs/30_data.ipynb #83076387
-def verify_shard(path: Path, info: ShardInfo, dataset: str) -> None:
-    "Size and sha256 of a local shard file against its manifest record."
-    if not Path(path).is_file(): raise DatasetError(dataset, "missing", info.file)
+RECIPE = ("seed_start", "episodes", "frames_per_episode", "shard_size", "engine", "skinner", "grid")
+
+def shard_fix(store: Store, m: Manifest) -> str:
+    "What to do about a bad shard of `m`: make it again from the recipe, or (no recipe) write the dataset again."
+    if all(k in m.generator for k in RECIPE): return f"make it again with {data_cmd('repair', m.id, store)}"
+    return f"dataset {m.id} has no generation recipe to repair from: write it again under a new ID"
+
+def verify_shard(path: Path, info: ShardInfo, dataset: str, fix: str = "") -> None:
+    "Size and sha256 of a local shard file against its manifest record; `fix` says what to do about a bad one."
+    fix = f"; {fix}" if fix else ""
+    if not Path(path).is_file(): raise DatasetError(dataset, f"missing{fix}", info.file)
     size = Path(path).stat().st_size
-    if size != info.bytes: raise DatasetError(dataset, f"size {size} bytes, manifest says {info.bytes} (truncated or replaced)", info.file)
+    if size != info.bytes: raise DatasetError(dataset, f"size {size} bytes, manifest says {info.bytes} (truncated or replaced){fix}", info.file)
     sha = sha256_file(path)
-    if sha != info.sha256: raise DatasetError(dataset, f"sha256 {sha[:12]}… does not match the manifest's {info.sha256[:12]}… (corrupt)", info.file)
+    if sha != info.sha256: raise DatasetError(dataset, f"sha256 {sha[:12]}… does not match the manifest's {info.sha256[:12]}… (corrupt){fix}", info.file)
 
 # %% ../nbs/30_data.ipynb #ff3fa1be
 def default_cache_dir() -> Path:
@@ -400,51 +467,107 @@ def default_cache_dir() -> Path:
 
 @dataclass
 class LocalDataset:
-    "A fetched, verified dataset: its manifest and a local path for every shard."
+    "A fetched, verified dataset: its manifest, a local path for every shard, and the stat of each file when it was verified."
     manifest: Manifest
     paths: list[Path]
+    stamps: list | None = None             # [size, mtime_ns, inode] per shard as verified; None: not verified yet
+    fix: str = ""                          # what to do about a bad shard
+    def __post_init__(self):
+        if self.stamps is None: self.stamps = [None] * len(self.paths)
     @property
     def id(self) -> str: return self.manifest.id
 
 # %% ../nbs/30_data.ipynb #dcbd1e2a
-def _stamp(path: Path) -> list: s = path.stat(); return [s.st_size, s.st_mtime_ns]
+def _stamp(path: Path) -> list: s = Path(path).stat(); return [s.st_size, s.st_mtime_ns, s.st_ino]
+
+def _verified(path: Path, m: Manifest) -> dict:
+    "The verified cache of `m`: local path -> [size, mtime_ns, inode, sha256] of each shard file hashed since it last changed."
+    try: seen = json.loads(path.read_text())
+    except (OSError, ValueError): return {}
+    return seen.get("shards", {}) if isinstance(seen, dict) and seen.get("manifest") == m.content_sha256 else {}
+
+def _local_copy(store: Store, m: Manifest, info: ShardInfo, cache: Path) -> Path:
+    "Where a shard is read: in place for a local store, else a copy in the cache (downloaded when absent)."
+    key = dataset_key(m.id, info.file)
+    if isinstance(store, LocalStore): return store._p(key)
+    p = cache / m.id / info.file
+    if not p.is_file():
+        try: store.get_file(key, p)
+        except FileNotFoundError: raise DatasetError(m.id, f"missing from store {store.uri}; {shard_fix(store, m)}", info.file) from None
+    return p
 
 def fetch(store: Store, dataset: str, cache: Path | None = None, spec: ChannelSpec | None = None) -> LocalDataset:
-    "Bring `dataset` into the local cache (download once), verify every shard, return local paths."
+    "Bring `dataset` into the local cache (download once), verify every shard, return local paths and their verified stamps."
     m = read_manifest(store, dataset, spec)
-    cache = Path(cache or default_cache_dir())
+    cache, fix = Path(cache or default_cache_dir()), shard_fix(store, m)
     seen_path = cache / "verified" / f"{dataset}.json"
-    seen = json.loads(seen_path.read_text()) if seen_path.is_file() else {}
-    paths = []
+    seen, paths = _verified(seen_path, m), []
     for info in m.shards:
-        p = store._p(dataset_key(dataset, info.file)) if isinstance(store, LocalStore) else cache / dataset / info.file
-        if not isinstance(store, LocalStore) and not p.is_file():
-            try: store.get_file(dataset_key(dataset, info.file), p)
-            except FileNotFoundError: raise DatasetError(dataset, f"missing from store {store.uri}", info.file) from None
-        fresh = p.is_file() and seen.get(str(p)) == [*_stamp(p), info.sha256]
-        if not fresh:
-            verify_shard(p, info, dataset)
+        p = _local_copy(store, m, info, cache)
+        if not (p.is_file() and seen.get(str(p)) == [*_stamp(p), info.sha256]):
+            try: verify_shard(p, info, dataset, fix)
+            except DatasetError:
+                if isinstance(store, LocalStore): raise
+                p.unlink(missing_ok=True)                  # a bad cached copy: the store's is the truth, fetch it again
+                verify_shard(_local_copy(store, m, info, cache), info, dataset, fix)
             seen[str(p)] = [*_stamp(p), info.sha256]
         paths.append(p)
-    atomic_write(seen_path, json.dumps(seen, indent=0).encode())
-    return LocalDataset(m, paths)
+    atomic_write(seen_path, json.dumps({"manifest": m.content_sha256, "shards": seen}, indent=0).encode())
+    return LocalDataset(m, paths, [seen[str(p)][:3] for p in paths], fix)
+
+# %% ../nbs/30_data.ipynb #1ae15c31
+@patch
+def read_shard(self: LocalDataset, i: int, fields: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Shard `i`'s arrays (all, or `fields`). A stat first: a file that is no longer the one `fetch` verified (size, mtime or
+    inode changed) is hashed again; a bad shard, or one that cannot be read or changes while it is read, is a `DatasetError`."""
+    p, info = self.paths[i], self.manifest.shards[i]
+    try:
+        before = _stamp(p) if p.is_file() else None
+        if before is None or before != self.stamps[i]:
+            verify_shard(p, info, self.id, self.fix)
+            self.stamps[i] = before
+        out = load_shard(p, fields)
+        if _stamp(p) != before: raise DatasetError(self.id, f"changed while it was read (is something writing {p}?)", info.file)
+        return out
+    except (DatasetError, MemoryError): raise
+    except Exception as e:                                 # a corrupt zip, a truncated array, a vanished file
+        raise DatasetError(self.id, f"unreadable at {p} ({type(e).__name__}: {e}); {self.fix}", info.file) from None
 
 # %% ../nbs/30_data.ipynb #7dfdf2d7
-def verify_dataset(store: Store, dataset: str, spec: ChannelSpec | None = None) -> list[str]:
-    "Re-hash every shard in the store (ignoring any cache); return the problems found (empty = good)."
-    m = read_manifest(store, dataset, spec)
-    problems = []
+def _shard_files(store: Store, dataset: str) -> list[str]:
+    "Names of the shard files in the store under `dataset` (listed in its manifest or not)."
+    names = (k.removeprefix(dataset_key(dataset)) for k in store.list(dataset_key(dataset)))
+    return sorted(n for n in names if "/" not in n and n.startswith("shard-") and n.endswith(".npz"))
+
+def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
+    "Re-hash every shard of `m` in the store (no cache) and find shard files its manifest does not list: the problems found."
+    fix, problems = shard_fix(store, m), []
     with tempfile.TemporaryDirectory() as td:
         for info in m.shards:
-            key = dataset_key(dataset, info.file)
+            key = dataset_key(m.id, info.file)
             p = store._p(key) if isinstance(store, LocalStore) else Path(td) / info.file
             try:
                 if not isinstance(store, LocalStore): store.get_file(key, p)
-                verify_shard(p, info, dataset)
-            except (DatasetError, FileNotFoundError) as e: problems.append(str(e))
+                verify_shard(p, info, m.id, fix)
+            except FileNotFoundError: problems.append(DatasetError(m.id, f"missing from store {store.uri}; {fix}", info.file))
+            except DatasetError as e: problems.append(e)
             finally:
                 if not isinstance(store, LocalStore): p.unlink(missing_ok=True)
+    listed = {s.file for s in m.shards}
+    problems += [DatasetError(m.id, "is in the store but not in the manifest (left from another generation?): delete it", f)
+                 for f in _shard_files(store, m.id) if f not in listed]
     return problems
+
+def verify_dataset(store: Store, dataset: str, spec: ChannelSpec | None = None) -> list[str]:
+    "Check the manifest (shape, content hash), re-hash every shard in the store (ignoring any cache); return the problems (empty = good)."
+    return [str(e) for e in check_shards(store, read_manifest(store, dataset, spec))]
+
+def seal_manifest(store: Store, dataset: str, spec: ChannelSpec | None = None) -> Manifest:
+    "Seal a manifest written before sealing (no content hash) once its shape and every shard check out."
+    m = read_manifest(store, dataset, spec, sealed=False)
+    if problems := check_shards(store, m): raise DatasetError(dataset, f"not sealed: {len(problems)} problem(s), the first: {problems[0]}")
+    store.put_bytes(m.to_json(), dataset_key(dataset, "manifest.json"))
+    return m
 
 # %% ../nbs/30_data.ipynb #b699474b
 @dataclass(frozen=True)
@@ -531,7 +654,7 @@ def apply_split(cells: np.ndarray, split: Split) -> dict[str, np.ndarray]:
 @patch(as_prop=True)
 def cells(self: LocalDataset) -> np.ndarray:
     "Bool [n_samples, n_cells], read once from the shards' `cells` fields."
-    if not hasattr(self, "_cells"): self._cells = np.concatenate([load_shard(p, ["cells"])["cells"] for p in self.paths])
+    if not hasattr(self, "_cells"): self._cells = np.concatenate([self.read_shard(i, ["cells"])["cells"] for i in range(len(self.paths))])
     return self._cells
 
 @patch(as_prop=True)
@@ -577,7 +700,7 @@ class ShardBatches:
     def _shard(self, i: int) -> dict:
         if i not in self._loaded:
             if len(self._loaded) >= self.max_shards: self._loaded.pop(next(iter(self._loaded)))
-            self._loaded[i] = load_shard(self.ds.paths[i])
+            self._loaded[i] = self.ds.read_shard(i)
         return self._loaded[i]
 
 # %% ../nbs/30_data.ipynb #56b60bd6
@@ -633,7 +756,7 @@ def make_loader(ds: LocalDataset, split: Split, part: str = "train", batch: int 
 def summary(ds: LocalDataset, split: Split | None = None) -> dict:
     "Facts about a fetched dataset (and what `split` keeps of it)."
     m, per_cell = ds.manifest, ds.cells.sum(axis=0)
-    out = {"id": m.id, "channel_spec": m.channel_spec, "theme_schema": m.theme_schema, "git": m.git,
+    out = {"id": m.id, "content_id": m.content_id, "channel_spec": m.channel_spec, "theme_schema": m.theme_schema, "git": m.git,
            "seeds": m.seeds, "grid": m.grid, "samples": m.n_samples, "shards": len(m.shards),
            "bytes_per_sample": round(sum(s.bytes for s in m.shards) / max(m.n_samples, 1), 1),
            "frames_per_cell": {"min": int(per_cell.min()), "median": float(np.median(per_cell)), "max": int(per_cell.max())},
@@ -645,7 +768,7 @@ def summary(ds: LocalDataset, split: Split | None = None) -> dict:
 def sample_sheet(ds: LocalDataset, n: int = 8, shard: int = 0):
     "A PIL image: for `n` samples spread over one shard, the RGB frame above its surface and material channels."
     from PIL import Image
-    a = load_shard(ds.paths[shard], ["rgb", "surface", "material"])
+    a = ds.read_shard(shard, ["rgb", "surface", "material"])
     idx = np.linspace(0, len(a["rgb"]) - 1, min(n, len(a["rgb"]))).astype(int)  # spread over the shard's episodes
     a, n = {k: v[idx] for k, v in a.items()}, len(idx)
     from qmind_render.skinner import MATERIAL_RGB, SURFACE_RGB
@@ -768,17 +891,20 @@ def generate(cfg, workers: int | None = None, cache: Path | None = None, progres
 # %% ../nbs/30_data.ipynb #8406cf37
 def _data_parser():
     import argparse
-    p = argparse.ArgumentParser(prog="qmind data", description="Build, list, check and look at datasets.")
+    p = argparse.ArgumentParser(prog="qmind data", description="Build, list, check, repair and look at datasets.")
     sub = p.add_subparsers(dest="cmd", metavar="ACTION", required=True)
     from qmind_render.config import add_config_args
     g = sub.add_parser("gen", help="generate a dataset from a config's data section (one process per core)")
     add_config_args(g, "key=value, e.g. data.dataset=ds-v002 data.episodes=500")
     g.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
-    for name, hlp in [("ls", "list the datasets in a store"), ("verify", "re-hash every shard of a dataset"),
+    for name, hlp in [("ls", "list the datasets in a store (a broken one with what is wrong)"),
+                      ("verify", "check the manifest against its content hash and re-hash every shard"),
+                      ("repair", "make bad shards again from the manifest's recipe, or rebuild an edited manifest, byte for byte"),
                       ("show", "print a dataset's summary and write a sample sheet")]:
         s = sub.add_parser(name, help=hlp)
         if name != "ls": s.add_argument("dataset", help="dataset ID, e.g. ds-quickstart")
         s.add_argument("--store", default=None, help="store URI (default: $QMIND_STORE or ./qmind-store)")
+    sub.choices["verify"].add_argument("--seal", action="store_true", help="seal a manifest written before sealing, if all checks out")
     sub.choices["show"].add_argument("--split", default=None, help="also report what this split keeps")
     sub.choices["show"].add_argument("--out", default=None, help="sample sheet PNG (default: <dataset>-samples.png)")
     s = sub.add_parser("split", help="write sweeps/splits/NAME.yaml (random_K or coverage_P)")
@@ -786,8 +912,31 @@ def _data_parser():
     return p
 
 # %% ../nbs/30_data.ipynb #dc186f25
+def _ls(store: Store) -> int:
+    "One line per dataset; a broken one says what is wrong and what to do, and the others are still listed."
+    found = list_datasets(store)
+    for d in found:
+        try:
+            m = read_manifest(store, d)
+            print(f"{d:<20} {m.n_samples:>8} samples {len(m.shards):>5} shards  id {m.content_id}  channel_spec {m.channel_spec}  git {m.git}")
+        except DatasetError as e: print(f"{d:<20} BROKEN: {e.detail}")
+    if not found: print(f"no datasets in {store.uri} yet: make one with `qmind data gen quickstart` (or `qmind run quickstart`)")
+    return 0
+
+def _verify(store: Store, dataset: str, seal: bool) -> int:
+    if seal:
+        m = seal_manifest(store, dataset)
+        print(f"{dataset}: every shard matches; manifest sealed, id {m.content_id}"); return 0
+    m = read_manifest(store, dataset)
+    problems = check_shards(store, m)
+    for p in problems: print(p)
+    print(f"{dataset}: " + (f"OK, id {m.content_id}: the manifest matches its content hash and every shard its record" if not problems
+                            else f"{len(problems)} problem(s); {data_cmd('repair', dataset, store)} makes bad shards again"))
+    return 1 if problems else 0
+
+# %% ../nbs/30_data.ipynb #5ea8cd6a
 def data_main(argv: list[str]) -> int:
-    "`qmind data gen|ls|verify|show|split ...`"
+    "`qmind data gen|ls|verify|repair|show|split ...`"
     p = _data_parser()
     a, extra = p.parse_known_args(argv)           # key=value after an option (gen quickstart --workers 2 data.episodes=8)
     if extra and (a.cmd != "gen" or any("=" not in x or x.startswith("-") for x in extra)): p.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -795,7 +944,7 @@ def data_main(argv: list[str]) -> int:
     if a.cmd == "gen":
         from qmind_render.config import config_from_args
         m = generate(config_from_args(a).data, workers=a.workers)
-        print(f"dataset {m.id}: {m.n_samples} samples in {len(m.shards)} shards")
+        print(f"dataset {m.id}: {m.n_samples} samples in {len(m.shards)} shards, id {m.content_id}")
         return 0
     if a.cmd == "split":
         if split_path(a.name).exists() and not a.force:
@@ -803,22 +952,86 @@ def data_main(argv: list[str]) -> int:
         print(save_split(make_split(a.name, seed=a.seed)))
         return 0
     store = open_store(a.store)
-    if a.cmd == "ls":
-        found = list_datasets(store)
-        for d in found:
-            m = read_manifest(store, d)
-            print(f"{d:<20} {m.n_samples:>8} samples {len(m.shards):>5} shards  channel_spec {m.channel_spec}  git {m.git}")
-        if not found: print(f"no datasets in {store.uri} yet: make one with `qmind data gen quickstart` (or `qmind run quickstart`)")
+    if a.cmd == "ls": return _ls(store)
+    if a.cmd == "verify": return _verify(store, a.dataset, a.seal)
+    if a.cmd == "repair":
+        done = repair_dataset(store, a.dataset)
+        for line in done: print(line)
+        fixed = sum(": left alone" not in line for line in done)
+        print(f"{a.dataset}: " + (f"repaired {fixed} file(s)" if fixed else "nothing to repair: the manifest and every shard check out"))
         return 0
-    if a.cmd == "verify":
-        problems = verify_dataset(store, a.dataset)
-        for p in problems: print(p)
-        print(f"{a.dataset}: " + ("OK, every shard matches the manifest" if not problems else f"{len(problems)} bad shards"))
-        return 1 if problems else 0
     ds = fetch(store, a.dataset)
     print(json.dumps(summary(ds, load_split(a.split) if a.split else None), indent=1))
     out = Path(a.out or f"{a.dataset}-samples.png"); sample_sheet(ds).save(out); print(f"sample sheet: {out}")
     return 0
+
+# %% ../nbs/30_data.ipynb #bd9aaf9f
+def rebuild_manifest(store: Store, dataset: str, why: DatasetError) -> Manifest:
+    "Rebuild an edited manifest from the shard files in the store; write it only if it hashes to the content hash it records."
+    give_up = "restore manifest.json from a copy, or write the dataset again under a new ID"
+    key = dataset_key(dataset, "manifest.json")
+    try: d = json.loads(store.get_bytes(key))
+    except ValueError: d = None
+    if not isinstance(d, dict) or not isinstance(d.get("content_sha256"), str):
+        raise DatasetError(dataset, f"{why.detail.split('; ')[0]}, and it records no content hash to rebuild it against: {give_up}")
+    shards = []
+    with tempfile.TemporaryDirectory() as td:
+        for f in _shard_files(store, dataset):
+            p = store._p(dataset_key(dataset, f)) if isinstance(store, LocalStore) else Path(td) / f
+            if not isinstance(store, LocalStore): store.get_file(dataset_key(dataset, f), p)
+            try: n = len(load_shard(p, ["seed"])["seed"])
+            except Exception as e: raise DatasetError(dataset, f"unreadable ({type(e).__name__}), so the manifest cannot be rebuilt: {give_up}", f) from None
+            shards.append({"file": f, "n": n, "bytes": p.stat().st_size, "sha256": sha256_file(p)})
+    d = {k: v for k, v in d.items() if k != "n_samples"} | {"shards": shards}
+    if content_hash(d) != d["content_sha256"]:
+        raise DatasetError(dataset, f"{why.detail.split('; ')[0]}, and the {len(shards)} shard files in {store.uri} do not rebuild "
+                                    f"the manifest it records ({d['content_sha256'][:12]}…): {give_up}")
+    m = parse_manifest(json.dumps(d).encode(), dataset, store=store)
+    store.put_bytes(m.to_json(), key)
+    return m
+
+# %% ../nbs/30_data.ipynb #0551bb24
+def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
+    "Make shards `files` of `m` again from its recipe; each replaces the store's copy only if it hashes to its record."
+    from types import SimpleNamespace
+
+    from qmind_render import engine, skinner
+    g, bad = m.generator, ", ".join(files)
+    if not all(k in g for k in RECIPE):
+        raise DatasetError(m.id, f"{bad} bad, and its manifest has no generation recipe to make them again: write the dataset again under a new ID")
+    now = {"engine": engine.ENGINE_VERSION, "skinner": skinner.SKINNER_VERSION, "grid": list(_grid().shape)}
+    if changed := [f"{k} {g[k]} (now {v})" for k, v in now.items() if g[k] != v]:
+        raise DatasetError(m.id, f"{bad} bad, and it was made with {', '.join(changed)}, so they cannot be made again byte for byte: "
+                                 "write the dataset again under a new ID")
+    records, done = {s.file: s for s in m.shards}, []
+    with tempfile.TemporaryDirectory() as td:
+        jobs = {f"shard-{j.index:05d}.npz": j for j in plan_shards(SimpleNamespace(**g), Path(td), "repair")}
+        for f in files:
+            if f not in jobs: raise DatasetError(m.id, "is not in the plan of its recipe: write the dataset again under a new ID", f)
+            info = make_shard(jobs[f])
+            if info != records[f]:
+                raise DatasetError(m.id, f"made again from the recipe it hashes to {info.sha256[:12]}…, not the manifest's "
+                                         f"{records[f].sha256[:12]}… (this code, git {git_commit()}, does not make the bytes git "
+                                         f"{m.git} made): write the dataset again under a new ID", f)
+            store.put_file(Path(td) / f, dataset_key(m.id, f))
+            done.append(f"{f}: made again from the recipe; sha256 {info.sha256[:12]}… matches the manifest")
+    return done
+
+# %% ../nbs/30_data.ipynb #2c4284a3
+def repair_dataset(store: Store, dataset: str) -> list[str]:
+    "Put `dataset` back as its sealed manifest says (rebuild an edited manifest, make bad shards again), or say why not; return what was done."
+    key, done = dataset_key(dataset, "manifest.json"), []
+    if not store.exists(key): read_manifest(store, dataset)              # not there: says so, and how to make it
+    try: m = parse_manifest(store.get_bytes(key), dataset, sealed=False, store=store)
+    except DatasetError as e:
+        m = rebuild_manifest(store, dataset, e)
+        done.append(f"manifest.json: rebuilt from the shards in the store; it hashes to its recorded {m.content_id}…")
+    check_manifest(m)
+    problems = check_shards(store, m)
+    listed = {s.file for s in m.shards}
+    if bad := [e.shard for e in problems if e.shard in listed]: done += regenerate_shards(store, m, bad)
+    done += [f"{e.shard}: left alone, {e.detail}" for e in problems if e.shard not in listed]
+    return done
 
 # %% ../nbs/30_data.ipynb #7922b778
 def bench_data(episodes: int = 8, frames: int = 125, repeats: int = 3, batch: int = 64) -> dict:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from qmind_render.contracts import load_spec
-from qmind_render.data import (DatasetError, DatasetExists, DatasetWriter, Grid, S3Store, StoreError, dataset_key, fetch,
+from qmind_render.data import (DatasetError, content_hash, DatasetExists, DatasetWriter, Grid, S3Store, StoreError, dataset_key, fetch,
                                list_datasets, open_store, random_samples, read_manifest, verify_dataset)
 
 SPEC, GRID = load_spec(), Grid()
@@ -74,14 +74,17 @@ def test_corrupt_shard_is_refused_naming_dataset_and_shard(store, tmp_path, faul
     assert len(problems) == 1 and "shard-00001.npz" in problems[0]
 
 
-def test_corrupted_cache_copy_is_caught(tmp_path, s3_bucket):
+def test_corrupted_cache_copy_is_caught_at_the_read_and_fetched_again(tmp_path, s3_bucket):
     store = open_store(f"s3://{s3_bucket}/p")
     write_dataset(store)
     ds = fetch(store, "ds-t", tmp_path / "cache")
     p = ds.paths[2]
-    p.write_bytes(flip(p.read_bytes()))
-    with pytest.raises(DatasetError, match="shard-00002.npz"):
-        fetch(store, "ds-t", tmp_path / "cache")
+    good = p.read_bytes()
+    p.write_bytes(flip(good))
+    with pytest.raises(DatasetError, match=r"dataset ds-t, shard shard-00002.npz: sha256 .*corrupt"):
+        ds.read_shard(2)                                   # changed after fetch verified it
+    again = fetch(store, "ds-t", tmp_path / "cache")       # the store's copy is the truth: the bad copy is fetched again
+    assert again.paths[2].read_bytes() == good and again.read_shard(2)["seed"].shape == (20,)
 
 
 def test_incompatible_manifest_names_both_versions(store, tmp_path):
@@ -89,6 +92,7 @@ def test_incompatible_manifest_names_both_versions(store, tmp_path):
     key = dataset_key("ds-t", "manifest.json")
     m = json.loads(store.get_bytes(key))
     m["channel_spec"] = "0.2.0"
+    m["content_sha256"] = content_hash(m)          # a genuine manifest from another spec version, not an edited one
     store.put_bytes(json.dumps(m).encode(), key)
     with pytest.raises(DatasetError, match=r"ds-t.*0\.2\.0.*0\.1\.0"):
         fetch(store, "ds-t", tmp_path / "cache")
