@@ -394,7 +394,8 @@ class DatasetWriter:
         if not dataset or "/" in dataset: raise ValueError(f"bad dataset ID {dataset!r}")
         self.store, self.id, self.spec, self.grid = store, dataset, spec or load_spec(), grid
         if store.exists(dataset_key(dataset, "manifest.json")):
-            raise DatasetExists(dataset, f"already exists in {store.uri} and datasets are immutable; use a new ID")
+            raise DatasetExists(dataset, f"already exists in {store.uri} and datasets are immutable: use a new ID (a damaged one is "
+                                         f"checked by {data_cmd('verify', dataset, store)} and mended by {data_cmd('repair', dataset, store)})")
         self.shards: dict[int, ShardInfo] = {}
 
 # %% ../nbs/30_data.ipynb #de74c178

@@ -43,7 +43,7 @@ def test_gen_ls_verify_show(work):
     assert facts["samples"] == 60 and sum(facts["split random_15"].values()) == 60
     assert (work / "sheet.png").stat().st_size > 1000
     again = qmind("data", "gen", *TINY, cwd=work, env=env)
-    assert again.returncode == 2 and "ds-tiny" in again.stderr and "immutable" in again.stderr
+    assert again.returncode == 2 and "ds-tiny" in again.stderr and "immutable" in again.stderr and "qmind data repair ds-tiny" in again.stderr
 
 
 def test_verify_reports_a_flipped_byte(work):
@@ -53,6 +53,10 @@ def test_verify_reports_a_flipped_byte(work):
     b = bytearray(shard.read_bytes()); b[5000] ^= 0xFF; shard.write_bytes(bytes(b))
     v = qmind("data", "verify", "ds-tiny", cwd=work, env=env)
     assert v.returncode == 1 and "dataset ds-tiny, shard shard-00002.npz" in v.stdout
+    assert "`qmind data repair ds-tiny`" in v.stdout                    # the advice, followed, mends it byte for byte
+    r = qmind("data", "repair", "ds-tiny", cwd=work, env=env)
+    assert r.returncode == 0 and "shard-00002.npz: made again from the recipe" in r.stdout, r.stderr
+    assert qmind("data", "verify", "ds-tiny", cwd=work, env=env).returncode == 0
 
 
 def _manifest(store):
