@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -196,8 +197,14 @@ class Grid:
 
 # %% ../nbs/30_data.ipynb #1f11e206
 class DatasetError(UserError, ValueError):
-    "A dataset or one of its shards is missing, corrupt or incompatible; the message names both, and what to do."
-    def __init__(self, dataset: str, detail: str, shard: str | None = None):
+    """A dataset or one of its shards is missing, corrupt or incompatible; the message names both, and what to do.
+    Made from one message (unpickling; a DataLoader worker's error raised again with its traceback as the message),
+    it keeps the message's last line, so a shard that fails in a worker is still one line naming it."""
+    def __init__(self, dataset: str, detail: str | None = None, shard: str | None = None):
+        if detail is None:
+            last = re.sub(r"^[\w.]+: (?=dataset )", "", dataset.rstrip().splitlines()[-1] if dataset.strip() else dataset)
+            m = re.fullmatch(r"dataset (\S+?)(?:, shard (\S+))?: (.*)", last, re.S)
+            dataset, shard, detail = m.groups() if m else ("?", None, last)
         self.dataset, self.shard, self.detail = dataset, shard, detail
         super().__init__(f"dataset {dataset}" + (f", shard {shard}" if shard else "") + f": {detail}")
 
@@ -932,7 +939,7 @@ def _verify(store: Store, dataset: str, seal: bool) -> int:
     problems = check_shards(store, m)
     for p in problems: print(p)
     print(f"{dataset}: " + (f"OK, id {m.content_id}: the manifest matches its content hash and every shard its record" if not problems
-                            else f"{len(problems)} problem(s); {data_cmd('repair', dataset, store)} makes bad shards again"))
+                            else f"{len(problems)} problem(s), each above with what to do"))
     return 1 if problems else 0
 
 # %% ../nbs/30_data.ipynb #5ea8cd6a

@@ -96,6 +96,10 @@ def test_shard_changed_after_verification_is_caught_at_the_read(tmp_path):
     p.write_bytes(good[:-100])                                              # truncated after verification
     with pytest.raises(DatasetError, match=r"dataset ds-t, shard shard-00001.npz: size .* \(truncated or replaced\)"):
         for _ in loader: pass
+    in_worker = make_loader(ds, make_split("random_15", GRID), batch=4, window=1, workers=1)
+    with pytest.raises(DatasetError) as e:                                  # raised again by the DataLoader: still one line
+        for _ in in_worker: pass
+    assert (e.value.dataset, e.value.shard, "\n" in str(e.value)) == ("ds-t", "shard-00001.npz", False)
     # the same size, mtime and inode (invisible to a stat): what the zip reader throws still names the shard
     st = p.stat()
     with open(p, "r+b") as f: f.write(good); f.seek(-22, os.SEEK_END); f.write(bytes(22))  # no end-of-central-directory
