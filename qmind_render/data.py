@@ -492,7 +492,8 @@ def _verified(path: Path, m: Manifest) -> dict:
     "The verified cache of `m`: local path -> [size, mtime_ns, inode, sha256] of each shard file hashed since it last changed."
     try: seen = json.loads(path.read_text())
     except (OSError, ValueError): return {}
-    return seen.get("shards", {}) if isinstance(seen, dict) and seen.get("manifest") == m.content_sha256 else {}
+    fresh = isinstance(seen, dict) and seen.get("manifest") == m.content_sha256 and isinstance(seen.get("shards"), dict)
+    return seen["shards"] if fresh else {}
 
 def _local_copy(store: Store, m: Manifest, info: ShardInfo, cache: Path) -> Path:
     "Where a shard is read: in place for a local store, else a copy in the cache (downloaded when absent)."
