@@ -30,19 +30,21 @@ from fastcore.basics import patch
 from .contracts import UserError
 
 # %% auto #0
-__all__ = ['PROJECT', 'MAX_ATTEMPTS', 'JOB_STATES', 'ESTIMATE_TAG', 'USER_DATA_LIMIT', 'DLAMI_PARAMETER', 'MARKETS', 'THRESHOLDS',
-           'QUOTAS', 'ROLES', 'assets_dir', 'InstanceType', 'load_menu', 'menu_source', 'CloudError', 'instance_type',
-           'aws_session', 'aws_client', 'explain', 'aws_call', 'job_tags', 'tag_list', 'tag_specs', 'default_owner',
-           'RunSpec', 'Backend', 'check_run', 'papermill_parameters', 'split_s3', 'OverBudget', 'check_estimate',
-           'committed_usd', 'budget_status', 'BudgetGuard', 'check_sweep', 'render_template', 'render_user_data',
-           'code_version', 's3_exists', 'stage_code', 'load_watchdog', 'watchdog_main', 'LaunchFailed', 'EC2Backend',
+__all__ = ['PROJECT', 'MAX_ATTEMPTS', 'JOB_STATES', 'ESTIMATE_TAG', 'CAP_TAG', 'USER_DATA_LIMIT', 'DLAMI_PARAMETER', 'MARKETS',
+           'THRESHOLDS', 'KEEP_TAGS', 'CLEANUP_AGE', 'QUOTAS', 'ROLES', 'ABORT_AFTER_DAYS', 'assets_dir',
+           'InstanceType', 'load_menu', 'menu_source', 'CloudError', 'instance_type', 'aws_session', 'aws_client',
+           'explain', 'aws_call', 'job_tags', 'tag_list', 'tag_specs', 'default_owner', 'RunSpec', 'Backend',
+           'check_run', 'papermill_parameters', 'split_s3', 'OverBudget', 'max_cost', 'check_cap', 'committed_usd',
+           'budget_status', 'BudgetGuard', 'check_sweep', 'render_template', 'render_user_data', 'code_version',
+           's3_exists', 'stage_code', 'load_watchdog', 'watchdog_main', 'LaunchFailed', 'EC2Backend',
            'check_bucket_region', 'check_dataset', 'resolve_image', 'abandon', 'launch_instance', 'put_record',
            'read_status_json', 'finished_state', 'SageMakerBackend', 'training_job_name', 'sagemaker_train_main',
            'ShardRange', 'plan_array', 'part_key', 'generate_part', 'commit_parts', 'BatchDataJobs', 'data_part_main',
            'data_commit_main', 'budget_request', 'ensure_budget', 'cost_review_request', 'parse_cost_groups',
-           'cost_review', 'Orphan', 'classify_orphans', 'find_orphans', 'delete_orphans', 'vcpus_needed', 'quota_rows',
-           'in_use_vcpus', 'quota_report', 'request_increase', 'trust_policy', 'iam_policy', 'ensure_bucket',
-           's3_exists_bucket', 'ensure_roles', 'setup', 'live_resources', 'render_table', 'render_plan', 'read_job',
+           'cost_review', 'Orphan', 'keep_tag', 'parse_age', 'classify_orphans', 'project_stores', 'unfinished_uploads',
+           'find_orphans', 'delete_orphans', 'vcpus_needed', 'quota_rows', 'in_use_vcpus', 'quota_report',
+           'request_increase', 'trust_policy', 'iam_policy', 'ensure_bucket', 's3_exists_bucket', 'abort_rule',
+           'ensure_abort_rule', 'ensure_roles', 'setup', 'live_resources', 'render_table', 'render_plan', 'read_job',
            'backend_for', 'aws_main']
 
 # %% ../nbs/80_cloud.ipynb #f1c511cb
@@ -137,7 +139,8 @@ _ADVICE = {
     "AccessDeniedException": "your IAM identity may not do this: ask the account admin for the permission named above",
     "ExpiredToken": "your session expired: sign in again (`aws sso login`)",
     "ExpiredTokenException": "your session expired: sign in again (`aws sso login`)",
-    "NoSuchBucket": "the bucket does not exist: check data.store, or create it with `qmind aws setup --bucket`",
+    "NoSuchBucket": "the bucket does not exist: check data.store, or create it with "
+                    "`qmind aws setup s3://BUCKET/PREFIX --create-bucket`",
 }
 _THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
               "RequestThrottled", "SlowDown", "ProvisionedThroughputExceededException"}
@@ -241,33 +244,45 @@ def split_s3(uri: str) -> tuple[str, str]:
 
 # %% ../nbs/80_cloud.ipynb #9c8cab6c
 class OverBudget(CloudError):
-    "A launch or sweep whose estimate exceeds what is left of the budget."
+    "A launch or sweep whose worst case (its cap: price × max hours) exceeds what is left of the budget."
 
-def check_estimate(estimate_usd: float, status: dict, what: str) -> dict:
-    "Refuse `what` when `estimate_usd` exceeds `status['left_usd']` (a `budget_status`-shaped dict)."
-    if estimate_usd > status["left_usd"]:
+def max_cost(usd_per_hour: float, max_hours: float, instances: int = 1) -> float:
+    "A job's cap: the most it can be billed, the hourly price at most × the hours it may live × its instances."
+    return round(usd_per_hour * max_hours * instances, 2)
+
+def check_cap(cap_usd: float, status: dict, what: str, estimate_usd: float | None = None, basis: str = "") -> dict:
+    "Refuse `what` when its cap `cap_usd` exceeds `status['left_usd']` (a `budget_status`-shaped dict)."
+    if cap_usd > status["left_usd"]:
+        est = (f"; the planner estimates ${estimate_usd:,.2f}, but a job that runs long is billed up to its cap"
+               if estimate_usd is not None else "")
         raise OverBudget(
-            f"refusing {what}: its estimate ${estimate_usd:,.2f} exceeds what is left of budget "
-            f"{status['budget']!r}: ${status['left_usd']:,.2f} (limit ${status['limit_usd']:,.2f}, spent "
+            f"refusing {what}: it may cost up to ${cap_usd:,.2f}{f' ({basis})' if basis else ''}{est}. That exceeds what "
+            f"is left of budget {status['budget']!r}: ${status['left_usd']:,.2f} (limit ${status['limit_usd']:,.2f}, spent "
             f"${status['spent_usd']:,.2f}, live jobs up to ${status['committed_usd']:,.2f}, reserve "
-            f"${status.get('reserve_usd', 0):,.2f}). Shorten it (--max-hours), pick a cheaper instance "
-            "(`qmind cost`), or raise the budget.")
+            f"${status.get('reserve_usd', 0):,.2f}). Lower --max-hours, pick a cheaper instance (`qmind cost`), "
+            "or raise the budget.")
     return status
 
 # %% ../nbs/80_cloud.ipynb #678f1da1
-ESTIMATE_TAG = "qmind:estimate-usd"
+ESTIMATE_TAG, CAP_TAG = "qmind:estimate-usd", "qmind:max-usd"
+
+def _tags(res: dict) -> dict: return {t["Key"]: t["Value"] for t in res.get("Tags", [])}
+
+def _cap_of(tags: dict) -> float:
+    "What a live job may spend: its cap tag (its estimate, for a job launched before the guard charged caps)."
+    return float(tags.get(CAP_TAG, tags.get(ESTIMATE_TAG, 0)))
 
 def committed_usd(session) -> float:
-    "What live project jobs (pending/running EC2 instances, in-progress SageMaker jobs) are tagged to spend at most."
+    "What live project jobs (pending/running EC2 instances, in-progress SageMaker jobs) may spend at most: their caps."
     ec2 = aws_client(session, "ec2")
     pages = ec2.get_paginator("describe_instances").paginate(Filters=[
         {"Name": "tag:project", "Values": [PROJECT]}, {"Name": "instance-state-name", "Values": ["pending", "running"]}])
     insts = aws_call("describe instances", lambda: [i for p in pages for r in p["Reservations"] for i in r["Instances"]])
-    total = sum(float({t["Key"]: t["Value"] for t in i.get("Tags", [])}.get(ESTIMATE_TAG, 0)) for i in insts)
+    total = sum(_cap_of(_tags(i)) for i in insts)
     return round(total + _sagemaker_committed(session), 2)
 
 def _sagemaker_committed(session) -> float:
-    "The estimates of in-progress project training jobs (0 for an identity that may not list them: it cannot start one either)."
+    "The caps of in-progress project training jobs (0 for an identity that may not list them: it cannot start one either)."
     from botocore.exceptions import ClientError
     sm, total = aws_client(session, "sagemaker"), 0.0
     try: jobs = sm.list_training_jobs(StatusEquals="InProgress", MaxResults=100)["TrainingJobSummaries"]
@@ -275,8 +290,8 @@ def _sagemaker_committed(session) -> float:
         if e.response["Error"]["Code"] in ("AccessDenied", "AccessDeniedException"): return 0.0
         raise explain(e, "list training jobs") from None
     for j in jobs:
-        tags = {t["Key"]: t["Value"] for t in aws_call("list tags", sm.list_tags, ResourceArn=j["TrainingJobArn"])["Tags"]}
-        if tags.get("project") == PROJECT: total += float(tags.get(ESTIMATE_TAG, 0))
+        tags = _tags(aws_call("list tags", sm.list_tags, ResourceArn=j["TrainingJobArn"]))
+        if tags.get("project") == PROJECT: total += _cap_of(tags)
     return total
 
 def budget_status(session, name: str = PROJECT, reserve_usd: float = 0.0) -> dict:
@@ -301,13 +316,15 @@ class BudgetGuard:
     session: object = None
     reserve_usd: float = 0.0
     def status(self) -> dict: return budget_status(self.session or aws_session(), self.name, self.reserve_usd)
-    def check(self, estimate_usd: float, what: str) -> dict: return check_estimate(estimate_usd, self.status(), what)
+    def check(self, cap_usd: float, what: str, estimate_usd: float | None = None, basis: str = "") -> dict:
+        return check_cap(cap_usd, self.status(), what, estimate_usd, basis)
 
 def check_sweep(backend, runs: list[RunSpec], guard: BudgetGuard, what: str = "sweep") -> float:
-    "Refuse a whole sweep up front when the sum of its runs' estimates exceeds what is left; return that sum."
-    total = round(sum(backend.estimate(r) for r in runs), 2)
-    guard.check(total, f"{what} ({len(runs)} runs)")
-    return total
+    "Refuse a whole sweep up front when the sum of its runs' caps exceeds what is left; return that sum."
+    cap = round(sum(backend.max_usd(r) for r in runs), 2)
+    est = None if any(r.estimate_usd is None for r in runs) else round(sum(r.estimate_usd for r in runs), 2)
+    guard.check(cap, f"{what} ({len(runs)} runs)", est, f"{len(runs)} runs × {backend.cap_basis()}")
+    return cap
 
 # %% ../nbs/80_cloud.ipynb #4366e3e2
 USER_DATA_LIMIT = 16 * 1024    # EC2's limit on user data, before base64
@@ -424,9 +441,15 @@ class EC2Backend:
     name: str = field(default="ec2", init=False)
 
     def estimate(self, run: RunSpec) -> float:
-        "What the guard charges: the planner's estimate, else the worst case (price × max hours)."
+        "What the run should cost: the planner's estimate, else its cap. Shown and tagged; the guard charges `max_usd`."
         if run.estimate_usd is not None: return round(float(run.estimate_usd), 2)
-        return round(instance_type(self.instance).usd_per_hour(self.market) * self.max_hours, 2)
+        return self.max_usd(run)
+
+    def max_usd(self, run: RunSpec | None = None) -> float:
+        "What the guard charges: on-demand price (spot never bills above it) × max hours, when the instance powers off."
+        return max_cost(instance_type(self.instance).on_demand_usd_h, self.max_hours)
+
+    def cap_basis(self) -> str: return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
 
 # %% ../nbs/80_cloud.ipynb #5ad305f9
 @patch
@@ -439,10 +462,12 @@ def plan(self: EC2Backend, run: RunSpec) -> dict:
     check_run(run)
     usd_h = t.usd_per_hour(self.market)
     owner = self.owner or os.environ.get("QMIND_OWNER") or "(caller's STS name)"
-    tags = {"owner": owner, "project": PROJECT, "run": run.name, ESTIMATE_TAG: f"{self.estimate(run):.2f}"}
+    tags = {"owner": owner, "project": PROJECT, "run": run.name, ESTIMATE_TAG: f"{self.estimate(run):.2f}",
+            CAP_TAG: f"{self.max_usd(run):.2f}"}
     return {"backend": "ec2", "run": run.name, "region": _default_region(self.region or getattr(self.session, "region_name", None)),
             "instance_type": t.name, "gpu": f"{t.gpus}x {t.gpu}", "market": self.market, "usd_per_hour": usd_h,
-            "max_hours": self.max_hours, "max_usd": round(usd_h * self.max_hours, 2), "estimate_usd": self.estimate(run),
+            "cap_usd_per_hour": t.on_demand_usd_h, "max_hours": self.max_hours, "max_usd": self.max_usd(run),
+            "estimate_usd": self.estimate(run), "planner_usd": run.estimate_usd,
             "run_uri": run.run_uri, "data_uri": run.dataset_uri, "notebook": run.notebook,
             "creates": [{"resource": "instance", "type": t.name, "market": self.market, "profile": self.instance_profile},
                         {"resource": "volume", "size_gb": self.volume_gb, "type": "gp3", "delete_on_termination": True}]
@@ -553,10 +578,11 @@ def submit(self: EC2Backend, run: RunSpec, dry_run: bool = False) -> dict:
     plan = self.plan(run)
     if dry_run: return {**plan, "dry_run": True}
     s = self._session()
-    tags = job_tags(self.owner or default_owner(s), run=run.name, **{ESTIMATE_TAG: f"{plan['estimate_usd']:.2f}"})
+    tags = job_tags(self.owner or default_owner(s), run=run.name, **{k: plan["tags"][k] for k in (ESTIMATE_TAG, CAP_TAG)})
     check_bucket_region(s, run.store)
     check_dataset(s, run)
-    if self.budget: BudgetGuard(self.budget, s).check(plan["estimate_usd"], f"run {run.name} on {self.instance} ({self.market})")
+    if self.budget: BudgetGuard(self.budget, s).check(plan["max_usd"], f"run {run.name} on {self.instance} ({self.market})",
+                                                      run.estimate_usd, self.cap_basis())
     code_uri = self.code_uri or stage_code(s, run.store, allow_dirty=self.allow_dirty)
     ec2 = aws_client(s, "ec2")
     image = self.image_id or resolve_image(s)
@@ -620,9 +646,15 @@ class SageMakerBackend:
     name: str = field(default="sagemaker", init=False)
 
     def estimate(self, run: RunSpec) -> float:
-        "The planner's estimate, else on-demand price × max hours (managed spot bills less; the deck gives no rate)."
+        "What the run should cost: the planner's estimate, else its cap. Shown and tagged; the guard charges `max_usd`."
         if run.estimate_usd is not None: return round(float(run.estimate_usd), 2)
-        return round(instance_type(self.instance).on_demand_usd_h * self.max_hours, 2)
+        return self.max_usd(run)
+
+    def max_usd(self, run: RunSpec | None = None) -> float:
+        "What the guard charges: on-demand price × max hours, the runtime SageMaker stops it at (managed spot bills less)."
+        return max_cost(instance_type(self.instance).on_demand_usd_h, self.max_hours)
+
+    def cap_basis(self) -> str: return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
 
 def training_job_name(run_name: str, suffix: str) -> str:
     "A SageMaker job name (unique forever in an account, at most 63 characters) for one attempt at a run."
@@ -657,12 +689,12 @@ def plan(self: SageMakerBackend, run: RunSpec) -> dict:  # noqa: F811 (patched p
     if not 0 < self.max_hours <= 24 * 5: raise CloudError(f"max_hours {self.max_hours}: between 0 and 120 (SageMaker's limit is 5 days)")
     check_run(run)
     tags = {"owner": self.owner or os.environ.get("QMIND_OWNER") or "(caller's STS name)", "project": PROJECT,
-            "run": run.name, ESTIMATE_TAG: f"{self.estimate(run):.2f}"}
+            "run": run.name, ESTIMATE_TAG: f"{self.estimate(run):.2f}", CAP_TAG: f"{self.max_usd(run):.2f}"}
     req = self.request(run, training_job_name(run.name, "<yymmdd-hhmmss>"), tags)
     return {"backend": "sagemaker", "run": run.name, "region": _default_region(self.region or getattr(self.session, "region_name", None)),
             "instance_type": t.name, "gpu": f"{t.gpus}x {t.gpu}", "market": "managed spot" if self.spot else "on-demand",
-            "usd_per_hour": t.on_demand_usd_h, "max_hours": self.max_hours, "max_usd": round(t.on_demand_usd_h * self.max_hours, 2),
-            "estimate_usd": self.estimate(run), "run_uri": run.run_uri, "data_uri": run.dataset_uri, "notebook": run.notebook,
+            "usd_per_hour": t.on_demand_usd_h, "cap_usd_per_hour": t.on_demand_usd_h, "max_hours": self.max_hours,
+            "max_usd": self.max_usd(run), "estimate_usd": self.estimate(run), "planner_usd": run.estimate_usd, "run_uri": run.run_uri, "data_uri": run.dataset_uri, "notebook": run.notebook,
             "creates": [{"resource": "training-job", "name": req["TrainingJobName"], "type": t.name,
                          "spot": self.spot, "max_runtime_s": req["StoppingCondition"]["MaxRuntimeInSeconds"]}],
             "tags": tags, "request": req}
@@ -682,10 +714,11 @@ def submit(self: SageMakerBackend, run: RunSpec, dry_run: bool = False) -> dict:
         raise CloudError("a SageMaker job needs --image (the ECR URI of infra/Dockerfile's image) and --role-arn "
                          "(its execution role; `qmind aws setup` creates qmind-render-sagemaker)")
     s = self._session()
-    tags = job_tags(self.owner or default_owner(s), run=run.name, **{ESTIMATE_TAG: f"{plan['estimate_usd']:.2f}"})
+    tags = job_tags(self.owner or default_owner(s), run=run.name, **{k: plan["tags"][k] for k in (ESTIMATE_TAG, CAP_TAG)})
     check_bucket_region(s, run.store)
     check_dataset(s, run)
-    if self.budget: BudgetGuard(self.budget, s).check(plan["estimate_usd"], f"run {run.name} on {self.instance}")
+    if self.budget: BudgetGuard(self.budget, s).check(plan["max_usd"], f"run {run.name} on {self.instance}",
+                                                      run.estimate_usd, self.cap_basis())
     bucket, key = split_s3(f"{run.run_uri}/config.yaml")
     aws_call(f"write {run.run_uri}/config.yaml", aws_client(s, "s3").put_object, Bucket=bucket, Key=key,
              Body=yaml.safe_dump(run.config, sort_keys=False).encode())
@@ -1010,52 +1043,111 @@ def cost_review(session, days: int = 7, tag: str = "owner", end: dt.date | None 
         req["NextPageToken"] = pages[-1]["NextPageToken"]
 
 # %% ../nbs/80_cloud.ipynb #1051c9d0
+KEEP_TAGS = ("qmind:keep", "keep")
+CLEANUP_AGE = dt.timedelta(hours=24)
+
 @dataclass
 class Orphan:
-    "Something that bills while nobody uses it."
-    kind: str           # volume | snapshot | instance
-    id: str
+    "Something of the project's that bills while nobody uses it, and why cleanup would leave it ('' : it would not)."
+    kind: str                      # instance | volume | snapshot | upload
+    id: str                        # an upload's is s3://bucket/key
     owner: str
     size_gb: int | None
+    age_h: float
     why: str
+    leave: str = ""                # "kept (qmind:keep=true)" | "younger than 24h" | ""
+    upload_id: str | None = None
 
-def _owner(res: dict) -> str: return {t["Key"]: t["Value"] for t in res.get("Tags", [])}.get("owner", "(no owner tag)")
+def keep_tag(tags: dict) -> str:
+    "The keep tag exempting a resource from cleanup, as `key=value` ('' when it has none)."
+    return next((f"{k}={tags[k]}" for k in KEEP_TAGS if k in tags and tags[k].strip().lower() not in ("false", "no", "0")), "")
 
-def classify_orphans(volumes: list[dict], snapshots: list[dict], instances: list[dict], images: list[dict]) -> list[Orphan]:
-    "Orphans among `describe_*` results: unattached volumes, snapshots of gone volumes no AMI uses, stopped instances."
-    live = {v["VolumeId"] for v in volumes}
+def parse_age(s: str) -> dt.timedelta:
+    "'90s', '30m', '2h', '3d', or '0', as a timedelta."
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", str(s).strip())
+    if not m or (not m.group(2) and float(m.group(1))):
+        raise CloudError(f"age {s!r}: a number and a unit, e.g. 30m, 2h or 3d (or 0 for any age)")
+    return dt.timedelta(seconds=float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 0}[m.group(2)])
+
+def _span(d: dt.timedelta) -> str:
+    "A timedelta as `parse_age` reads it: 24h, 30m, 3d."
+    s = d.total_seconds()
+    if s >= 2 * 86400 and s % 86400 == 0: return f"{s / 86400:g}d"
+    return next((f"{s / n:g}{u}" for n, u in ((3600, "h"), (60, "m")) if s >= n and s % n == 0), f"{s:g}s")
+
+# %% ../nbs/80_cloud.ipynb #1a30fefb
+def classify_orphans(volumes: list[dict], snapshots: list[dict], instances: list[dict], images: list[dict],
+                     uploads: list[dict] = (), now: dt.datetime | None = None, older_than: dt.timedelta = CLEANUP_AGE) -> list[Orphan]:
+    "The project's orphans among `describe_*` results and unfinished `uploads`, each marked with why cleanup would leave it."
+    now = now or dt.datetime.now(dt.timezone.utc)
+    live = {v["VolumeId"] for v in volumes}              # every volume in the region, not only ours
     in_ami = {bd["Ebs"]["SnapshotId"] for im in images for bd in im.get("BlockDeviceMappings", []) if bd.get("Ebs", {}).get("SnapshotId")}
-    out = [Orphan("instance", i["InstanceId"], _owner(i), None, f"stopped {i['InstanceType']}: its volumes still bill")
-           for i in instances if i["State"]["Name"] == "stopped"]
-    out += [Orphan("volume", v["VolumeId"], _owner(v), v["Size"], "attached to nothing")
-            for v in volumes if v["State"] == "available"]
-    out += [Orphan("snapshot", s["SnapshotId"], _owner(s), s.get("VolumeSize"), f"its volume {s.get('VolumeId')} is gone; no AMI uses it")
-            for s in snapshots if s.get("VolumeId") not in live and s["SnapshotId"] not in in_ami]
+    ours = lambda r: _tags(r).get("project") == PROJECT
+    found = [(i, "instance", i["InstanceId"], None, i["LaunchTime"], f"stopped {i['InstanceType']}: its volumes still bill")
+             for i in instances if ours(i) and i["State"]["Name"] == "stopped"]
+    found += [(v, "volume", v["VolumeId"], v["Size"], v["CreateTime"], "attached to nothing")
+              for v in volumes if ours(v) and v["State"] == "available"]
+    found += [(s, "snapshot", s["SnapshotId"], s.get("VolumeSize"), s["StartTime"], f"its volume {s.get('VolumeId')} is gone; no AMI uses it")
+              for s in snapshots if ours(s) and s.get("VolumeId") not in live and s["SnapshotId"] not in in_ami]
+    found += [(u, "upload", f"s3://{u['Bucket']}/{u['Key']}", None, u["Initiated"], "a multipart upload never finished: its parts bill")
+              for u in uploads]
+    out = []
+    for res, kind, rid, size, born, why in found:
+        tags, age = _tags(res), now - born
+        leave = f"kept ({keep_tag(tags)})" if keep_tag(tags) else f"younger than {_span(older_than)}" if age < older_than else ""
+        owner = tags.get("owner") or res.get("Initiator", {}).get("DisplayName") or "(no owner tag)"
+        out.append(Orphan(kind, rid, owner, size, round(age.total_seconds() / 3600, 1), why, leave, res.get("UploadId")))
     return out
 
 # %% ../nbs/80_cloud.ipynb #e1a7b8f9
 def _pages(client, op: str, key: str, **kw) -> list[dict]:
     pages = client.get_paginator(op).paginate(**kw)
-    return aws_call(op.replace("_", " "), lambda: [x for p in pages for x in p[key]])
+    return aws_call(op.replace("_", " "), lambda: [x for p in pages for x in p.get(key, [])])
 
-def find_orphans(session) -> list[Orphan]:
-    "The orphans in the session's region."
-    ec2 = aws_client(session, "ec2")
-    insts = [i for r in _pages(ec2, "describe_instances", "Reservations", Filters=[{"Name": "instance-state-name", "Values": ["stopped"]}])
-             for i in r["Instances"]]
-    return classify_orphans(_pages(ec2, "describe_volumes", "Volumes"), _pages(ec2, "describe_snapshots", "Snapshots", OwnerIds=["self"]),
-                            insts, aws_call("describe images", ec2.describe_images, Owners=["self"])["Images"])
+def project_stores(session) -> list[str]:
+    "`s3://bucket` for each bucket in the session's region tagged project=qmind-render (`qmind aws setup` tags them)."
+    from botocore.exceptions import ClientError
+    s3, out = aws_client(session, "s3"), []
+    for b in aws_call("list buckets", s3.list_buckets, BucketRegion=session.region_name)["Buckets"]:
+        try: tags = {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=b["Name"])["TagSet"]}
+        except ClientError: continue                     # untagged, or not ours to read
+        if tags.get("project") == PROJECT: out.append(f"s3://{b['Name']}")
+    return out
+
+def unfinished_uploads(session, stores: list[str] | None = None) -> list[dict]:
+    "Multipart uploads neither completed nor aborted under each store (default: `project_stores`), with their bucket."
+    s3, out = aws_client(session, "s3"), []
+    for store in stores or project_stores(session):
+        bucket, prefix = split_s3(store.rstrip("/"))
+        out += [{**u, "Bucket": bucket} for u in _pages(s3, "list_multipart_uploads", "Uploads", Bucket=bucket,
+                                                         Prefix=f"{prefix}/" if prefix else "")]
+    return out
+
+def find_orphans(session, now: dt.datetime | None = None, older_than: dt.timedelta = CLEANUP_AGE,
+                 stores: list[str] | None = None) -> list[Orphan]:
+    "The project's orphans in the session's region (see `classify_orphans`)."
+    ec2, ours = aws_client(session, "ec2"), {"Name": "tag:project", "Values": [PROJECT]}
+    insts = _pages(ec2, "describe_instances", "Reservations", Filters=[ours, {"Name": "instance-state-name", "Values": ["stopped"]}])
+    return classify_orphans(_pages(ec2, "describe_volumes", "Volumes"),
+                            _pages(ec2, "describe_snapshots", "Snapshots", OwnerIds=["self"], Filters=[ours]),
+                            [i for r in insts for i in r["Instances"]],
+                            aws_call("describe images", ec2.describe_images, Owners=["self"])["Images"],
+                            unfinished_uploads(session, stores), now, older_than)
+
+_VERBS = {"instance": ("terminate", "terminated"), "volume": ("delete", "deleted"), "snapshot": ("delete", "deleted"),
+          "upload": ("abort", "aborted")}
 
 def delete_orphans(session, orphans: list[Orphan], confirm: bool = False) -> list[str]:
-    "Delete `orphans` (instances, then volumes, then snapshots), only with `confirm`; one line per item."
-    if not confirm: return [f"would delete {o.kind} {o.id} (owner {o.owner})" for o in orphans]
-    ec2, done = aws_client(session, "ec2"), []
-    act = {"instance": lambda i: ec2.terminate_instances(InstanceIds=[i]), "volume": lambda i: ec2.delete_volume(VolumeId=i),
-           "snapshot": lambda i: ec2.delete_snapshot(SnapshotId=i)}
-    for kind in ("instance", "volume", "snapshot"):
-        for o in (o for o in orphans if o.kind == kind):
-            try: act[kind](o.id); done.append(f"deleted {kind} {o.id} (owner {o.owner})")
-            except Exception as e: done.append(f"could not delete {kind} {o.id}: {explain(e, 'delete')}")
+    "Delete the `orphans` not marked to leave (instances, volumes, snapshots, then uploads), only with `confirm`; a line each."
+    todo = sorted((o for o in orphans if not o.leave), key=lambda o: list(_VERBS).index(o.kind))
+    if not confirm: return [f"would {_VERBS[o.kind][0]} {o.kind} {o.id} (owner {o.owner}, {o.age_h:g} h old)" for o in todo]
+    ec2, s3, done = aws_client(session, "ec2"), aws_client(session, "s3"), []
+    act = {"instance": lambda o: ec2.terminate_instances(InstanceIds=[o.id]), "volume": lambda o: ec2.delete_volume(VolumeId=o.id),
+           "snapshot": lambda o: ec2.delete_snapshot(SnapshotId=o.id),
+           "upload": lambda o: s3.abort_multipart_upload(**dict(zip(("Bucket", "Key"), split_s3(o.id))), UploadId=o.upload_id)}
+    for o in todo:
+        try: act[o.kind](o); done.append(f"{_VERBS[o.kind][1]} {o.kind} {o.id} (owner {o.owner}, {o.age_h:g} h old)")
+        except Exception as e: done.append(f"could not {_VERBS[o.kind][0]} {o.kind} {o.id}: {explain(e, _VERBS[o.kind][0])}")
     return done
 
 # %% ../nbs/80_cloud.ipynb #8d0487e8
@@ -1148,7 +1240,9 @@ def iam_policy(role: str = "job", bucket: str = "BUCKET", prefix: str = "PREFIX"
                 "ecr:BatchCheckLayerAvailability"], "Resource": f"arn:aws:ecr:{region}:{account}:repository/{PROJECT}"},
                {"Sid": "EcrLogin", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
                {"Sid": "Logs", "Effect": "Allow", "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-                "logs:DescribeLogStreams"], "Resource": f"arn:aws:logs:{region}:{account}:log-group:/aws/sagemaker/TrainingJobs:*"}]
+                "logs:DescribeLogStreams"], "Resource": f"arn:aws:logs:{region}:{account}:log-group:/aws/sagemaker/TrainingJobs:*"},
+               {"Sid": "Metrics", "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",   # no resource-level form
+                "Condition": {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}}]
     return {"Version": "2012-10-17", "Statement": st}
 
 # %% ../nbs/80_cloud.ipynb #1a46181b
@@ -1174,6 +1268,37 @@ def s3_exists_bucket(s3, bucket: str) -> bool:
         if e.response["Error"]["Code"] in ("404", "NoSuchBucket", "NotFound"): return False
         raise explain(e, f"head bucket {bucket}") from None
 
+# %% ../nbs/80_cloud.ipynb #aa534e4d
+ABORT_AFTER_DAYS = 2
+
+def abort_rule(prefix: str = "", days: int = ABORT_AFTER_DAYS) -> dict:
+    "The lifecycle rule that has S3 abort multipart uploads under `prefix` still unfinished `days` after they began."
+    p = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    return {"ID": f"{PROJECT}-abort-unfinished-uploads" + (f"-{p[:-1]}" if p else ""), "Status": "Enabled",
+            "Filter": {"Prefix": p}, "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": days}}
+
+def _covers(rule: dict, prefix: str) -> bool:
+    "Does `rule` abort unfinished uploads for every key under `prefix`?"
+    f = rule.get("Filter", {"Prefix": rule.get("Prefix", "")})
+    return (rule.get("Status") == "Enabled" and "AbortIncompleteMultipartUpload" in rule
+            and set(f) <= {"Prefix"} and prefix.startswith(f.get("Prefix", "")))
+
+def ensure_abort_rule(session, bucket: str, prefix: str = "", days: int = ABORT_AFTER_DAYS) -> str:
+    "Add `abort_rule` to the bucket's lifecycle configuration, keeping the rules already there; nothing if one covers it."
+    from botocore.exceptions import ClientError
+    s3, want = aws_client(session, "s3"), abort_rule(prefix, days)
+    try: rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration": raise explain(e, f"read lifecycle of {bucket}") from None
+        rules = []
+    if have := next((r for r in rules if _covers(r, want["Filter"]["Prefix"])), None):
+        return f"bucket {bucket}: lifecycle rule {have.get('ID', '(no ID)')} already aborts unfinished uploads"
+    keep = [r for r in rules if r.get("ID") != want["ID"]]
+    aws_call(f"put lifecycle of {bucket}", s3.put_bucket_lifecycle_configuration, Bucket=bucket,
+             LifecycleConfiguration={"Rules": [*keep, want]})
+    return (f"bucket {bucket}: lifecycle rule {want['ID']} aborts uploads under {want['Filter']['Prefix'] or '/'} unfinished "
+            f"after {days} days" + (f" (kept its {len(keep)} other rules)" if keep else ""))
+
 # %% ../nbs/80_cloud.ipynb #03837ac6
 def ensure_roles(session, bucket: str, prefix: str, tags: dict) -> list[str]:
     "Create the three roles (tagged, with their inline policies) and the EC2 instance profile, where missing."
@@ -1196,14 +1321,17 @@ def ensure_roles(session, bucket: str, prefix: str, tags: dict) -> list[str]:
     return out + [f"policies of {', '.join(n for n, _ in ROLES.values())} set for s3://{bucket}/{prefix}"]
 
 def setup(session, store: str, owner: str | None = None, create_bucket: bool = False, dry_run: bool = False) -> list[str]:
-    "The one-time setup for a store `s3://bucket/prefix`: the bucket (tagged), the roles and the instance profile."
+    "The one-time setup for a store `s3://bucket/prefix`: the bucket (tagged, aborting unfinished uploads), the roles, the instance profile."
     bucket, prefix = split_s3(store.rstrip("/"))
     if dry_run:
         return [f"would {'create' if create_bucket else 'check'} bucket {bucket} (tags owner, project; public access blocked)",
+                f"would add lifecycle rule {abort_rule(prefix)['ID']} (abort uploads unfinished after {ABORT_AFTER_DAYS} "
+                "days; other rules kept)",
                 *[f"would create role {n} (trusts {svc}) with policy {PROJECT}-{r}" for r, (n, svc) in ROLES.items()],
                 f"would create instance profile {ROLES['job'][0]}"]
     tags = job_tags(owner or default_owner(session))
-    return [ensure_bucket(session, bucket, tags, create_bucket), *ensure_roles(session, bucket, prefix, tags)]
+    return [ensure_bucket(session, bucket, tags, create_bucket), ensure_abort_rule(session, bucket, prefix),
+            *ensure_roles(session, bucket, prefix, tags)]
 
 # %% ../nbs/80_cloud.ipynb #a77a2aac
 def live_resources(session, now: dt.datetime | None = None) -> list[dict]:
@@ -1242,8 +1370,11 @@ def render_plan(plan: dict) -> str:
         lines.append(f"  {'would create' if plan.get('dry_run') else 'created':<13} " + c["resource"] + " "
                      + " ".join(f"{k}={v}" for k, v in c.items() if k != "resource"))
     lines.append(f"  {'tags':<13} " + " ".join(f"{k}={v}" for k, v in plan["tags"].items()))
-    lines.append(f"  {'cost':<13} ${plan['usd_per_hour']:.3f}/h × {plan['max_hours']:g} h = ${plan['max_usd']:,.2f} at most; "
-                 f"the budget guard charges ${plan['estimate_usd']:,.2f}")
+    cap_h = plan.get("cap_usd_per_hour", plan["usd_per_hour"])
+    cost = f"${cap_h:g}/h × {plan['max_hours']:g} h = ${plan['max_usd']:,.2f} at most, what the budget guard charges"
+    if plan["usd_per_hour"] != cap_h: cost += f" (spot about ${plan['usd_per_hour']:g}/h)"
+    if plan.get("planner_usd") is not None: cost += f"; the planner estimates ${plan['planner_usd']:,.2f}"
+    lines.append(f"  {'cost':<13} {cost}")
     lines.append(f"  {'run dir':<13} {plan['run_uri']}")
     for k in ("instance_id", "training_job"):
         if plan.get(k): lines.append(f"  {k:<13} {plan[k]}")
@@ -1255,6 +1386,11 @@ def _launch_args(p) -> None:
     p.add_argument("overrides", nargs="*", help="key=value, e.g. data.store=s3://bucket/prefix seed=2")
     p.add_argument("--dry-run", action="store_true", help="print what would be created and its cost; call no AWS API")
     p.add_argument("--region", default=None); p.add_argument("--owner", default=None, help="owner tag (default: $QMIND_OWNER or your STS name)")
+
+def _age_arg(s: str) -> dt.timedelta:
+    import argparse
+    try: return parse_age(s)
+    except CloudError as e: raise argparse.ArgumentTypeError(str(e)) from None
 
 def _parser():
     import argparse
@@ -1282,7 +1418,12 @@ def _parser():
     b.add_argument("--owner"); b.add_argument("--dry-run", action="store_true"); b.add_argument("--region")
     c = sub.add_parser("cost-review", help="spend per owner tag over the last days (Cost Explorer)")
     c.add_argument("--days", type=int, default=7); c.add_argument("--tag", default="owner"); c.add_argument("--region")
-    k = sub.add_parser("cleanup", help="list orphaned volumes, snapshots, stopped instances; delete with --confirm")
+    k = sub.add_parser("cleanup", help="the project's stopped instances, loose volumes and snapshots, unfinished uploads; "
+                                       "--confirm deletes them")
+    k.add_argument("--older-than", type=_age_arg, default="24h", metavar="AGE",
+                   help="leave what is younger, e.g. 2h, 30m, 3d; 0 for any age (default 24h)")
+    k.add_argument("--store", action="append", default=None, help="s3://bucket/prefix to look for unfinished uploads in "
+                   "(repeatable; default: the buckets tagged project=qmind-render)")
     k.add_argument("--confirm", action="store_true"); k.add_argument("--region")
     q = sub.add_parser("quota", help="vCPU quotas a sweep needs (G/VT, P; on-demand, spot); --request an increase")
     q.add_argument("--instance", default="g6.xlarge"); q.add_argument("--count", type=int, default=1)
@@ -1353,6 +1494,16 @@ def _data(a) -> int:
     return 0
 
 # %% ../nbs/80_cloud.ipynb #5dcb4dd9
+def _cleanup(s, older_than: dt.timedelta, stores: list[str] | None, confirm: bool) -> None:
+    orphans = find_orphans(s, older_than=older_than, stores=stores)
+    verb = lambda o: f"leave: {o.leave}" if o.leave else _VERBS[o.kind][0]
+    print(render_table([asdict(o) | {"action": verb(o)} for o in orphans], ["kind", "id", "owner", "age_h", "size_gb", "why", "action"]))
+    for line in delete_orphans(s, orphans, confirm): print(line)
+    todo, left = sum(not o.leave for o in orphans), sum(bool(o.leave) for o in orphans)
+    print(("" if confirm or not todo else f"DRY RUN: nothing deleted; rerun with --confirm to delete these {todo}. ")
+          + f"Only resources tagged project={PROJECT} and older than {_span(older_than)} are touched; "
+          f"{left} left alone (a {KEEP_TAGS[0]} tag, or younger).")
+
 def _money(a) -> int:
     s = aws_session(a.region)
     if a.cmd == "budget":
@@ -1362,11 +1513,7 @@ def _money(a) -> int:
         rows = cost_review(s, a.days, a.tag)
         print(render_table([{a.tag: k, "usd": v} for k, v in rows]))
         print(f"total ${sum(v for _, v in rows):,.2f} over {a.days} days (before credits)")
-    elif a.cmd == "cleanup":
-        orphans = find_orphans(s)
-        print(render_table([asdict(o) for o in orphans]))
-        for line in delete_orphans(s, orphans, a.confirm) if orphans else []: print(line)
-        if orphans and not a.confirm: print(f"{len(orphans)} orphans; nothing deleted. Rerun with --confirm to delete them.")
+    elif a.cmd == "cleanup": _cleanup(s, a.older_than, a.store, a.confirm)
     elif a.cmd == "quota":
         need = vcpus_needed([(a.instance, a.count, a.market)])
         rows = quota_report(s, need)
@@ -1386,21 +1533,21 @@ _PASSTHROUGH = {"watchdog": "watchdog_main", "data-part": "data_part_main", "dat
 def aws_main(argv: list[str]) -> int:
     "`qmind aws launch|status|cancel|ls|budget|cost-review|cleanup|quota|setup|data|iam-policy ...`"
     if argv and argv[0] in _PASSTHROUGH: return int(globals()[_PASSTHROUGH[argv[0]]](argv[1:]) or 0)
+    from qmind_render.cli import guarded
     a = _parser().parse_args(argv)
-    try:
-        if a.cmd == "launch": return _launch(a)
-        if a.cmd == "data": return _data(a)
-        if a.cmd in ("status", "cancel"):
-            for ref in a.jobs:
-                job = read_job(ref)
-                be = backend_for(job)
-                if a.cmd == "cancel": be.cancel(job); print(f"{job.get('run', job.get('dataset'))}: cancelled")
-                else: print(f"{job.get('run', job.get('dataset'))}: {be.status(job)}")
-            return 0
-        if a.cmd == "iam-policy":
-            b, pre = split_s3(a.store.rstrip("/"))
-            print(json.dumps(iam_policy(a.role, b, pre), indent=2)); return 0
-        return _money(a)
-    except CloudError as e:
-        print(f"qmind aws {a.cmd}: error: {e}", file=sys.stderr)
-        return 1
+    return guarded(f"qmind aws {a.cmd}", lambda: _aws(a))
+
+def _aws(a) -> int:
+    if a.cmd == "launch": return _launch(a)
+    if a.cmd == "data": return _data(a)
+    if a.cmd in ("status", "cancel"):
+        for ref in a.jobs:
+            job = read_job(ref)
+            be = backend_for(job)
+            if a.cmd == "cancel": be.cancel(job); print(f"{job.get('run', job.get('dataset'))}: cancelled")
+            else: print(f"{job.get('run', job.get('dataset'))}: {be.status(job)}")
+        return 0
+    if a.cmd == "iam-policy":
+        b, pre = split_s3(a.store.rstrip("/"))
+        print(json.dumps(iam_policy(a.role, b, pre), indent=2)); return 0
+    return _money(a)

@@ -699,6 +699,10 @@ def _print_dry_run(runs: list[RunSpec], a) -> None:
     print(f"\nwall time on the {a.backend} backend: " + (f"about {_ago(60 * w['wall_minutes'])} for the sweep "
           f"({min(per):g}-{max(per):g} min a run)" if w["wall_minutes"] is not None else "unknown (no bf16 peak for the instance)")
           + f"; {w['basis']}")
+    if a.backend in CLOUD:                                 # what the budget guard will charge before the first launch
+        be = make_backend(a.backend, **_cloud_kw(a))
+        print(f"\nbudget guard: charges the cap, ${sum(be.max_usd(r) for r in runs):,.2f} = {len(runs)} runs × "
+              f"{be.cap_basis()} (--max-hours), not the estimate; lower --max-hours if that is more than you can spend")
 
 def sweep_main(argv: list[str]) -> int:
     "`qmind sweep SWEEP.yaml | EXPERIMENT -m [key=value ...] [--backend local|slurm|ec2|sagemaker] [--dry-run|--status|--report] [--jobs N]`"

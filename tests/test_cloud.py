@@ -3,6 +3,7 @@ Budgets, Cost Explorer, SageMaker and Batch; small servers of our own where moto
 instance metadata service's spot/instance-action, Service Quotas for EC2, a throttling API). Every
 server listens on 127.0.0.1 and stops with its test."""
 import base64
+import datetime as dt
 import json
 import os
 import subprocess
@@ -110,6 +111,7 @@ def test_ec2_launch_tags_everything_and_runs_self_terminating(ready):
     inst = ec2.describe_instances(InstanceIds=[job["instance_id"]])["Reservations"][0]["Instances"][0]
     want = {"owner": "alice", "project": "qmind-render", "run": "003-coverage_50-s1"}
     assert want.items() <= tags_of(inst).items() and tags_of(inst)["qmind:estimate-usd"] == "3.22"  # 4 h × $0.805
+    assert tags_of(inst)["qmind:max-usd"] == "3.22"                                 # its cap, which the guard counts
     vols = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [job["instance_id"]]}])["Volumes"]
     assert vols and all(want.items() <= tags_of(v).items() for v in vols)
     assert inst["InstanceLifecycle"] == "spot" and inst["IamInstanceProfile"]["Arn"].endswith("/qmind-render-job")
@@ -137,22 +139,25 @@ def test_ec2_owner_comes_from_sts_when_unset(ready):
     assert tags_of(inst)["owner"] == "moto" and "InstanceLifecycle" not in inst
 
 
-def test_guard_refuses_over_budget_launch_and_counts_live_jobs(aws, store):
+def test_guard_charges_the_cap_not_the_estimate_and_counts_live_caps(aws, store):
     cloud.setup(aws, store, owner="alice")
     acct = boto3.client("sts").get_caller_identity()["Account"]
     boto3.client("budgets").create_budget(AccountId=acct, Budget={
         "BudgetName": "qmind-render", "BudgetType": "COST", "TimeUnit": "ANNUALLY",
         "BudgetLimit": {"Amount": "100", "Unit": "USD"},
         "CalculatedSpend": {"ActualSpend": {"Amount": "94", "Unit": "USD"}}})      # $6 left
-    with pytest.raises(OverBudget, match=r"\$10.00 exceeds what is left.*\$6.00"):
-        ec2_backend(owner="alice").submit(run_spec(estimate=10))
+    # the planner's $0.45 fits in $6, but 24 hours at $0.805/h, which the instance may run, do not
+    with pytest.raises(OverBudget, match=r"may cost up to \$19.32 \(\$0.805/h × 24 h\); the planner estimates \$0.45.*"
+                                         r"exceeds what is left.*\$6.00.*Lower --max-hours"):
+        ec2_backend(owner="alice", max_hours=24).submit(run_spec(estimate=0.45))
     assert live_instances() == []
-    ec2_backend(owner="alice").submit(run_spec("a-s1", estimate=4))                 # fits: $6 left
-    with pytest.raises(OverBudget, match=r"live jobs up to \$4.00"):               # Budgets lags; the tags do not
-        ec2_backend(owner="alice").submit(run_spec("a-s2", estimate=4))
+    ec2_backend(owner="alice", max_hours=4).submit(run_spec("a-s1", estimate=0.45))   # cap $3.22: fits
+    with pytest.raises(OverBudget, match=r"live jobs up to \$3.22"):               # its cap is committed, not its $0.45
+        ec2_backend(owner="alice", max_hours=4).submit(run_spec("a-s2", estimate=0.45))
     assert len(live_instances()) == 1
-    with pytest.raises(OverBudget, match=r"sweep \(3 runs\)"):
-        cloud.check_sweep(ec2_backend(), [run_spec(f"b-s{i}", estimate=1) for i in range(3)],
+    with pytest.raises(OverBudget, match=r"sweep \(3 runs\): it may cost up to \$4.83 \(3 runs × \$0.805/h × 2 h\); "
+                                         r"the planner estimates \$0.30"):          # $2.78 left
+        cloud.check_sweep(ec2_backend(max_hours=2), [run_spec(f"b-s{i}", estimate=0.1) for i in range(3)],
                           cloud.BudgetGuard(session=aws), "sweep")
 
 
@@ -193,7 +198,6 @@ def test_missing_credentials_and_region_are_clear(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     with pytest.raises(CloudError, match="no AWS region"):
         cloud.aws_session()
-    assert cloud.aws_main(["cleanup"]) == 1
     # a dry run calls no AWS API, so it works without credentials
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     assert cloud.aws_main(["launch", f"data.store={STORE}", "--owner", "alice", "--dry-run"]) == 0
@@ -418,6 +422,7 @@ def test_sagemaker_job_managed_spot_checkpoints_max_runtime_tags(ready):
     assert d["StoppingCondition"] == {"MaxRuntimeInSeconds": 6 * 3600, "MaxWaitTimeInSeconds": 12 * 3600}
     tags = {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=job["training_job_arn"])["Tags"]}
     assert tags["owner"] == "alice" and tags["project"] == "qmind-render" and tags["qmind:estimate-usd"] == "5.00"
+    assert tags["qmind:max-usd"] == "8.46"                          # 6 h × $1.41: what the guard counts while it runs
     cfg = boto3.client("s3").get_object(Bucket="qmind-lab", Key="main/runs/003-coverage_50-s1/config.yaml")["Body"].read()
     assert yaml.safe_load(cfg)["data"]["dataset"] == "ds-v003"
     assert be.status(job) == "done"                                 # moto completes training jobs at once
@@ -545,31 +550,48 @@ def test_cost_review_groups_by_owner(aws, aws_env):
     assert rows == [("bob", 55.04), ("alice", 19.3), ("(no owner tag)", 1.86)]
 
 
-def test_cleanup_finds_planted_orphans_and_deletes_only_when_confirmed(aws):
-    ec2 = boto3.client("ec2")
-    ami = moto_ami()
-    # moto's own AMIs come with snapshots it files under this account: they are the baseline
-    baseline = {o.id for o in cloud.find_orphans(aws)}
-    keep = ec2.run_instances(ImageId=ami, InstanceType="g6.xlarge", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
-    stopped = ec2.run_instances(ImageId=ami, InstanceType="g6e.xlarge", MinCount=1, MaxCount=1, TagSpecifications=cloud.tag_specs(
-        {"owner": "bob", "project": "qmind-render"}, "instance"))["Instances"][0]["InstanceId"]
-    ec2.stop_instances(InstanceIds=[stopped])
-    loose = ec2.create_volume(AvailabilityZone="us-east-1a", Size=500, TagSpecifications=cloud.tag_specs({"owner": "carol"}, "volume"))["VolumeId"]
-    gone = ec2.create_volume(AvailabilityZone="us-east-1a", Size=100)["VolumeId"]
-    snap_orphan = ec2.create_snapshot(VolumeId=gone)["SnapshotId"]
-    ec2.delete_volume(VolumeId=gone)
-    snap_kept = ec2.create_snapshot(VolumeId=loose)["SnapshotId"]
-    orphans = [o for o in cloud.find_orphans(aws) if o.id not in baseline]
-    assert {(o.kind, o.id, o.owner) for o in orphans} == {
-        ("instance", stopped, "bob"), ("volume", loose, "carol"), ("snapshot", snap_orphan, "(no owner tag)")}
-    assert all(line.startswith("would delete") for line in cloud.delete_orphans(aws, orphans))
-    assert cloud.aws_main(["cleanup"]) == 0
-    assert {o.id for o in orphans} <= {o.id for o in cloud.find_orphans(aws)}          # nothing deleted unconfirmed
-    done = cloud.delete_orphans(aws, orphans, confirm=True)
-    assert [line.split()[:2] for line in done] == [["deleted", "instance"], ["deleted", "volume"], ["deleted", "snapshot"]]
-    assert not {o.id for o in orphans} & {o.id for o in cloud.find_orphans(aws)}
-    assert ec2.describe_instances(InstanceIds=[keep])["Reservations"][0]["Instances"][0]["State"]["Name"] == "running"
-    assert ec2.describe_snapshots(SnapshotIds=[snap_kept])["Snapshots"]
+def test_cleanup_touches_only_old_unkept_project_orphans(aws, store, capsys):
+    ec2, s3, ami = boto3.client("ec2"), boto3.client("s3"), moto_ami()
+    def stopped(**tags):
+        iid = ec2.run_instances(ImageId=ami, InstanceType="g6.xlarge", MinCount=1, MaxCount=1,
+                                TagSpecifications=cloud.tag_specs(tags, "instance"))["Instances"][0]["InstanceId"]
+        ec2.stop_instances(InstanceIds=[iid])
+        return iid
+    def state(iid): return ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    ours = stopped(owner="bob", project="qmind-render")
+    other = stopped(owner="eve", project="other")                                     # someone else's dev box
+    kept = stopped(owner="bob", project="qmind-render", **{"qmind:keep": "true"})
+    loose = ec2.create_volume(AvailabilityZone="us-east-1a", Size=500, TagSpecifications=cloud.tag_specs(
+        {"owner": "carol", "project": "qmind-render"}, "volume"))["VolumeId"]
+    untagged = ec2.create_volume(AvailabilityZone="us-east-1a", Size=100)["VolumeId"]
+    key = "main/runs/r1/checkpoints/0001000.pt"
+    s3.create_multipart_upload(Bucket="qmind-lab", Key=key)                                # moto dates it 2010
+    s3.put_bucket_tagging(Bucket="qmind-lab", Tagging={"TagSet": cloud.tag_list({"project": "qmind-render"})})
+    s3.create_bucket(Bucket="other-lab")
+    s3.create_multipart_upload(Bucket="other-lab", Key="big.bin")                        # not a project bucket
+    # now: everything but the upload is younger than the default 24 h
+    found = {o.id: o for o in cloud.find_orphans(aws)}
+    assert set(found) == {ours, kept, loose, f"s3://qmind-lab/{key}"}                  # never another project's
+    assert (found[ours].leave, found[kept].leave) == ("younger than 24h", "kept (qmind:keep=true)")
+    assert found[f"s3://qmind-lab/{key}"].leave == "" and found[f"s3://qmind-lab/{key}"].age_h > 24
+    done = cloud.delete_orphans(aws, list(found.values()), confirm=True)
+    assert [line.split(" (")[0] for line in done] == [f"aborted upload s3://qmind-lab/{key}"]
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket="qmind-lab") and state(ours) == "stopped"
+    assert [u["Key"] for u in s3.list_multipart_uploads(Bucket="other-lab")["Uploads"]] == ["big.bin"]
+    # three hours on, a 2 h threshold takes ours, and only ours
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=3)
+    assert {o.id for o in cloud.find_orphans(aws, now=later, older_than=dt.timedelta(hours=2)) if not o.leave} == {ours, loose}
+    # the command: a dry run changes nothing; --confirm does what it printed
+    assert cloud.aws_main(["cleanup", "--older-than", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "DRY RUN" in out and f"would terminate instance {ours}" in out and f"would delete volume {loose}" in out
+    assert "leave: kept (qmind:keep=true)" in out and other not in out and untagged not in out and state(ours) == "stopped"
+    assert cloud.aws_main(["cleanup", "--older-than", "0", "--confirm"]) == 0
+    out = capsys.readouterr().out
+    assert f"terminated instance {ours}" in out and f"deleted volume {loose}" in out and "DRY RUN" not in out
+    assert (state(ours), state(other), state(kept)) == ("terminated", "stopped", "stopped")
+    vols = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+    assert untagged in vols and loose not in vols
 
 
 class FakeQuotas(BaseHTTPRequestHandler):
@@ -651,7 +673,25 @@ def test_setup_creates_tagged_bucket_roles_and_instance_profile(aws):
         assert doc == cloud.iam_policy(role, "qmind-new", "main", "us-east-1", "123456789012")
     prof = iam.get_instance_profile(InstanceProfileName="qmind-render-job")["InstanceProfile"]
     assert [r["RoleName"] for r in prof["Roles"]] == ["qmind-render-job"]
+    doc = iam.get_role_policy(RoleName="qmind-render-sagemaker", PolicyName="qmind-render-sagemaker")["PolicyDocument"]
+    assert "cloudwatch:PutMetricData" in json.dumps(doc)                                # AWS lists it for training jobs
+    rules = boto3.client("s3").get_bucket_lifecycle_configuration(Bucket="qmind-new")["Rules"]
+    assert [(r["Filter"], r["AbortIncompleteMultipartUpload"]) for r in rules] == [({"Prefix": "main/"}, {"DaysAfterInitiation": 2})]
     cloud.setup(aws, "s3://qmind-new/main", owner="alice")                               # idempotent
+    assert boto3.client("s3").get_bucket_lifecycle_configuration(Bucket="qmind-new")["Rules"] == rules
+
+
+def test_setup_adds_the_abort_rule_beside_existing_lifecycle_rules(aws):
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="qmind-old")
+    logs = {"ID": "expire-logs", "Status": "Enabled", "Filter": {"Prefix": "logs/"}, "Expiration": {"Days": 30}}
+    s3.put_bucket_lifecycle_configuration(Bucket="qmind-old", LifecycleConfiguration={"Rules": [logs]})
+    line = cloud.ensure_abort_rule(aws, "qmind-old", "main")
+    assert "kept its 1 other rules" in line
+    rules = {r["ID"]: r for r in s3.get_bucket_lifecycle_configuration(Bucket="qmind-old")["Rules"]}
+    assert rules["expire-logs"] == logs                                                  # merged, not overwritten
+    assert rules["qmind-render-abort-unfinished-uploads-main"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 2}
+    assert "already aborts" in cloud.ensure_abort_rule(aws, "qmind-old", "main")
 
 
 def test_infra_files_match_the_code():
@@ -681,6 +721,32 @@ def test_cli_help_and_dry_runs(capsys):
     assert '"indices": 1' in capsys.readouterr().out
 
 
+def test_foreseeable_cloud_failures_are_one_line_and_exit_2(ready, monkeypatch, capsys, tmp_path):
+    from qmind_render.cli import main
+    def one_line(argv, *expect):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        for e in expect: assert e in err, err
+    one_line(["aws", "setup", "s3://no-such-bucket/main", "--owner", "alice"],
+             "qmind aws setup: error:", "NoSuchBucket", "--create-bucket")
+    launch = ["aws", "launch", f"data.store={STORE}", "data.dataset=ds-v003", "--owner", "alice", "--image-id", moto_ami()]
+    one_line([*launch, "--max-hours", "48", "--instance", "p6-b200.48xlarge", "--estimate", "9.5"],      # $5,000 left
+             "qmind aws launch: error: refusing run", "may cost up to $5,468.64 ($113.93/h × 48 h); the planner estimates $9.50")
+    monkeypatch.setattr(cloud, "stage_code", lambda *a, **kw: f"{STORE}/code/test.tar.gz")
+    class NoQuota(_PendingForever):
+        def run_instances(self, **kw):
+            raise ClientError({"Error": {"Code": "VcpuLimitExceeded", "Message": "You have requested more vCPU capacity "
+                                         "than your current vCPU limit of 0"}}, "RunInstances")
+    real = cloud.aws_client
+    monkeypatch.setattr(cloud, "aws_client", lambda s, svc, **kw: NoQuota(real(s, svc, **kw)) if svc == "ec2" else real(s, svc, **kw))
+    one_line([*launch, "--max-hours", "2"], "VcpuLimitExceeded", "qmind aws quota")
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"): monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    one_line(["aws", "cleanup"], "qmind aws cleanup: error: no AWS credentials", "aws sso login")
+
+
 def test_status_reads_records_from_run_dirs(ready, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cloud, "aws_session", lambda region=None, profile=None: ready)
@@ -690,5 +756,5 @@ def test_status_reads_records_from_run_dirs(ready, tmp_path, monkeypatch, capsys
     assert cloud.aws_main(["status", "r9"]) == 0 and "r9: running" in capsys.readouterr().out
     assert cloud.aws_main(["cancel", "runs/r9"]) == 0
     assert cloud.aws_main(["status", "runs/r9/job.json"]) == 0 and "r9: failed" in capsys.readouterr().out
-    assert cloud.aws_main(["status", "nope"]) == 1 and "no job record at nope" in capsys.readouterr().err
+    assert cloud.aws_main(["status", "nope"]) == 2 and "no job record at nope" in capsys.readouterr().err
     assert cloud.aws_main(["ls"]) == 0

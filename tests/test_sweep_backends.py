@@ -2,6 +2,7 @@
 this session; skipped with the reason when they are not installed), and EC2 / SageMaker against moto_server."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import boto3
 import pytest
 
 from qmind_render import cloud
-from qmind_render.cloud import OverBudget
+from qmind_render.cli import main
 from qmind_render.sweep import SlurmBackend, expand_sweep, job_record, sbatch_script, sweep_main
 from tests.conftest import free_port
 from tests.test_cloud import STORE, aws, moto_ami, ready, store, tags_of  # noqa: F401 (fixtures)
@@ -191,9 +192,17 @@ def live_instances() -> list[dict]:
 
 def test_ec2_sweep_launches_one_instance_per_run(ready, tmp_path, capsys):  # noqa: F811 (fixture)
     sweep, runs = cloud_sweep(tmp_path), tmp_path / "runs"
-    with pytest.raises(OverBudget, match=r"sweep .*huge.yaml \(2 runs\)"):   # the whole sweep is refused up front
-        sweep_main([str(cloud_sweep(tmp_path, "huge", steps=10**11)), "--backend", "ec2", "--image-id", moto_ami(),
-                    "--owner", "alice", "--allow-dirty", "--runs", str(runs)])
+    # the planner's estimate fits in the $5,000, but 2 runs × 48 h at $55.04/h do not: the budget guard refuses the
+    # whole sweep up front, as one line through the CLI's error boundary
+    big = [str(sweep), "--backend", "ec2", "--instance", "p5.48xlarge", "--max-hours", "48", "--image-id", moto_ami(),
+           "--owner", "alice", "--allow-dirty", "--runs", str(runs)]
+    assert main(["sweep", *big, "--dry-run"]) == 0
+    assert "budget guard: charges the cap, $5,283.84 = 2 runs × $55.04/h × 48 h" in capsys.readouterr().out
+    assert main(["sweep", *big]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert re.search(r"^qmind sweep: error: refusing sweep \S*cloudy.yaml \(2 runs\): it may cost up to \$5,283.84 "
+                     r"\(2 runs × \$55.04/h × 48 h\); the planner estimates \$\d+\.\d\d", err), err
     assert live_instances() == []
     args = [str(sweep), "--backend", "ec2", "--image-id", moto_ami(), "--owner", "alice", "--allow-dirty", "--max-hours", "4",
             "--runs", str(runs)]
@@ -205,7 +214,8 @@ def test_ec2_sweep_launches_one_instance_per_run(ready, tmp_path, capsys):  # no
         rec = json.loads((runs / name / "job.json").read_text())            # the local record `--status` reads
         assert rec["instance_id"] == inst["InstanceId"] and rec["backend"] == "ec2"
         assert inst["InstanceType"] == "g6.xlarge" and inst["InstanceLifecycle"] == "spot"
-        assert float(tags_of(inst)["qmind:estimate-usd"]) < 4 * 0.805    # the planner's estimate, not the worst case
+        assert float(tags_of(inst)["qmind:estimate-usd"]) < 4 * 0.805    # the planner's estimate, beside...
+        assert tags_of(inst)["qmind:max-usd"] == "3.22"                    # ...the cap the guard counts: 4 h × $0.805
         s3rec = boto3.client("s3").get_object(Bucket="qmind-lab", Key=f"main/runs/{name}/job.json")["Body"].read()
         assert json.loads(s3rec)["instance_id"] == inst["InstanceId"]
         assert f"{name}: queued" in out
