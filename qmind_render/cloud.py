@@ -134,6 +134,8 @@ _ADVICE = {
     "SpotMaxPriceTooLow": "the spot price is above the on-demand cap right now: retry later or launch on-demand",
     "MaxSpotInstanceCountExceeded": "the spot vCPU quota is used up: see `qmind aws quota`",
     "VcpuLimitExceeded": "the vCPU quota for this instance family is too low: see `qmind aws quota` and request an increase",
+    "ResourceLimitExceeded": "a SageMaker quota is too low (they start at 0 per instance type): request an increase of "
+                             "'<type> for (spot) training job usage' in Service Quotas, SageMaker",
     "UnauthorizedOperation": "your IAM identity may not do this: ask the account admin for the permission named above",
     "AccessDenied": "your IAM identity may not do this: ask the account admin for the permission named above",
     "AccessDeniedException": "your IAM identity may not do this: ask the account admin for the permission named above",
@@ -1424,7 +1426,8 @@ def _parser():
                    help="leave what is younger, e.g. 2h, 30m, 3d; 0 for any age (default 24h)")
     k.add_argument("--store", action="append", default=None, help="s3://bucket/prefix to look for unfinished uploads in "
                    "(repeatable; default: the buckets tagged project=qmind-render)")
-    k.add_argument("--confirm", action="store_true"); k.add_argument("--region")
+    k.add_argument("--confirm", action="store_true", help="do it: terminate, delete and abort what the dry run lists")
+    k.add_argument("--region")
     q = sub.add_parser("quota", help="vCPU quotas a sweep needs (G/VT, P; on-demand, spot); --request an increase")
     q.add_argument("--instance", default="g6.xlarge"); q.add_argument("--count", type=int, default=1)
     q.add_argument("--market", choices=MARKETS, default="spot"); q.add_argument("--request", action="store_true")
@@ -1500,9 +1503,9 @@ def _cleanup(s, older_than: dt.timedelta, stores: list[str] | None, confirm: boo
     print(render_table([asdict(o) | {"action": verb(o)} for o in orphans], ["kind", "id", "owner", "age_h", "size_gb", "why", "action"]))
     for line in delete_orphans(s, orphans, confirm): print(line)
     todo, left = sum(not o.leave for o in orphans), sum(bool(o.leave) for o in orphans)
-    print(("" if confirm or not todo else f"DRY RUN: nothing deleted; rerun with --confirm to delete these {todo}. ")
-          + f"Only resources tagged project={PROJECT} and older than {_span(older_than)} are touched; "
-          f"{left} left alone (a {KEEP_TAGS[0]} tag, or younger).")
+    print(("" if confirm or not todo else f"DRY RUN: nothing changed; rerun with --confirm to act on the {todo} above. ")
+          + f"Only the project's resources (tagged project={PROJECT}, or in its buckets) older than {_span(older_than)} "
+          f"are touched; {left} left alone (a {KEEP_TAGS[0]} tag, or younger).")
 
 def _money(a) -> int:
     s = aws_session(a.region)
