@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
@@ -16,16 +17,16 @@ from pathlib import Path
 from typing import Any, Optional, get_type_hints
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .contracts import UserError, project_dirs
 
 # %% auto #0
-__all__ = ['MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'DataConfig', 'ModelConfig',
-           'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config', 'load_config',
-           'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args',
-           'config_main']
+__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'DataConfig',
+           'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config', 'check_config',
+           'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args',
+           'config_from_args', 'config_main']
 
 # %% ../nbs/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -184,10 +185,41 @@ def _override(cfg: DictConfig, item: str) -> DictConfig:
     except OmegaConfBaseException as e: raise ConfigError(f"override '{item}' could not be parsed: {e.msg}") from None
     return _merge(cfg, dot, f"override '{item}'")
 
+# %% ../nbs/01_config.ipynb #391b0b01
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=-]*")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+def _at_least(n): return (lambda v: v >= n), f"must be at least {n}"
+def _above(n): return (lambda v: v > n), f"must be above {n}"
+def _fraction(): return (lambda v: 0 <= v < 1), "must be in [0, 1)"
+_NAME = (lambda v: bool(_FOLDER_NAME.fullmatch(v)), "must be one folder name: letters, digits and . _ + = -, no / or leading .")
+_DEV = (lambda v: bool(_DEVICE.fullmatch(v)), "must be auto, cpu, mps, cuda or cuda:N")
+
+RULES: dict[str, tuple] = {
+    "name": _NAME, "seed": _at_least(0), "data.dataset": _NAME, "data.seed_start": _at_least(0),
+    "data.episodes": _at_least(1), "data.frames_per_episode": _at_least(1), "data.shard_size": _at_least(1),
+    "model.timesteps": _at_least(2), "model.material_dim": _at_least(1), "model.dropout": _fraction(),
+    "train.steps": _at_least(1), "train.batch": _at_least(1), "train.lr": _above(0), "train.warmup": _at_least(0),
+    "train.grad_clip": _above(0), "train.grad_accum": _at_least(1), "train.ema": _fraction(),
+    "train.ckpt_every_min": _above(0), "train.ckpt_every_steps": _at_least(0), "train.keep_last": _at_least(0),
+    "train.workers": _at_least(0), "train.log_every": _at_least(1), "train.sample_every": _at_least(0), "train.device": _DEV,
+    "eval.ddim_steps": _at_least(1), "eval.frames_per_cell": _at_least(1), "eval.classifier_steps": _at_least(1), "eval.device": _DEV,
+}
+
+def check_config(cfg: DictConfig) -> DictConfig:
+    "Raise a `ConfigError` naming the first key whose value breaks its rule in `RULES` (lists: every item, and not empty)."
+    for key, (ok, need) in RULES.items():
+        v = OmegaConf.select(cfg, key)
+        items = list(v) if isinstance(v, (list, ListConfig)) else [v]
+        if not items or not all(ok(x) for x in items):
+            shown = OmegaConf.to_container(v) if isinstance(v, ListConfig) else v
+            raise ConfigError(f"bad value for '{key}': {shown!r} {need} (set it in the config file or as {key}=...)")
+    return cfg
+
 # %% ../nbs/01_config.ipynb #eb6e6ca1
 def load_config(config: str | os.PathLike | dict | None = None, overrides: list[str] = (),
                 root: str | os.PathLike | None = None) -> DictConfig:
-    "Embedded defaults <- YAML file (path, name under sweeps/exp/, or a dict) <- `key=value` overrides, type-checked."
+    "Embedded defaults <- YAML file (path, name under sweeps/exp/, or a dict) <- `key=value` overrides, type- and range-checked."
     cfg = OmegaConf.structured(ExperimentConfig)
     if isinstance(config, dict): cfg = _merge(cfg, config, "the given dict")
     elif config is not None:
@@ -197,7 +229,7 @@ def load_config(config: str | os.PathLike | dict | None = None, overrides: list[
     try: OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e: raise _explain(e, "an interpolation") from None
     OmegaConf.set_readonly(cfg, True)
-    return cfg
+    return check_config(cfg)
 
 # %% ../nbs/01_config.ipynb #d0bad3a4
 def config_to_dict(cfg: DictConfig) -> dict:

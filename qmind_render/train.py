@@ -23,17 +23,17 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .config import config_to_dict, load_config
+from .config import config_to_dict, load_config, save_config
 from .contracts import UserError, check_spec_version, contract_versions
 from .data import fetch, git_commit, load_split, make_loader, open_store
-from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, make_optimizer, masked_step,
-                                prepare_batch, to_uint8)
+from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, is_sealed_ok, make_ema, make_optimizer,
+                                masked_step, prepare_batch, seal, to_uint8)
 
 # %% auto #0
 __all__ = ['RESUME_FIXED', 'runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor',
            'CheckpointError', 'checkpoints', 'save_checkpoint', 'load_checkpoint', 'check_resume', 'wandb_mode',
            'Tracker', 'read_metrics', 'Progress', 'sample_grid', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict',
-           'restore', 'resume_from', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter',
+           'restore', 'resume_from', 'newest_good', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter',
            'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
@@ -92,13 +92,13 @@ def checkpoints(run_dir: Path) -> list[Path]:
     return sorted((Path(run_dir) / "checkpoints").glob("[0-9]" * 7 + ".pt"))
 
 def save_checkpoint(state: dict, run_dir: Path, keep_last: int = 3) -> Path:
-    "Write `state` atomically as `checkpoints/{step:07d}.pt`; prune to the last `keep_last`."
+    "Write `state`, sealed, atomically as `checkpoints/{step:07d}.pt`; prune to the last `keep_last`."
     bad = [k for k, v in state["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad: raise CheckpointError(f"refusing to checkpoint step {state['step']}: non-finite weights in {bad[:3]}")
     d = Path(run_dir) / "checkpoints"; d.mkdir(parents=True, exist_ok=True)
     path, tmp = d / f"{state['step']:07d}.pt", d / f".{state['step']:07d}.pt.tmp"
     try:
-        torch.save(state, tmp)
+        torch.save(seal(_move(state, "cpu")), tmp)
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -108,16 +108,34 @@ def save_checkpoint(state: dict, run_dir: Path, keep_last: int = 3) -> Path:
     return path
 
 # %% ../nbs/50_train.ipynb #dc6fe9ef
-def load_checkpoint(path: Path, map_location="cpu") -> dict:
-    "Read a checkpoint with `weights_only=True`; a corrupt file is a `CheckpointError` naming it and what else exists."
-    path = Path(path)
-    try: return torch.load(path, map_location=map_location, weights_only=True)
+def _move(x, device):
+    "Every tensor in nested dicts and lists, on `device`."
+    if isinstance(x, torch.Tensor): return x.to(device)
+    if isinstance(x, dict): return {k: _move(v, device) for k, v in x.items()}
+    if isinstance(x, (list, tuple)): return type(x)(_move(v, device) for v in x)
+    return x
+
+def _read(path: Path) -> dict:
+    "A checkpoint's dict, checked against its seal; a `CheckpointError` saying what is wrong with the file otherwise."
+    try: ck = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError: raise CheckpointError(f"no checkpoint at {path}") from None
     except Exception as e:
-        others = [p.name for p in checkpoints(path.parent.parent) if p != path]
-        hint = f"; earlier checkpoints: {', '.join(others)} (resume one with train.resume=PATH)" if others else ""
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupt, truncated, or not written by qmind train: "
-                              f"{type(e).__name__}){hint}") from None
+                              f"{type(e).__name__})") from None
+    if not isinstance(ck, dict) or "model" not in ck: raise CheckpointError(f"{path} is not a checkpoint written by qmind train")
+    if not is_sealed_ok(ck):
+        raise CheckpointError(f"{path} is corrupt: its content does not match the hash it was written with (a flipped bit or an edit)")
+    return ck
+
+def load_checkpoint(path: Path, map_location="cpu") -> dict:
+    "Read a checkpoint with `weights_only=True` and check its seal; a bad file is a `CheckpointError` naming it and what else exists."
+    path = Path(path)
+    try: ck = _read(path)
+    except CheckpointError as e:
+        others = [p.name for p in checkpoints(path.parent.parent) if p != path]
+        hint = f"; earlier checkpoints: {', '.join(others)} (resume one with train.resume=NAME)" if others else ""
+        raise CheckpointError(f"{e}{hint}") from None
+    return ck if str(map_location) == "cpu" else _move(ck, map_location)
 
 # %% ../nbs/50_train.ipynb #d1421ffa
 RESUME_FIXED = ("seed", "data.dataset", "data.holdout", "model", "train.batch", "train.grad_accum", "train.lr",
@@ -269,10 +287,8 @@ class Run:
 
 # %% ../nbs/50_train.ipynb #04a0c962
 def _data(cfg):
-    from qmind_render.data import DatasetError
-    try: ds = fetch(open_store(cfg.data.store), cfg.data.dataset)
-    except DatasetError as e: raise DatasetError(e.dataset, f"{str(e).split(': ', 1)[1]} (make it with `qmind data gen`)", e.shard) from None
-    return ds, load_split(cfg.data.holdout)
+    "The fetched, verified dataset (its errors say what to do) and the split."
+    return fetch(open_store(cfg.data.store), cfg.data.dataset), load_split(cfg.data.holdout)
 
 def _model(cfg, dist: Dist, device: torch.device):
     from qmind_render.skinner import load_grid
@@ -294,9 +310,6 @@ def setup(cfg, root: str | Path | None = None) -> Run:
     if dist.world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     run_dir = runs_root(root) / cfg.name
-    if dist.main:
-        from qmind_render.config import save_config
-        save_config(cfg, run_dir / "config.yaml")
     ds, split = _data(cfg)
     model, net = _model(cfg, dist, device)
     t = cfg.train
@@ -309,13 +322,15 @@ def setup(cfg, root: str | Path | None = None) -> Run:
 def state_dict(run: Run) -> dict:
     "The checkpoint: everything a resumed run needs, as tensors and plain data."
     from qmind_render import __version__, engine, skinner
-    np_state = np.random.get_state()
+    py, np_state = random.getstate(), np.random.get_state()
     return {"model": run.model.state_dict(), "ema": run.ema.state_dict(), "optimizer": run.opt.state_dict(),
             "scheduler": run.sched.state_dict(), "step": run.step, "epoch": run.epoch, "pos": run.pos,
-            "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
-                    "numpy": torch.from_numpy(np_state[1].astype(np.int64)),
+            "rng": {"torch": torch.get_rng_state(), "python": list(py[1]), "python_gauss": py[2],
+                    "numpy": torch.from_numpy(np_state[1].astype(np.int64)), "numpy_pos": int(np_state[2]),
+                    "numpy_gauss": [int(np_state[3]), float(np_state[4])],
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
             "config": config_to_dict(run.cfg), "git": git_commit(), "dataset": run.cfg.data.dataset,
+            "dataset_sha256": run.ds.manifest.content_sha256,                       # the exact content it trained on
             "versions": {**contract_versions(), "qmind_render": __version__, "engine": engine.ENGINE_VERSION,
                          "skinner": skinner.SKINNER_VERSION, "torch": str(torch.__version__)},
             "world": run.dist.world, "elapsed_s": run.elapsed + time.monotonic() - run.started, "device": str(run.device)}
@@ -326,23 +341,45 @@ def restore(run: Run, ckpt: dict, path: Path) -> None:
     run.opt.load_state_dict(ckpt["optimizer"]); run.sched.load_state_dict(ckpt["scheduler"])
     run.step, run.epoch, run.pos, run.last_ckpt = ckpt["step"], ckpt["epoch"], ckpt["pos"], path
     run.elapsed = float(ckpt.get("elapsed_s", 0.0))
-    torch.set_rng_state(ckpt["rng"]["torch"])
-    if ckpt["rng"]["cuda"] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+    rng = ckpt["rng"]
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(rng["cuda"])
+    random.setstate((3, tuple(int(x) for x in rng["python"]), rng.get("python_gauss")))
+    np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), rng.get("numpy_pos", 624), *rng.get("numpy_gauss", (0, 0.0))))
 
 # %% ../nbs/50_train.ipynb #00d4179a
 def resume_from(run: Run) -> Path | None:
-    "The checkpoint `train.resume` asks for: `latest` (if any), `never`, or a path."
-    r = run.cfg.train.resume
+    "The checkpoint `train.resume` names: `never`, `latest` (the newest, if any), a name in the run's checkpoints, or a path."
+    r, found = run.cfg.train.resume, checkpoints(run.dir)
     if r == "never": return None
-    if r == "latest":
-        found = checkpoints(run.dir)
-        return found[-1] if found else None
-    return Path(r)
+    if r == "latest": return found[-1] if found else None
+    for p in (Path(r), run.dir / "checkpoints" / r, run.dir / "checkpoints" / f"{int(r):07d}.pt" if r.isdecimal() else None):
+        if p is not None and p.is_file(): return p
+    have = f"its checkpoints: {', '.join(p.name for p in found)}" if found else "it has no checkpoints yet"
+    raise CheckpointError(f"train.resume={r}: no such checkpoint, neither a file nor a name in {run.dir / 'checkpoints'} ({have})")
+
+def newest_good(run: Run) -> tuple[Path, dict] | None:
+    """The newest checkpoint that reads and matches its seal. Newer corrupt ones are set aside as `NAME.corrupt`
+    (kept to look at, never picked again), and each is reported on stderr; none good is a `CheckpointError`."""
+    found, bad = checkpoints(run.dir)[::-1], []
+    for path in found:
+        try: ck = _read(path)
+        except CheckpointError as e: bad.append((path, e)); continue
+        for p, e in bad:
+            if run.dist.main:
+                p.replace(p.with_name(p.name + ".corrupt"))
+                print(f"qmind train: {e}; set it aside as {p.name}.corrupt and resumed from {path.name} instead", file=sys.stderr)
+        return path, ck
+    if bad: raise CheckpointError(f"no readable checkpoint in {run.dir / 'checkpoints'}: {'; '.join(str(e) for _, e in bad)}. "
+                                  f"Start the run over with train.resume=never, or use another name")
+    return None
 
 def maybe_restore(run: Run) -> None:
-    path = resume_from(run)
-    if path is None: return
-    ckpt = load_checkpoint(path, map_location=run.device)
+    "Restore the checkpoint `train.resume` asks for (after `check_resume`); `latest` falls back past corrupt files."
+    if run.cfg.train.resume == "latest": got = newest_good(run)
+    else: got = (path, load_checkpoint(path)) if (path := resume_from(run)) else None
+    if got is None: return
+    path, ckpt = got
     check_resume(ckpt, run.cfg, path)
     restore(run, ckpt, path)
 
@@ -477,7 +514,8 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None, pr
     """Train (or resume, or report finished) the run `cfg` describes; returns a summary.
     `stop_after`: checkpoint and return after that many steps of this call, as if interrupted; `progress`: show it (stderr)."""
     run, t = setup(cfg, root), cfg.train
-    maybe_restore(run)
+    maybe_restore(run)                                      # a refused resume leaves the run dir as it was
+    if run.dist.main: save_config(cfg, run.dir / "config.yaml")
     start, t_start = run.step, time.monotonic()
     if run.step >= t.steps: return _summary(run, "finished earlier", start, t_start)
     tracker = Tracker(run.dir, cfg, run.step) if run.dist.main else None

@@ -15,8 +15,8 @@ import torch
 
 from qmind_render.config import load_config
 from qmind_render.data import generate
-from qmind_render.train import (CheckpointError, NonFiniteError, checkpoints, load_checkpoint, read_metrics,
-                                save_checkpoint, train)
+from qmind_render.train import (CheckpointError, NonFiniteError, checkpoints, load_checkpoint, maybe_restore, read_metrics,
+                                save, save_checkpoint, seal, setup, train)
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
@@ -242,11 +242,11 @@ def test_incompatible_checkpoint_and_corrupt_file(data):
     ck = checkpoints(data / "runs" / "compat")[-1]
     state = torch.load(ck, weights_only=True)
     state["versions"]["channel_spec"] = "0.2.0"
-    torch.save(state, ck)
+    torch.save(seal(state), ck)                                       # resealed: an edit that knows the format
     with pytest.raises(CheckpointError, match=r"0\.2\.0.*0\.1\.0"):
         train(load_config(None, args(data, "compat", 4)), data / "runs")
     ck.write_bytes(b"garbage")
-    with pytest.raises(CheckpointError, match="0000002.pt is not a readable checkpoint .corrupt, truncated"):
+    with pytest.raises(CheckpointError, match="no readable checkpoint in .*0000002.pt is not a readable checkpoint .corrupt, truncated"):
         train(load_config(None, args(data, "compat", 4)), data / "runs")
 
 
@@ -254,7 +254,7 @@ def test_keep_last_and_weights_only(data):
     train(load_config(None, args(data, "keep", 8, "train.keep_last=2")), data / "runs")
     assert [p.stem for p in checkpoints(data / "runs" / "keep")] == ["0000006", "0000008"]
     ck = torch.load(checkpoints(data / "runs" / "keep")[-1], weights_only=True)
-    assert ck["config"]["name"] == "keep" and ck["dataset"] == "ds-t" and ck["versions"]["channel_spec"] == "0.1.0"
+    assert ck["config"]["name"] == "keep" and ck["dataset"] == "ds-t" and len(ck["dataset_sha256"]) == 64 and ck["versions"]["channel_spec"] == "0.1.0"
     assert {"model", "ema", "optimizer", "scheduler", "rng", "step", "epoch", "pos", "git"} <= set(ck)
 
 
@@ -267,3 +267,51 @@ def test_wandb_offline_tracking(data, monkeypatch):
     assert (run_dir / "samples" / "0000002.png").is_file()
     m = read_metrics(run_dir)
     assert {"loss", "lr", "grad_norm", "samples_per_s", "data_wait"} <= set(m[-1])
+
+
+def _flip_a_weight(path):
+    "Flip one bit inside a weight tensor's bytes: torch.load still reads the file."
+    ck = torch.load(path, weights_only=True)
+    w = next(v for v in ck["model"].values() if v.numel() >= 64)
+    b = bytearray(path.read_bytes())
+    i = b.find(w.contiguous().view(-1).numpy().tobytes()[:64])
+    assert i > 0
+    b[i + 17] ^= 0x04
+    path.write_bytes(bytes(b))
+    torch.load(path, weights_only=True)
+
+
+def test_a_flipped_bit_is_refused_in_one_line_and_latest_falls_back(data):
+    "The seal catches what torch.load does not; an explicit resume refuses it (exit 2, one line); latest resumes the newest good one."
+    train(load_config(None, args(data, "flip", 4)), data / "runs")
+    run = data / "runs" / "flip"
+    _flip_a_weight(run / "checkpoints" / "0000004.pt")
+    r = subprocess.run(CLI + ["train", *args(data, "flip", 6, "train.resume=0000004.pt")], env=env(data),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("qmind train: error: ") and len(r.stderr.strip().splitlines()) == 1
+    assert "0000004.pt is corrupt: its content does not match the hash" in r.stderr and "0000002.pt" in r.stderr
+    res = train(load_config(None, args(data, "flip", 6)), data / "runs")
+    assert res["step"] == 6 and (run / "checkpoints" / "0000004.pt.corrupt").is_file()
+    assert [p.name for p in checkpoints(run)] == ["0000002.pt", "0000004.pt", "0000006.pt"]
+
+
+def test_python_and_numpy_random_states_are_restored(data):
+    import random
+
+    import numpy as np
+    run = setup(load_config(None, args(data, "rng", 2, "train.ckpt_every_steps=0")), data / "runs")
+    random.seed(11); np.random.seed(12); random.random(); np.random.rand(); random.gauss(0, 1); np.random.randn()
+    save(run)
+    want = random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.randn()
+    random.seed(99); np.random.seed(99)
+    maybe_restore(again := setup(load_config(None, args(data, "rng", 2, "train.ckpt_every_steps=0")), data / "runs"))
+    assert again.last_ckpt is not None
+    assert (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.randn()) == want
+
+
+def test_bad_values_and_escaping_names_are_refused_before_anything_runs(data):
+    for bad, said in [("train.steps=-5", "'train.steps': -5 must be at least 1"), ("name=../escaped", "must be one folder name")]:
+        r = subprocess.run(CLI + ["run", *args(data, "x", 2), bad], env=env(data), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (data / "escaped").exists() and not (data / "runs" / "x").exists()
