@@ -1,0 +1,31 @@
+"""What was written before a change still works after it: a dataset and a run checkpoint made by the code at
+fbaef71 (tests/golden/compat: `qmind data gen ... data.dataset=ds-compat data.episodes=2 data.frames_per_episode=8`
+and `qmind train ... name=compat train.steps=2 train.batch=2`) are fetched, verified, resumed and evaluated."""
+import shutil
+from pathlib import Path
+
+import torch
+
+from qmind_render.config import load_config
+from qmind_render.data import fetch, open_store, verify_dataset
+from qmind_render.train import checkpoints, load_checkpoint, train
+
+GOLDEN = Path(__file__).parent / "golden" / "compat"
+
+
+def test_a_dataset_and_checkpoint_from_before_still_load_and_resume(tmp_path, monkeypatch):
+    shutil.copytree(GOLDEN, tmp_path / "compat")
+    monkeypatch.setenv("QMIND_CACHE", str(tmp_path / "cache"))
+    store = open_store(str(tmp_path / "compat" / "store"))
+    assert verify_dataset(store, "ds-compat") == []
+    ds = fetch(store, "ds-compat")
+    assert ds.manifest.n_samples == 16
+    run = tmp_path / "compat" / "runs" / "compat"
+    old = load_checkpoint(checkpoints(run)[-1])
+    assert old["step"] == 2 and old["dataset"] == "ds-compat"
+    cfg = load_config(None, [f"data.store={tmp_path / 'compat' / 'store'}", "data.dataset=ds-compat", "name=compat", "train.steps=3",
+                             "train.batch=2", "train.warmup=1", "tracker=none", "train.sample_every=0", "train.keep_last=1"])
+    res = train(cfg, tmp_path / "compat" / "runs", progress=False)
+    assert res["status"] == "finished" and res["step"] == 3
+    new = load_checkpoint(checkpoints(run)[-1])
+    assert any(not torch.equal(new["model"][k], old["model"][k]) for k in old["model"])      # it trained on from there
