@@ -9,26 +9,33 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import functools
 import hashlib
 import io
 import json
+import logging
 import math
 import os
+import re
+import socket
 import sys
 import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 import numpy as np
 import torch
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 
 from .config import config_from_dict, load_config
 from .contracts import UserError, ChannelError, ChannelSpec, check_spec_version, validate
@@ -36,13 +43,14 @@ from .model import Diffusion, _interleaved, _sync, build_model, to_uint8
 from .sampler import GraphSampler, InferenceNet, fast_dtype
 
 # %% auto #0
-__all__ = ['REPRODUCE', 'MAX_STEPS', 'BACKENDS', 'AOT_MAX_BATCH', 'WIRE_DTYPES', 'PLAY_HTML', 'Served', 'ServeError',
-           'load_served', 'random_served', 'ship', 'ship_main', 'RequestError', 'RenderItem', 'render_item',
-           'eager_net', 'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net',
-           'stack_cond', 'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend',
-           'Metrics', 'model_thread', 'on_model_thread', 'MicroBatcher', 'ServeSettings', 'encode_array',
-           'decode_array', 'render_request', 'parse_play_message', 'PlaySession', 'create_app', 'showcase', 'serve',
-           'ServerThread', 'serve_main', 'load_test', 'bench_serve']
+__all__ = ['REPRODUCE', 'MAX_STEPS', 'MAX_JSON_DEPTH', 'BACKENDS', 'AOT_MAX_BATCH', 'LOOPBACK_HOSTS', 'WIRE_DTYPES', 'Served',
+           'ServeError', 'load_served', 'random_served', 'ship', 'ship_main', 'RequestError', 'RenderItem',
+           'render_item', 'parse_json', 'eager_net', 'compiled_path', 'compile_package', 'compiled_net', 'export_onnx',
+           'onnx_net', 'make_net', 'stack_cond', 'start_noise', 'serve_buckets', 'Renderer', 'time_backends',
+           'candidate_nets', 'pick_backend', 'Metrics', 'model_thread', 'on_model_thread', 'MicroBatcher',
+           'ServeSettings', 'encode_array', 'decode_array', 'render_request', 'parse_play_message', 'parse_play_query',
+           'PlaySession', 'play_page', 'create_app', 'showcase', 'serve_url', 'bind', 'serve', 'ServerThread',
+           'serve_main', 'load_test', 'bench_serve']
 
 # %% ../nbs/70_serve.ipynb #18a8356a
 @dataclass
@@ -61,6 +69,13 @@ class Served:
 
     @property
     def device(self) -> torch.device: return next(self.model.parameters()).device
+
+    @property
+    def name(self) -> str:
+        "What a client is told it plays: `RUN/0000300.pt` for a checkpoint (never where it lies on this disk), else `source`."
+        p = Path(self.source)
+        if len(p.parts) < 2: return self.source
+        return f"{(p.parent.parent if p.parent.name == 'checkpoints' else p.parent).name}/{p.name}"
 
 class ServeError(UserError, ValueError):
     "A server cannot start as asked; the message says why."
@@ -186,6 +201,32 @@ def render_item(channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0
     return RenderItem({c: np.asarray(channels[c]) for c in spec.names}, _factor_id(grid.theme_names, theme, "theme"),
                       _factor_id(grid.lighting_names, lighting, "lighting"), _int_field(seed, "seed", 0, 2**63 - 1),
                       _int_field(steps, "steps", 1, MAX_STEPS))
+
+# %% ../nbs/70_serve.ipynb #ef70e1bd
+MAX_JSON_DEPTH = 8      # the deepest valid request is 4 levels: body -> channels -> array -> shape
+
+def _check_text(s: str, where: str, status: int):
+    if not s.isascii():
+        try: s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise RequestError(where, f"a string holds the lone surrogate {ascii(s[e.start])}: not valid Unicode", status) from None
+
+def parse_json(text: str | bytes, where: str = "body", status: int = 400, max_depth: int = MAX_JSON_DEPTH):
+    "The JSON document in `text`, at most `max_depth` deep and valid Unicode throughout; else `RequestError(where, ..., status)`."
+    deep = RequestError(where, f"nested more than {max_depth} deep", status)
+    try: doc = json.loads(text)
+    except RecursionError: raise deep from None
+    except ValueError as e: raise RequestError(where, f"not JSON ({str(getattr(e, 'msg', e))[:80]})", status) from None
+    todo = [(doc, 1)]                                       # walked with a stack, not recursion
+    while todo:
+        v, depth = todo.pop()
+        if isinstance(v, str): _check_text(v, where, status)
+        elif isinstance(v, (dict, list)):
+            if depth > max_depth: raise deep
+            if isinstance(v, dict):
+                for k in v: _check_text(k, where, status)
+            todo += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
+    return doc
 
 # %% ../nbs/70_serve.ipynb #ba58faba
 BACKENDS = ("eager", "bf16", "compile", "onnx")
@@ -414,42 +455,53 @@ def on_model_thread(fn: Callable, *args, **kw):
     return model_thread().submit(fn, *args, **kw).result()
 
 class MicroBatcher:
-    "Group concurrent `submit`s into batches of up to `max_batch`, waiting at most `max_wait_ms` for more."
+    """Group concurrent `submit`s into batches of up to `max_batch`, waiting at most `max_wait_ms` for more. Interactive
+    work (a player's next frame) goes first: a batch holds one kind, and a /render batch closes as soon as a player waits."""
     def __init__(self, fn: Callable[[list], np.ndarray], max_batch: int = 8, max_wait_ms: float = 2.0, metrics: Metrics | None = None,
-                 pool: ThreadPoolExecutor | None = None, clients: Callable[[], int] | None = None):
+                 pool: ThreadPoolExecutor | None = None, clients: Callable[[bool], int] | None = None):
         if max_batch < 1 or max_wait_ms < 0: raise ServeError(f"max_batch must be >= 1 and max_wait_ms >= 0, got {max_batch}, {max_wait_ms}")
         self.fn, self.max_batch, self.max_wait = fn, max_batch, max_wait_ms / 1e3
         self.metrics = metrics or Metrics()
         self.pool = pool or model_thread()
-        self.clients = clients                  # how many could be waiting now (None: unknown, always wait)
-        self.queue: asyncio.Queue | None = None
+        self.clients = clients                  # clients(interactive): how many of that kind could be waiting now (None: always wait)
+        self.queues = {True: deque(), False: deque()}     # interactive, batch: (item, future)
+        self.arrived = asyncio.Event()
         self.task = None
 
-    async def start(self):
-        self.queue = asyncio.Queue()
-        self.task = asyncio.get_running_loop().create_task(self._run())
+    async def start(self): self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self):
         if self.task: self.task.cancel()
 
-    async def submit(self, item) -> tuple[np.ndarray, int]:
+    async def submit(self, item, interactive: bool = False) -> tuple[np.ndarray, int]:
         "The rendered frame for `item`, and the size of the batch it ran in."
         fut = asyncio.get_running_loop().create_future()
-        await self.queue.put((item, fut))
+        self.queues[interactive].append((item, fut)); self.arrived.set()
         return await fut
 
+    def _take(self, kind: bool, batch: list):
+        q = self.queues[kind]
+        while q and len(batch) < self.max_batch:
+            it, f = q.popleft()
+            if not f.done(): batch.append((it, f))          # a cancelled request (client gone) is dropped
+
+    async def _wait(self, timeout: float | None = None) -> bool:
+        self.arrived.clear()
+        try: await asyncio.wait_for(self.arrived.wait(), timeout); return True
+        except asyncio.TimeoutError: return False
+
     async def _gather(self) -> list:
-        batch = [await self.queue.get()]
+        while not (self.queues[True] or self.queues[False]): await self._wait()
+        kind, batch = bool(self.queues[True]), []       # a player's frame first
         deadline = time.monotonic() + self.max_wait
-        while len(batch) < self.max_batch:
-            if self.clients is not None and len(batch) >= self.clients(): break     # everyone who could be waiting is here
-            try: batch.append(self.queue.get_nowait()); continue
-            except asyncio.QueueEmpty: pass
+        while True:
+            self._take(kind, batch)
+            if len(batch) >= self.max_batch: break
+            if self.clients is not None and len(batch) >= self.clients(kind): break    # everyone who could be waiting is here
+            if not kind and self.queues[True]: break                                     # a player waits: no company for /render
             left = deadline - time.monotonic()
-            if left <= 0: break
-            try: batch.append(await asyncio.wait_for(self.queue.get(), left))
-            except asyncio.TimeoutError: break
-        return [(it, f) for it, f in batch if not f.done()]   # a cancelled request (client gone) is dropped
+            if left <= 0 or not await self._wait(left): break
+        return batch
 
     async def _run(self):
         loop = asyncio.get_running_loop()
@@ -466,22 +518,39 @@ class MicroBatcher:
                 if not f.done(): f.set_result((frames[i], len(batch)))
 
 # %% ../nbs/70_serve.ipynb #f5eba099
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
 @dataclass
 class ServeSettings:
-    "What the server allows and how it batches."
+    "What the server allows and how it batches; every value is checked here, before anything slow."
     steps: int = 2                      # DDIM steps when a request does not say
     backend: str = "auto"               # eager | bf16 | compile | onnx | auto (the fastest, measured at startup; compile once cached)
     max_batch: int = 8                  # micro-batch size limit
     max_wait_ms: float = 2.0            # how long the first request of a batch waits for company
     max_sessions: int = 8               # concurrent /play sessions; more are refused (close code 1013)
+    max_renders: int = 16               # /render requests in progress (reading, queued, rendering); more get 503 + Retry-After
+    session_idle_s: float = 120.0       # a /play session that asks for no frame this long is closed (1001); pings do not count
+    allow_origins: tuple = ()           # web page origins allowed besides the server's own page, e.g. "http://localhost:3000"
+    hosts: tuple = LOOPBACK_HOSTS       # the Host names it answers to (DNS rebinding); "*": any (bound to every interface)
     max_body_bytes: int = 256 * 1024    # /render request bodies (one 64x64 frame's channels in base64 is ~70 KB)
     max_message_bytes: int = 4096       # /play client messages (a key press is ~30 bytes)
     seed: int = 0                       # the /play sessions' starting-noise seed
 
     def __post_init__(self):
-        if not 1 <= self.steps <= MAX_STEPS: raise ServeError(f"steps must be in 1..{MAX_STEPS}, got {self.steps}")
+        self.allow_origins, self.hosts = tuple(o.rstrip("/") for o in self.allow_origins), tuple(h.lower() for h in self.hosts)
+        def within(name, lo, hi, kind=int):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int) or not lo <= v <= hi:
+                raise ServeError(f"{name} must be {'' if kind is float else 'an integer '}in {lo}..{hi}, got {v!r}")
+        within("steps", 1, MAX_STEPS); within("max_batch", 1, AOT_MAX_BATCH); within("max_wait_ms", 0, 1000, float)
+        within("max_sessions", 1, 1024); within("max_renders", 1, 4096); within("session_idle_s", 0.1, 86400, float)
+        within("max_body_bytes", 1024, 64 << 20); within("max_message_bytes", 64, 1 << 20)
         if self.backend not in (*BACKENDS, "auto"): raise ServeError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}, auto")
-        if self.max_sessions < 1: raise ServeError(f"max_sessions must be >= 1, got {self.max_sessions}")
+        for o in self.allow_origins:
+            if not re.fullmatch(r"https?://[^/\s]+", o): raise ServeError(f"allow_origins: {o!r} is not an origin like http://localhost:3000")
+
+    @property
+    def step_choices(self) -> list[int]: return list(range(1, MAX_STEPS + 1))    # every value a request may ask for
 
 # %% ../nbs/70_serve.ipynb #4a168d46
 WIRE_DTYPES = ("uint8", "float16", "float32")
@@ -518,8 +587,7 @@ def render_request(channels: dict, theme, lighting, seed: int = 0, steps: int | 
 def parse_play_message(text: str, grid) -> dict:
     "A client message's changes: `action` (always), and `theme`, `lighting`, `steps` when given; `RequestError` otherwise."
     from qmind_render.engine import ACTIONS
-    try: m = json.loads(text)
-    except ValueError as e: raise RequestError("message", f"not JSON ({e.msg} at {e.pos})", 1007) from None
+    m = parse_json(text, "message", 1007)
     if not isinstance(m, dict): raise RequestError("message", f"must be a JSON object, got {type(m).__name__}", 1007)
     extra = sorted(set(m) - {"action", "theme", "lighting", "steps"})
     if extra: raise RequestError(str(extra[0])[:30], "unknown key; send action, theme, lighting, steps", 1007)
@@ -530,6 +598,14 @@ def parse_play_message(text: str, grid) -> dict:
     if "lighting" in m: out["lighting"] = _factor_id(grid.lighting_names, m["lighting"], "lighting")
     if "steps" in m: out["steps"] = _int_field(m["steps"], "steps", 1, MAX_STEPS)
     return out
+
+_DIGITS = re.compile(r"[0-9]{1,19}")     # ASCII digits only: "²".isdigit() is True and int("²") raises
+
+def parse_play_query(params: dict, grid) -> tuple[int, dict]:
+    "A session's episode seed and first settings from `/play`'s query (ids and numbers arrive as text); `RequestError` otherwise."
+    q = {k: int(v) if _DIGITS.fullmatch(v) else v for k, v in params.items()}
+    seed = _int_field(q.pop("seed", 0), "seed", 0, 2**31 - 1)
+    return seed, parse_play_message(json.dumps(q), grid)
 
 def _b64(a: np.ndarray) -> str: return base64.b64encode(np.ascontiguousarray(a, np.uint8).tobytes()).decode()
 
@@ -560,140 +636,59 @@ class PlaySession:
                            "images": {k: {"w": v.shape[1], "h": v.shape[0], "rgb": _b64(v)} for k, v in imgs.items()}})
 
 # %% ../nbs/70_serve.ipynb #f8278407
-PLAY_HTML = r"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>qmind-render · play</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<style>
- body { font: 15px system-ui, sans-serif; background: #15161a; color: #ddd; margin: 20px; }
- h1 { font-size: 20px; margin: 0 0 6px; } p { color: #aaa; margin: 4px 0 12px; }
- canvas { image-rendering: pixelated; border: 1px solid #444; background: #000; }
- .row { display: flex; gap: 18px; flex-wrap: wrap; align-items: flex-start; }
- figure { margin: 0 0 12px; } figcaption { font-size: 13px; color: #999; }
- select, button { background: #222; color: #ddd; border: 1px solid #555; padding: 2px 6px; }
- #readouts { display: flex; gap: 18px; flex-wrap: wrap; font-variant-numeric: tabular-nums; margin: 10px 0; }
- #readouts b { color: #fff; } #status { color: #8c8; } kbd { border: 1px solid #666; border-radius: 3px; padding: 0 4px; }
-</style></head>
-<body>
-<h1>qmind-render: play</h1>
-<p id="about"></p>
-<p>Move with <kbd>↑</kbd><kbd>↓</kbd> or <kbd>W</kbd><kbd>S</kbd>, turn with <kbd>←</kbd><kbd>→</kbd>, strafe with <kbd>A</kbd><kbd>D</kbd>.
- The engine makes the channels; the model paints the left frame from them; the skinner's ground truth is on the right.</p>
-<div class="row">
- <label>theme <select id="theme"></select></label>
- <label>lighting <select id="lighting"></select></label>
- <label>DDIM steps <select id="steps"></select></label>
- <span id="status">connecting…</span>
-</div>
-<div id="readouts">
- <span>fps <b id="fps">–</b></span><span>latency <b id="latency">–</b> ms</span>
- <span>engine <b id="engine">–</b> ms</span><span>model <b id="modelms">–</b> ms</span>
- <span>server <b id="server">–</b> ms</span><span>batch <b id="batch">–</b></span><span>frame <b id="frame">0</b></span>
-</div>
-<div class="row">
- <figure><canvas id="model" width="64" height="64"></canvas><figcaption>model</figcaption></figure>
- <figure><canvas id="truth" width="64" height="64"></canvas><figcaption>ground truth (skinner)</figcaption></figure>
-</div>
-<figure><canvas id="channels" width="64" height="64"></canvas><figcaption>channels: depth · surface · material · uv · light</figcaption></figure>
-<script>
-"use strict";
-const SCALE = 6, CH_SCALE = 2;
-const KEYS = {ArrowUp: "forward", KeyW: "forward", ArrowDown: "back", KeyS: "back", ArrowLeft: "turn_left",
-              ArrowRight: "turn_right", KeyA: "strafe_left", KeyD: "strafe_right"};
-const $ = id => document.getElementById(id);
-const held = [];
-let ws = null, pending = {}, sentAt = 0, arrivals = [], frames = 0;
-document.addEventListener("keydown", e => {
-  if (!(e.code in KEYS)) return;
-  e.preventDefault();
-  if (!held.includes(e.code)) held.push(e.code);
-});
-document.addEventListener("keyup", e => { const i = held.indexOf(e.code); if (i >= 0) held.splice(i, 1); });
-window.addEventListener("blur", () => { held.length = 0; });
-function currentAction() { return held.length ? KEYS[held[held.length - 1]] : "noop"; }
-function draw(id, im, scale) {
-  const c = $(id);
-  if (c.width !== im.w || c.height !== im.h) { c.width = im.w; c.height = im.h; }
-  c.style.width = (im.w * scale) + "px"; c.style.height = (im.h * scale) + "px";
-  const bin = atob(im.rgb), ctx = c.getContext("2d"), img = ctx.createImageData(im.w, im.h);
-  for (let i = 0, j = 0; i < im.w * im.h; i++) {
-    img.data[j++] = bin.charCodeAt(3 * i); img.data[j++] = bin.charCodeAt(3 * i + 1);
-    img.data[j++] = bin.charCodeAt(3 * i + 2); img.data[j++] = 255;
-  }
-  ctx.putImageData(img, 0, 0);
-}
-function send() {
-  const msg = Object.assign({action: currentAction()}, pending);
-  pending = {};
-  sentAt = performance.now();
-  ws.send(JSON.stringify(msg));
-}
-function onFrame(m) {
-  const now = performance.now();
-  draw("model", m.images.model, SCALE); draw("truth", m.images.truth, SCALE); draw("channels", m.images.channels, CH_SCALE);
-  arrivals.push(now); while (arrivals.length && arrivals[0] < now - 1000) arrivals.shift();
-  frames += 1; document.body.dataset.frames = frames;
-  $("fps").textContent = arrivals.length > 1 ? ((arrivals.length - 1) * 1000 / (now - arrivals[0])).toFixed(1) : "–";
-  $("latency").textContent = (now - sentAt).toFixed(1);
-  $("engine").textContent = m.timings.engine_ms.toFixed(2); $("modelms").textContent = m.timings.model_ms.toFixed(1);
-  $("server").textContent = m.timings.total_ms.toFixed(1); $("batch").textContent = m.timings.batch;
-  $("frame").textContent = m.frame;
-  send();
-}
-function fill(id, names, chosen) {
-  const s = $(id);
-  for (const n of names) { const o = document.createElement("option"); o.value = o.textContent = n; s.appendChild(o); }
-  s.value = chosen;
-  s.addEventListener("change", () => { pending[id] = id === "steps" ? Number(s.value) : s.value; s.blur(); });
-}
-async function main() {
-  const info = await (await fetch("/info")).json();
-  const h = info.heldout_psnr, ks = h ? Object.keys(h).filter(k => k.startsWith("ddim_")) : [];
-  $("about").textContent = `Model: ${info.model}, ${info.source}, step ${info.step}` + (h ? `. Held-out PSNR ${ks.map(k => h[k].toFixed(2)).join(" / ")} dB at ` +
-    `${ks.map(k => k.slice(5)).join(" / ")} DDIM steps (the mean-colour baseline: ${h.baseline.toFixed(2)} dB), on factor combinations it never saw in ` +
-    `training` + (info.trained ? `; trained ${info.trained.minutes} min on ${info.trained.on}.` : ".") : ".");
-  fill("theme", info.themes, info.themes[0]); fill("lighting", info.lightings, info.lightings[0]);
-  fill("steps", info.step_choices.map(String), String(info.steps));
-  const q = new URLSearchParams({theme: $("theme").value, lighting: $("lighting").value, steps: $("steps").value});
-  ws = new WebSocket(`ws://${location.host}/play?${q}`);
-  ws.onopen = () => { $("status").textContent = "playing"; };
-  ws.onmessage = e => { const m = JSON.parse(e.data); if (m.type === "frame") onFrame(m); else if (m.type === "hello") send(); };
-  ws.onclose = e => { $("status").textContent = `closed (${e.code}) ${e.reason}`; $("status").style.color = "#e88"; };
-}
-main();
-</script>
-</body></html>
-"""
+def play_page() -> str:
+    "The playable page: `qmind_render/assets/play.html`, one file with its script inline; it loads nothing from anywhere else."
+    import qmind_render
+    return (Path(qmind_render.__file__).resolve().parent / "assets" / "play.html").read_text()
 
 # %% ../nbs/70_serve.ipynb #82fedd39
+_logger = logging.getLogger("qmind_render.serve")
+
 class _State:
+    "A server's state: the model (once warm), the batcher, the session and /render counts, its status."
     def __init__(self, served: Served, settings: ServeSettings):
         self.served, self.settings, self.metrics = served, settings, Metrics()
         self.sessions, self.renders, self.renderer, self.batcher = 0, 0, None, None
+        self.status, self.error, self.ready = "warming", None, asyncio.Event()     # warming -> ok | failed
 
     def start(self, log=print):
+        "Choose the backend, build the renderer and batcher (the slow part: seconds to a minute; runs on the model thread)."
         s = self.settings
         if s.backend == "auto": name, net = pick_backend(self.served, s.max_batch, log)
         else: name, net = s.backend, make_net(self.served, s.backend, log)
         self.renderer = Renderer(self.served, name, net, s.max_batch, log)
         self.renderer.warm(sorted({1, 2, 4, 8, s.steps}), log)             # a GPU's CUDA graphs, before the first player
         self.batcher = MicroBatcher(self.renderer.render, s.max_batch, s.max_wait_ms, self.metrics,
-                                    clients=lambda: self.sessions + self.renders)
+                                    clients=lambda interactive: self.sessions if interactive else self.renders)
+
+    async def warm_up(self, log=print, ready: str | None = None, on_fail: Callable | None = None):
+        try: await asyncio.get_running_loop().run_in_executor(model_thread(), self.start, log)
+        except Exception as e:
+            self.status, self.error = "failed", e
+            log(f"qmind serve: the model did not start: {type(e).__name__}: {str(e)[:300]}")
+            if on_fail: on_fail()
+        else:
+            await self.batcher.start()
+            self.status = "ok"
+            if ready: log(ready)
+        self.ready.set()
 
     def info(self) -> dict:
         sv, s = self.served, self.settings
-        return {"model": sv.model.size_name, "source": sv.source, "step": sv.step, "backend": self.renderer.backend if self.renderer else None,
+        return {"model": sv.model.size_name, "source": sv.name, "step": sv.step, "backend": self.renderer.backend if self.renderer else None,
                 "heldout_psnr": sv.about.get("metrics", {}).get("heldout"), "trained": sv.about.get("trained"),
-                "steps": s.steps, "step_choices": [1, 2, 4, 8], "themes": sv.grid.theme_names, "lightings": sv.grid.lighting_names,
+                "steps": s.steps, "step_choices": s.step_choices, "themes": sv.grid.theme_names, "lightings": sv.grid.lighting_names,
                 "frame_size": list(sv.spec.size), "channel_spec": sv.spec.version, "settings": asdict(s)}
 
-def _error(e: RequestError):
-    return JSONResponse({"error": e.msg, "where": e.where}, status_code=e.status)
+def _error(e: RequestError, retry_after: int | None = None) -> Response:
+    "`{error, where}` as JSON, ASCII-escaped: a response that cannot fail to encode."
+    return Response(json.dumps({"error": e.msg, "where": e.where}), e.status, media_type="application/json",
+                    headers={"Retry-After": str(retry_after)} if retry_after else None)
 
 async def _read_body(request, limit: int) -> bytes:
     n = request.headers.get("content-length")
-    if n is not None and (not n.isdigit() or int(n) > limit):
-        raise RequestError("body", f"{n} bytes is more than the {limit}-byte limit (max_body_bytes)", 413)
+    if n is not None and (not _DIGITS.fullmatch(n) or int(n) > limit):
+        raise RequestError("body", f"{n[:20]} bytes is more than the {limit}-byte limit (max_body_bytes)", 413)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -701,8 +696,7 @@ async def _read_body(request, limit: int) -> bytes:
     return bytes(body)
 
 def _parse_render(body: bytes, grid, spec, settings: ServeSettings) -> tuple[RenderItem, str]:
-    try: d = json.loads(body)
-    except ValueError as e: raise RequestError("body", f"not JSON ({getattr(e, 'msg', e)})", 400) from None
+    d = parse_json(body, "body", 400)
     if not isinstance(d, dict): raise RequestError("body", f"must be a JSON object, got {type(d).__name__}")
     extra = sorted(set(d) - {"channels", "theme", "lighting", "seed", "steps", "format"})
     if extra: raise RequestError(str(extra[0])[:30], "unknown field; send channels, theme, lighting, seed, steps, format")
@@ -720,21 +714,57 @@ def _encode_frame(frame: np.ndarray, fmt: str) -> tuple[bytes, str]:
     from PIL import Image
     Image.fromarray(frame).save(buf, format="PNG"); return buf.getvalue(), "image/png"
 
+# %% ../nbs/70_serve.ipynb #ed41a25f
+def _reason(text: str) -> str:
+    "A WebSocket close reason: at most 120 bytes of UTF-8 that cannot fail to encode."
+    return text.encode("utf-8", "replace")[:120].decode("utf-8", "ignore")
+
+def _refusal(headers: Headers, s: ServeSettings) -> tuple[str, str] | None:
+    "Why a request may not reach the app, as (`Host` or `Origin`, message); None when it may."
+    host = headers.get("host", "")
+    try: name = urlsplit(f"//{host}").hostname or ""
+    except ValueError: name = ""
+    if "*" not in s.hosts and name not in s.hosts:
+        return "Host", f"{host[:60]!r} is not a name this server answers to ({', '.join(s.hosts)})"
+    origin = headers.get("origin")
+    if origin is not None and origin.rstrip("/") not in (f"http://{host}", f"https://{host}", *s.allow_origins):
+        return "Origin", f"a page from {origin[:60]!r} may not use this server (qmind serve --allow-origin ORIGIN allows one)"
+    return None
+
+class _Guard:
+    "ASGI middleware: a request whose Host or Origin is not allowed gets a 403, or its WebSocket is refused before it opens."
+    def __init__(self, app, st: _State): self.app, self.st = app, st
+
+    async def __call__(self, scope, receive, send):
+        why = _refusal(Headers(scope=scope), self.st.settings) if scope["type"] in ("http", "websocket") else None
+        if why is None: return await self.app(scope, receive, send)
+        self.st.metrics.count(f"refused: {why[0]}")
+        if scope["type"] == "http": return await _error(RequestError(*why, 403))(scope, receive, send)
+        await receive()                                              # the handshake's websocket.connect
+        await send({"type": "websocket.close", "code": 1008, "reason": _reason(f"{why[0]}: {why[1]}")})
+
 # %% ../nbs/70_serve.ipynb #6eb352e1
-def create_app(served: Served, settings: ServeSettings | None = None, log=print, ready: str | None = None):
-    "The FastAPI app serving `served`: `/`, `/info`, `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready` once started."
+def create_app(served: Served, settings: ServeSettings | None = None, log=print, ready: str | None = None,
+               warm_first: bool = True, on_fail: Callable | None = None):
+    """The FastAPI app serving `served`: `/`, `/info`, `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready`
+    once warm. `warm_first=False` (what `qmind serve` does): it answers while the backend is chosen, `/healthz` says "warming"
+    (503), `/render` is a 503 with Retry-After, `/play` sessions wait; `on_fail()` is called if the model does not start."""
     st = _State(served, settings or ServeSettings())
 
     @asynccontextmanager
     async def lifespan(app):
-        await asyncio.get_running_loop().run_in_executor(model_thread(), st.start, log)
-        await st.batcher.start()
-        if ready: log(ready)
+        task = asyncio.get_running_loop().create_task(st.warm_up(log, ready, on_fail))
+        if warm_first:
+            await task
+            if st.error: raise st.error
         try: yield
-        finally: await st.batcher.stop()
+        finally:
+            task.cancel()
+            if st.batcher: await st.batcher.stop()
 
     app = FastAPI(title="qmind-render", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.qmind = st
+    app.add_middleware(_Guard, st=st)
 
     @app.middleware("http")
     async def count(request: Request, call_next):
@@ -744,30 +774,38 @@ def create_app(served: Served, settings: ServeSettings | None = None, log=print,
         return resp
 
     @app.get("/", response_class=HTMLResponse)
-    async def page(): return PLAY_HTML
+    async def page(): return play_page()
 
     @app.get("/info")
     async def info(): return st.info()
 
     @app.get("/healthz")
     async def healthz():
-        ok = st.batcher is not None and st.batcher.task is not None and not st.batcher.task.done()
-        return JSONResponse({"status": "ok" if ok else "down", "sessions": st.sessions, **{k: v for k, v in st.info().items() if k in ("model", "step", "backend")}},
-                            status_code=200 if ok else 503)
+        ok = st.status == "ok" and not st.batcher.task.done()
+        return JSONResponse({"status": "down" if st.status == "ok" and not ok else st.status, "sessions": st.sessions,
+                             **{k: v for k, v in st.info().items() if k in ("model", "step", "backend")}}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
-    async def metrics(): return {**st.metrics.snapshot(), "sessions": st.sessions}
+    async def metrics(): return {**st.metrics.snapshot(), "sessions": st.sessions, "renders": st.renders}
 
     @app.post("/render")
     async def render(request: Request):
-        t0 = time.perf_counter()
+        t0, s = time.perf_counter(), st.settings
+        if st.status != "ok":
+            return _error(RequestError("server", "warming up: choosing a backend" if st.status == "warming" else "the model did not start", 503), 5)
+        if st.renders >= s.max_renders:
+            st.metrics.count("render refused: busy")
+            return _error(RequestError("server", f"busy: {st.renders} /render requests in progress (max_renders={s.max_renders})", 503), 1)
+        st.renders += 1                               # counted from admission: a slow body holds its place too
         try:
             if not request.headers.get("content-type", "").startswith("application/json"):
-                raise RequestError("content-type", f"{request.headers.get('content-type', 'none')[:40]!r}: send application/json", 415)
-            item, fmt = _parse_render(await _read_body(request, st.settings.max_body_bytes), served.grid, served.spec, st.settings)
-        except RequestError as e: return _error(e)
-        st.renders += 1
-        try: frame, batch = await st.batcher.submit(item)
+                return _error(RequestError("content-type", f"{request.headers.get('content-type', 'none')[:40]!r}: send application/json", 415))
+            try: item, fmt = _parse_render(await _read_body(request, s.max_body_bytes), served.grid, served.spec, s)
+            except RequestError as e: return _error(e)
+            except ClientDisconnect:                  # the client went away mid-body: nothing to answer, nothing to alarm anyone
+                st.metrics.count("render: client gone"); _logger.info("a /render client disconnected before its body arrived")
+                return Response(status_code=400)
+            frame, batch = await st.batcher.submit(item)
         finally: st.renders -= 1
         data, mime = _encode_frame(frame, fmt)
         ms = (time.perf_counter() - t0) * 1e3
@@ -781,7 +819,7 @@ def create_app(served: Served, settings: ServeSettings | None = None, log=print,
 
 # %% ../nbs/70_serve.ipynb #c3eb2fa3
 async def _close(ws, code: int, reason: str):
-    try: await ws.close(code, reason.encode()[:120].decode(errors="ignore"))
+    try: await ws.close(code, _reason(reason))
     except Exception: pass                      # the client may already be gone
 
 async def _play(ws, st: _State):
@@ -793,16 +831,18 @@ async def _play(ws, st: _State):
         return await _close(ws, 1013, f"server busy: {st.sessions} sessions already (max_sessions={s.max_sessions}); try again later")
     st.sessions += 1
     try:
-        q = {k: int(v) if v.isdigit() else v for k, v in ws.query_params.items()}    # ids and numbers arrive as text
-        try:
-            seed = _int_field(q.pop("seed", 0), "seed", 0, 2**31 - 1)
-            first = parse_play_message(json.dumps(q), sv.grid)
+        try: seed, first = parse_play_query(ws.query_params, sv.grid)
         except RequestError as e: return await _close(ws, 1007, f"{e.where}: {e.msg}")
+        await st.ready.wait()                   # still warming up: the session waits for the model
+        if st.status != "ok": return await _close(ws, 1011, "the model did not start; see the server's log")
         session = PlaySession(seed, first.get("theme", 0), first.get("lighting", 0), first.get("steps", s.steps), s.seed)
         st.metrics.count("play sessions")
         await ws.send_text(json.dumps({"type": "hello", **{k: v for k, v in st.info().items() if k != "settings"}, "seed": seed}))
         while True:
-            msg = await ws.receive()
+            try: msg = await asyncio.wait_for(ws.receive(), s.session_idle_s)     # a frame request, not a ping, keeps it open
+            except asyncio.TimeoutError:
+                st.metrics.count("play closed: idle")
+                return await _close(ws, 1001, f"idle {s.session_idle_s:g} s")
             if msg["type"] == "websocket.disconnect": break
             t0 = time.perf_counter()
             text = msg.get("text")
@@ -814,7 +854,7 @@ async def _play(ws, st: _State):
                 return await _close(ws, e.status if e.status >= 1000 else 1007, f"{e.where}: {e.msg}")
             item, images, timings = session.step(change, sv.grid, sv.spec)
             t1 = time.perf_counter()
-            frame, batch = await st.batcher.submit(item)
+            frame, batch = await st.batcher.submit(item, interactive=True)
             timings.update(model_ms=(time.perf_counter() - t1) * 1e3, batch=batch)
             timings["total_ms"] = (time.perf_counter() - t0) * 1e3
             await ws.send_text(session.frame_message(frame, images, timings))
@@ -848,51 +888,81 @@ def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_0
     return fig
 
 # %% ../nbs/70_serve.ipynb #8e6ec30f
-def _uvicorn_config(app, host: str, port: int, settings: ServeSettings, log_level: str = "info"):
+def _uvicorn_config(app, settings: ServeSettings, log_level: str = "info"):
     import uvicorn
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, ws_max_size=settings.max_message_bytes,
+    return uvicorn.Config(app, log_level=log_level, ws_max_size=settings.max_message_bytes,
                           ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=3, lifespan="on")
 
-def serve(served: Served, settings: ServeSettings | None = None, host: str = "127.0.0.1", port: int = 8000) -> None:
-    "Run the server in the foreground until Ctrl-C."
+def serve_url(host: str, port: int) -> str:
+    "The URL a browser opens: IPv6 addresses in brackets (`http://[::1]:8000/`)."
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+def bind(host: str, port: int) -> socket.socket:
+    "A listening socket on `host`:`port`, made at once; `ServeError` in one line when the port is taken or the host is wrong."
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535: raise ServeError(f"--port {port} is not a TCP port: use 1..65535")
+    try: family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except (socket.gaierror, UnicodeError) as e: raise ServeError(f"--host {host}: not an address of this machine ({e})") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port)); sock.listen(128)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE: raise ServeError(f"port {port} on {host} is in use (another qmind serve?): stop that, or pick another with --port") from None
+        raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+def _hosts(host: str) -> tuple:
+    "The Host names a server bound to `host` answers to."
+    return ("*",) if host in ("0.0.0.0", "::", "") else tuple(dict.fromkeys((*LOOPBACK_HOSTS, host.lower())))
+
+def serve(served: Served, settings: ServeSettings | None = None, host: str = "127.0.0.1", port: int = 8000,
+          sock: socket.socket | None = None) -> None:
+    "Run the server in the foreground until Ctrl-C: it answers at once (`/healthz`: warming) and says `ready` once warm."
     import uvicorn
-    settings = settings or ServeSettings()
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    settings = replace(settings or ServeSettings(), hosts=_hosts(host))
+    sock = sock or bind(host, port)
+    url = serve_url(host, port)
+    if host not in LOOPBACK_HOSTS:
         print(f"WARNING: binding {host}: anyone who can reach this machine can use the server (it has no authentication)")
-    print(f"qmind serve: {served.source} (step {served.step}, {served.model.size_name}); starting on http://{host}:{port}/")
-    app = create_app(served, settings, ready=f"ready: open http://{host}:{port}/ and play (arrows or WASD; Ctrl-C stops the server)")
-    try: uvicorn.Server(_uvicorn_config(app, host, port, settings)).run()
+    print(f"qmind serve: {served.source} (step {served.step}, {served.model.size_name}) on {url}; choosing a backend first")
+    server = None
+    app = create_app(served, settings, ready=f"ready: open {url} and play (arrows or WASD; Ctrl-C stops the server)",
+                     warm_first=False, on_fail=lambda: setattr(server, "should_exit", True))
+    server = uvicorn.Server(_uvicorn_config(app, settings))
+    try: server.run(sockets=[sock])
     except KeyboardInterrupt: pass               # Ctrl-C: uvicorn has already shut down cleanly
+    finally: sock.close()
+    if app.state.qmind.error: raise app.state.qmind.error
 
 class ServerThread:
-    "`with ServerThread(served, settings) as url:` a live server on a free loopback port, stopped on exit."
+    "`with ServerThread(served, settings) as url:` a live, warm server on a free loopback port, stopped on exit."
     def __init__(self, served: Served, settings: ServeSettings | None = None, port: int = 0, log=lambda *a: None):
-        import socket
-
         import uvicorn
         self.settings = settings or ServeSettings()
-        if not port:
-            with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.app = create_app(served, self.settings, log=log)
-        self.server = uvicorn.Server(_uvicorn_config(self.app, "127.0.0.1", port, self.settings, "warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.sock = bind("127.0.0.1", port)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.app = create_app(served, self.settings, log=log, warm_first=False)
+        self.server = uvicorn.Server(_uvicorn_config(self.app, self.settings, "warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> str:
         self.thread.start()
-        t0 = time.monotonic()
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() - t0 > 120: raise ServeError("the server did not start")
+        t0, st = time.monotonic(), self.app.state.qmind
+        while not (self.server.started and st.status != "warming"):
+            if not self.thread.is_alive() or time.monotonic() - t0 > 300: raise ServeError("the server did not start")
             time.sleep(0.02)
+        if st.error: self.__exit__(); raise st.error
         return self.url
 
     def __exit__(self, *exc):
         self.server.should_exit = True
         self.thread.join(timeout=15)
+        self.sock.close()
 
 # %% ../nbs/70_serve.ipynb #a697e9f5
 def serve_main(argv: list[str]) -> int:
-    "`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend] [--max-batch] [--max-wait-ms] [--max-sessions]`"
+    "`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend] [--max-batch] [--max-wait-ms] [--max-sessions] ...`"
     import argparse
     d = ServeSettings()
     p = argparse.ArgumentParser(prog="qmind serve", description="Serve a checkpoint: POST /render, WebSocket /play, and the playable page at /.")
@@ -905,12 +975,22 @@ def serve_main(argv: list[str]) -> int:
     p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"micro-batch size limit (default {d.max_batch})")
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help=f"how long a batch waits to fill (default {d.max_wait_ms})")
     p.add_argument("--max-sessions", type=int, default=d.max_sessions, help=f"concurrent /play sessions (default {d.max_sessions})")
+    p.add_argument("--max-renders", type=int, default=d.max_renders, help=f"/render requests in progress; more get 503 (default {d.max_renders})")
+    p.add_argument("--session-idle-s", type=float, default=d.session_idle_s, help=f"close a /play session that asks for no frame this long (default {d.session_idle_s:g})")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a web page origin (e.g. http://localhost:3000) "
+                   "that may use the server besides its own page; repeatable")
     p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:N")
     a = p.parse_args(argv)
+    settings = ServeSettings(steps=a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions,
+                             max_renders=a.max_renders, session_idle_s=a.session_idle_s, allow_origins=tuple(a.allow_origin))
+    if not 1 <= a.port <= 65535: raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")
     from qmind_render.train import pick_device
     device = pick_device(a.device, key="--device")                    # a device this machine lacks: one line, before loading
-    settings = ServeSettings(steps=a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions)
-    serve(on_model_thread(load_served, a.checkpoint, str(device)), settings, a.host, a.port)
+    sock = bind(a.host, a.port)                                       # a port in use: one line, before anything slow
+    print(f"qmind serve: listening on {serve_url(a.host, a.port)}; loading the model", flush=True)
+    try: served = on_model_thread(load_served, a.checkpoint, str(device))
+    except BaseException: sock.close(); raise
+    serve(served, settings, a.host, a.port, sock)
     return 0
 
 # %% ../nbs/70_serve.ipynb #1ec2ffd4

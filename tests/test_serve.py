@@ -7,7 +7,10 @@ import os
 import io
 import json
 import subprocess
+import socket
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from tests.conftest import free_port, launch_chromium, needs_chromium
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
 ROOT = Path(__file__).resolve().parents[1]
 MAX_SESSIONS = 3
+MAX_RENDERS = 2
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +55,16 @@ def run_dir(tmp_path_factory):
 
 @contextlib.contextmanager
 def qmind_serve(*args):
-    "`qmind serve ARGS` as a user runs it, on a free loopback port, once /healthz answers; yields (url, log), log['out'] set at exit."
-    port, log = free_port(), {"out": ""}
-    proc = subprocess.Popen(CLI + ["serve", "--port", str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    """`qmind serve ARGS` as a user runs it, on a free loopback port, once /healthz answers; yields (url, log): log['read']()
+    is its output so far, log['out'] all of it, set at exit."""
+    port, out = free_port(), tempfile.TemporaryFile("w+")
+    log = {"out": "", "read": lambda: (out.seek(0), out.read())[1]}
+    proc = subprocess.Popen(CLI + ["serve", "--port", str(port), *args], stdout=out, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
-            assert proc.poll() is None, proc.stdout.read()
+            assert proc.poll() is None, log["read"]()
             try:
                 if httpx.get(f"{url}/healthz", timeout=2).status_code == 200: break
             except httpx.TransportError: pass
@@ -67,17 +73,22 @@ def qmind_serve(*args):
         yield url, log
     finally:
         proc.send_signal(2)                             # Ctrl-C
-        try: log["out"], _ = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired: proc.kill(); log["out"], _ = proc.communicate()
+        try: proc.wait(timeout=20)
+        except subprocess.TimeoutExpired: proc.kill(); proc.wait()
+        log["out"] = log["read"](); out.close()
         assert "Traceback" not in log["out"], log["out"][-3000:]
 
 
 @pytest.fixture(scope="module")
 def server(run_dir):
     "`qmind serve` on a trained run; stopped (SIGINT) at the end."
-    with qmind_serve("--checkpoint", str(run_dir), "--steps", "1", "--backend", "eager", "--max-sessions", str(MAX_SESSIONS),
-                     "--max-wait-ms", "5") as (url, _):
+    with qmind_serve("--checkpoint", str(run_dir), "--steps", "3", "--backend", "eager", "--max-sessions", str(MAX_SESSIONS),
+                     "--max-wait-ms", "5", "--max-renders", str(MAX_RENDERS)) as (url, log):
+        server_log.update(log)
         yield url
+
+
+server_log = {}     # the module server's log: server_log["read"]() is its output so far
 
 
 def healthy(url):
@@ -104,7 +115,10 @@ def test_render_returns_the_frame_deterministically(server, channels, run_dir):
     assert np.load(io.BytesIO(r3.content)).shape == (64, 64, 3)
     assert not np.array_equal(np.load(io.BytesIO(r3.content)), png(r1.content))       # the theme matters
     info = httpx.get(f"{server}/info").json()
-    assert info["model"] == "tiny" and info["step"] == 3 and info["backend"] == "eager" and Path(info["source"]).parent.parent == run_dir
+    assert info["model"] == "tiny" and info["step"] == 3 and info["backend"] == "eager" and info["source"] == "served/0000003.pt"
+    with _ws(server) as ws: hello = ws.recv(timeout=30)
+    for text in (httpx.get(f"{server}/info").text, httpx.get(f"{server}/healthz").text, hello):     # no path of the server's disk
+        assert str(run_dir) not in text and str(run_dir.parent) not in text, text[:500]
 
 
 def _bad_requests(ch):
@@ -130,6 +144,9 @@ def _bad_requests(ch):
     nan = ch["depth"].copy(); nan[5, 5] = np.nan
     yield "nan depth", dict(json={**body, "channels": {**chans, "depth": encode_array(nan)}}), 422, "channels.depth"
     yield "oversized", dict(content=b" " * 400_000, headers={"content-type": "application/json"}), 413, "body"
+    yield "nested 1000 deep", dict(content=b"[" * 1000 + b"]" * 1000, headers={"content-type": "application/json"}), 400, "body"
+    yield "lone surrogate key", dict(content=json.dumps({**body, "\ud800": 1}), headers={"content-type": "application/json"}), 400, "body"
+    yield "lone surrogate value", dict(content=json.dumps({**body, "theme": "\udfff"}), headers={"content-type": "application/json"}), 400, "body"
 
 
 def test_bad_requests_get_a_4xx_naming_the_field(server, channels):
@@ -144,6 +161,45 @@ def test_bad_requests_get_a_4xx_naming_the_field(server, channels):
     assert healthy(server) and httpx.post(f"{server}/render", json=render_request(channels, 0, 0), timeout=30).status_code == 200
     counts = httpx.get(f"{server}/metrics").json()["counts"]
     assert counts["http POST /render 422"] >= 15 and counts["http POST /render 413"] >= 2
+
+
+def test_render_admission_is_capped(server, channels):
+    "MAX_RENDERS requests in progress (here: held open mid-body) fill the server; the next is a 503 with Retry-After, at once."
+    release, results = threading.Event(), []
+    def slow_body():
+        yield b'{"theme": 0, '
+        release.wait(30)
+        yield json.dumps(render_request(channels, 0, 0, steps=1))[1:].encode()   # the rest of a valid body
+    def post(): results.append(httpx.post(f"{server}/render", content=slow_body(), headers={"content-type": "application/json"}, timeout=60))
+    holders = [threading.Thread(target=post) for _ in range(MAX_RENDERS)]
+    for t in holders: t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{server}/metrics").json()["renders"] < MAX_RENDERS:
+            assert time.monotonic() < deadline, "the held requests never arrived"
+            time.sleep(0.05)
+        busy = httpx.post(f"{server}/render", json=render_request(channels, 0, 0, steps=1), timeout=30)
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1" and f"max_renders={MAX_RENDERS}" in busy.json()["error"]
+        with _ws(server) as ws:                                      # players are not /render clients: still served
+            json.loads(ws.recv(timeout=30)); _frame(ws, {"action": "forward"})
+    finally:
+        release.set()
+        for t in holders: t.join(60)
+    assert [r.status_code for r in results] == [200] * MAX_RENDERS                       # the held ones finish as usual
+    assert httpx.post(f"{server}/render", json=render_request(channels, 0, 0, steps=1), timeout=30).status_code == 200
+
+
+def test_client_gone_mid_body_is_not_an_error(server):
+    "A client that sends half a body and disconnects: counted, no traceback or ERROR line in the server's log."
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /render HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"chan")
+        time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while "render: client gone" not in httpx.get(f"{server}/metrics").json()["counts"] and time.monotonic() < deadline: time.sleep(0.1)
+    out = server_log["read"]()
+    assert "Traceback" not in out and "ERROR" not in out, out[-2000:]
+    assert httpx.get(f"{server}/metrics").json()["counts"]["render: client gone"] >= 1
 
 
 def _ws(server, query="steps=1"):
@@ -200,10 +256,12 @@ def test_bad_play_messages_close_with_a_reason(server, send, code, reason):
     assert healthy(server)
 
 
-def test_bad_session_parameters_are_refused(server):
-    with _ws(server, "theme=disco") as ws:
-        code, reason = _closed_with(ws)
-    assert code == 1007 and "unknown theme 'disco'" in reason
+@pytest.mark.parametrize("query, reason", [("theme=disco", "unknown theme 'disco'"), ("seed=%C2%B2", "seed: must be an integer"),
+                                           ("steps=", "steps: must be an integer")])
+def test_bad_session_parameters_are_refused(server, query, reason):
+    with _ws(server, query) as ws:
+        code, got = _closed_with(ws)
+    assert code == 1007 and reason in got, (code, got)
 
 
 def test_too_many_sessions_and_disconnects_mid_frame(server):
@@ -307,10 +365,29 @@ def test_serve_cli_errors(tmp_path, run_dir):
     r = subprocess.run(CLI + ["serve", "--checkpoint", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no such run dir or checkpoint" in r.stderr
     r = subprocess.run(CLI + ["serve", "--checkpoint", str(run_dir), "--steps", "0"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "steps must be in 1..16" in r.stderr
+    assert r.returncode == 2 and "steps must be an integer in 1..16" in r.stderr
     if not torch.cuda.is_available():                            # not "the checkpoint is corrupt": the device is named
         r = subprocess.run(CLI + ["serve", "--checkpoint", str(run_dir), "--device", "cuda"], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and "--device=cuda, but this machine has no CUDA device" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--max-batch", "0"], "max_batch must be an integer in 1..256, got 0"),
+    (["--max-wait-ms", "-1"], "max_wait_ms must be in 0..1000, got -1.0"),
+    (["--port", "99999"], "--port 99999 is not a TCP port"),
+    (["--session-idle-s", "0"], "session_idle_s must be in 0.1..86400"),
+    (["--allow-origin", "evil.example"], "'evil.example' is not an origin"),
+    (["--port", "TAKEN"], "is in use (another qmind serve?)"),
+])
+def test_serve_options_are_refused_before_anything_slow(capsys, args, msg):
+    "Checked before the model loads: the checkpoint does not exist, and it is the option that is named, in one line, exit 2."
+    from qmind_render.cli import main
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0)); taken.listen()
+        args = [str(taken.getsockname()[1]) if a == "TAKEN" else a for a in args]
+        assert main(["serve", "--checkpoint", "/nonexistent/run", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and msg in err and "no such run dir" not in err, err
 
 
 def test_onnx_renders_like_eager(run_dir, channels):
@@ -334,8 +411,16 @@ def test_page_in_chromium(server, tmp_path):
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(server + "/")
-            page.wait_for_function("Number(document.body.dataset.frames || 0) >= 3", timeout=60_000)
+            frames = lambda: int(page.evaluate("Number(document.body.dataset.frames || 0)"))
+            served = lambda: httpx.get(f"{server}/metrics").json()["counts"].get("play frames", 0)
+            page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
             assert page.locator("#status").inner_text() == "playing"
+            # the menu offers every step count the server accepts, and the server's --steps 3 is chosen
+            assert page.eval_on_selector_all("#steps option", "os => os.map(o => o.value)") == [str(k) for k in range(1, 17)]
+            assert page.input_value("#steps") == "3"
+            # nothing pressed: the page asks for nothing more, and the server renders nothing
+            before = served(); page.wait_for_timeout(1000)
+            assert frames() == 1 and served() == before, (frames(), served(), before)
             pixels = "id => Array.from(document.getElementById(id).getContext('2d').getImageData(0, 0, 64, 64).data).join(',')"
             frame0, model0, truth0 = int(page.locator("#frame").inner_text()), page.evaluate(pixels, "model"), page.evaluate(pixels, "truth")
             page.keyboard.down("ArrowUp"); page.wait_for_timeout(700); page.keyboard.up("ArrowUp")
@@ -345,11 +430,13 @@ def test_page_in_chromium(server, tmp_path):
             fps = page.locator("#fps").inner_text(); lat = page.locator("#latency").inner_text()
             assert float(fps) > 0 and float(lat) > 0, (fps, lat)
             assert float(page.locator("#engine").inner_text()) >= 0 and int(page.locator("#batch").inner_text()) >= 1
+            page.wait_for_timeout(300); n = frames(); page.wait_for_timeout(700)
+            assert frames() == n, (frames(), n)                                      # keys released: it stops asking
             truth1 = page.evaluate(pixels, "truth")
-            page.select_option("#theme", "neon")
-            n = int(page.locator("#frame").inner_text())
-            page.wait_for_function(f"Number(document.getElementById('frame').textContent) > {n + 2}", timeout=30_000)
-            assert page.evaluate(pixels, "truth") != truth1
+            page.select_option("#theme", "neon")                                     # a menu change: exactly one frame
+            page.wait_for_function(f"Number(document.body.dataset.frames) > {n}", timeout=30_000)
+            page.wait_for_timeout(500)
+            assert frames() == n + 1 and page.evaluate(pixels, "truth") != truth1
             canvas_px = page.evaluate("document.getElementById('model').getBoundingClientRect().width")
             assert canvas_px >= 64 * 4                                               # upscaled, not 64 px
             page.screenshot(path=str(tmp_path / "play.png"))
@@ -372,11 +459,12 @@ def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it
             try:
                 page = browser.new_page()
                 page.goto(url + "/")
-                page.wait_for_function("Number(document.body.dataset.frames || 0) >= 2", timeout=60_000)
+                page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
                 about = page.locator("#about").inner_text()
                 assert "shipped:small" in about and "Held-out PSNR" in about and f"{info['heldout_psnr']['ddim_2']:.2f}" in about, about
             finally: browser.close()
-    assert f"ready: open {url}/" in log["out"], log["out"][-3000:]
+    out = log["out"]                                   # the port open first, then the model loaded and warmed, then ready
+    assert out.index(f"listening on {url}/") < out.index("shipped:small (step") < out.index(f"ready: open {url}/"), out[-3000:]
 
 
 def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
