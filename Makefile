@@ -9,8 +9,8 @@ sync:     ## notebooks and library in sync, notebooks clean
 lint:     ## ruff on the generated package and the tests
 	ruff check qmind_render tests
 
-nbtest:   ## run every notebook's examples (cells flagged `slow` are skipped)
-	nbdev-test --n-workers 2
+nbtest:   ## run every notebook's examples (cells flagged `slow` are skipped); the talks run once, in tests/test_talks.py
+	nbdev-test --n-workers 2 --skip-folder-re '^(_|\.|talks$$)'
 
 pytest:   ## what a notebook can't hold: subprocesses, servers, browsers, torchrun
 	python -m pytest -q

@@ -276,12 +276,16 @@ def local_links(md: str, page: str, pages: set[str], site_url: str) -> str:
     return re.sub(re.escape(site_url.rstrip("/") + "/") + r"([\w./-]+?)\.html(#[\w.\-]*)?", sub, md)
 
 # %% ../nbs/95_docs.ipynb #385c1409
-def build_slides(out_dir: Path, cache: Path | None = None) -> list[Path] | None:
-    "The talks' slides written by `qmind_render.talks.build_talks(out_dir)` (reused from `cache` when unchanged), or None without a talks module."
-    try: talks = importlib.import_module("qmind_render.talks")
+def _talks_module():
+    "`qmind_render.talks`, or None where this project has no talks module."
+    try: return importlib.import_module("qmind_render.talks")
     except ModuleNotFoundError as e:
         if e.name == "qmind_render.talks": return None
         raise
+
+def build_slides(out_dir: Path, cache: Path | None = None) -> list[Path] | None:
+    "The talks' slides written by `qmind_render.talks.build_talks(out_dir)` (reused from `cache` when unchanged), or None without a talks module."
+    if (talks := _talks_module()) is None: return None
     out_dir = Path(out_dir).absolute()
     slides = [Path(p).absolute() for p in talks.build_talks(out_dir, slides_cache=cache)]
     if bad := [str(p) for p in slides if not p.is_relative_to(out_dir) or not p.is_file()]:
@@ -300,14 +304,25 @@ def _subtitle(page: Page) -> str:
     return ""
 
 def talks_index(talks: list[Page], slides: list[Path] | None, talks_dir: Path) -> str:
-    "The Talks page (`talks/index.md`): each talk's title, subtitle, page and (when built) slides."
+    """The Talks page (`talks/index.md`): the deck's topics in its order (`qmind_render.talks.DECK_TOPICS`), each with its number,
+    deck, and talk (page, slides, subtitle) or "no talk yet"; then the talks on other topics."""
     lines = ["# Talks", "", "> Five-minute, three-slide talks in the deck's format: one picture, one equation, why it matters here.", ""]
     by_stem = {p.stem: p for p in slides or []}
-    for t in talks:
-        stem = Path(t.rel).stem
-        s = by_stem.pop(stem, None) or by_stem.pop(Path(t.src).stem, None)
+    cell = lambda s: s.replace("|", r"\|")
+    def talk(t: Page) -> str:
+        s = by_stem.pop(Path(t.rel).stem, None) or by_stem.pop(Path(t.src).stem, None)
         link = f" · [slides]({s.relative_to(talks_dir).as_posix()})" if s else ""
-        lines.append(f"- **[{_title(t)}]({Path(t.rel).name})**{link}: {_subtitle(t)}")
+        return f"**[{_title(t)}]({Path(t.rel).name})**{link}: {_subtitle(t)}"
+    mod = _talks_module()
+    topics, extras = mod.lineup(talks, slug=lambda t: Path(t.rel).stem) if mod else ([], talks)
+    if topics:
+        missing = [topic.title for topic, t in topics if t is None]
+        lines += [f"The deck's topics for a five-minute talk, in its order: {len(topics) - len(missing)} of {len(topics)} have a talk"
+                  + (f"; no talk yet on {', '.join(missing)}." if missing else "."), "",
+                  "| # | Topic | From | Talk |", "|--:|---|---|---|"]
+        lines += [f"| {topic.n} | {cell(topic.title)} | {topic.source} | {cell(talk(t)) if t else '*no talk yet*'} |" for topic, t in topics]
+    if extras and topics: lines += ["", "## More talks", "", "On topics the deck doesn't list:", ""]
+    lines += [f"- {talk(t)}" for t in extras]
     lines += [f"- [{p.stem}]({p.relative_to(talks_dir).as_posix()}) (slides)" for p in by_stem.values()]
     if slides and (idx := slides[0].parent / "index.html").is_file():
         lines += ["", f"[All the slides]({idx.relative_to(talks_dir).as_posix()}), one after another."]

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +26,11 @@ import nbformat
 from .contracts import UserError
 
 # %% auto #0
-__all__ = ['NPM_PACKAGES', 'ASSET_FILES', 'talks_dir', 'talk_slug', 'Talk', 'find_talks', 'TalkFormatError', 'slide_type',
-           'directives', 'check_talk', 'AssetError', 'npm_cache_dir', 'ensure_npm_packages', 'copy_assets',
-           'slides_exporter', 'OfflineError', 'remote_refs', 'check_offline', 'prepare', 'has_outputs', 'execute_talk',
-           'render_talk', 'write_index', 'build_talks', 'talks_main']
+__all__ = ['DECK_TOPICS', 'NPM_PACKAGES', 'ASSET_FILES', 'talks_dir', 'talk_slug', 'Talk', 'find_talks', 'Topic', 'lineup',
+           'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError', 'npm_cache_dir',
+           'ensure_npm_packages', 'copy_assets', 'slides_exporter', 'OfflineError', 'remote_refs', 'check_offline',
+           'prepare', 'has_outputs', 'TalkRunError', 'execute_talk', 'render_talk', 'index_html', 'write_index',
+           'build_talks', 'talks_main']
 
 # %% ../nbs/96_talks.ipynb #b6f1b060
 def talks_dir(root: str | Path | None = None) -> Path:
@@ -68,6 +70,43 @@ def find_talks(folder: str | Path | None = None, only=None) -> list[Talk]:
         if missing: raise KeyError(f"no talk {missing} in {folder}: it has {[t.slug for t in talks]}")
         talks = [t for t in talks if t.slug in only or t.path.stem in only]
     return talks
+
+# %% ../nbs/96_talks.ipynb #637174ad
+@dataclass(frozen=True)
+class Topic:
+    "A topic the deck offers for a five-minute talk: its number in the deck's list, the deck it comes from, its name there, its talk's slug."
+    n: int
+    deck: str     # "2" ... "7", or "extra": the deck's suggestions beyond its twelve
+    title: str
+    slug: str
+
+    @property
+    def source(self) -> str: return "extra" if self.deck == "extra" else f"deck {self.deck}"
+
+DECK_TOPICS: tuple[Topic, ...] = tuple(Topic(i, deck, title, slug) for i, (deck, title, slug) in enumerate((
+    ("2", "Backprop & the chain rule", "backprop"),
+    ("2", "Gradient descent & learning rate", "learning_rate"),
+    ("3", "Attention: queries, keys, values", "attention"),
+    ("3", "The residual stream", "residual_stream"),
+    ("4", "KV cache & quadratic cost", "kv_cache"),
+    ("4", "Data, tensor, pipeline parallelism", "parallelism"),
+    ("4", "RLHF vs GRPO", "grpo"),
+    ("4", "Test-time compute", "test_time_compute"),
+    ("5", "The forward diffusion process", "forward_diffusion"),
+    ("5", "The U-Net", "unet"),
+    ("6", "Held-out compositions", "heldout"),
+    ("7", "Autograd: what backward() does", "autograd"),
+    ("extra", "bf16", "bf16"),
+    ("extra", "Renting GPUs on AWS", "aws"),
+    ("extra", "The failure points", "failure_points"),
+), 1))
+
+def lineup(talks: list, slug=lambda t: t.slug) -> tuple[list[tuple[Topic, object]], list]:
+    """The deck's topics in its order, each with its talk from `talks` (None: no talk yet), and the talks on no topic of the
+    deck, in their order. `slug(talk)` names a talk's topic (`Talk.slug`; the docs pass their pages)."""
+    by_slug = {slug(t): t for t in talks}
+    topics = [(topic, by_slug.pop(topic.slug, None)) for topic in DECK_TOPICS]
+    return topics, [t for t in talks if slug(t) in by_slug]
 
 # %% ../nbs/96_talks.ipynb #ac510191
 class TalkFormatError(UserError, ValueError):
@@ -226,7 +265,8 @@ def check_offline(path: str | Path) -> None:
 
 # %% ../nbs/96_talks.ipynb #d3c4f3ed
 def prepare(nb, slow: bool = False):
-    "A copy of `nb` for slides: `#| hide` cells skipped, `#| echo: false` inputs removed, `#| slow` cells dropped unless `slow`."
+    """A copy of `nb` for slides: `#| hide` cells skipped, `#| echo: false` inputs removed, `#| slow` cells dropped unless `slow`,
+    `#| eval: false` cells shown but not run (as nbdev-test skips them)."""
     nb = copy.deepcopy(nb)
     if not slow: nb.cells = [c for c in nb.cells if "slow" not in directives(c)]
     for c in nb.cells:
@@ -234,16 +274,23 @@ def prepare(nb, slow: bool = False):
         if not d: continue
         if "hide" in d or "export" in d or "exports" in d: c.metadata["slideshow"] = {"slide_type": "skip"}
         if d.get("echo") == "false": c.metadata["transient"] = {"remove_source": True}
+        if d.get("eval") == "false": c.metadata["tags"] = [*c.metadata.get("tags", []), "skip-execution"]   # nbclient's own tag
         c.source = "\n".join(line for line in c.source.splitlines() if not line.startswith("#|"))
     return nb
 
 def has_outputs(nb) -> bool: return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
-def execute_talk(nb, cwd: Path, timeout: int = 600):
-    "Run `nb` (in place) in a fresh python3 kernel with `cwd` as working directory."
+class TalkRunError(UserError, RuntimeError):
+    "A talk's cell raised (an assert, a bug); the message names the talk, its file and the error, the chained one has the cell."
+
+def execute_talk(nb, cwd: Path, timeout: int = 600, name: str = "talk"):
+    "Run `nb` (in place) in a fresh python3 kernel with `cwd` as working directory; a cell that raises is a `TalkRunError`."
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
     env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute(env=env)
+    try: NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute(env=env)
+    except CellExecutionError as e:
+        raise TalkRunError(f"talk {name} (in {cwd}): a cell raised {e.ename}: {(e.evalue or '').strip()[:300]}") from e
     return nb
 
 # %% ../nbs/96_talks.ipynb #ae43cc57
@@ -267,7 +314,7 @@ def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = F
     nb = nbformat.read(talk.path, as_version=4)
     check_talk(nb, talk.slug)
     nb = prepare(nb, slow)
-    if execute or not has_outputs(nb): execute_talk(nb, talk.path.parent)
+    if execute or not has_outputs(nb): execute_talk(nb, talk.path.parent, name=talk.slug)
     check_talk(nb, talk.slug, executed=True)
     nb.metadata["title"] = talk.title
     body, _ = slides_exporter(assets).from_notebook_node(nb, resources={"metadata": {"name": talk.slug}})
@@ -278,47 +325,67 @@ def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = F
         tmp = kept.with_suffix(f".{os.getpid()}.tmp"); shutil.copyfile(out, tmp); os.replace(tmp, kept)
     return out
 
+# %% ../nbs/96_talks.ipynb #ccc440b8
 _INDEX = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Five-minute talks</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:46em;margin:3em auto;padding:0 1em;line-height:1.5}}
-li{{margin:.6em 0}} .sub{{color:#555}}</style></head>
+li{{margin:.6em 0}} .sub,.deck{{color:#555}} .missing{{color:#777}}</style></head>
 <body><h1>Five-minute talks</h1>
 <p>The design deck this project was built from (deck 7 of the group's research course) ends with "teach one idea
 in five minutes": three slides, one picture, one equation, why it matters for
 the project. Every number on them was computed by qmind-render's code when the talk was built.
 Arrow keys move between slides; <kbd>S</kbd> opens the speaker notes.</p>
-<ul>
-{items}
-</ul></body></html>
+{body}
+</body></html>
 """
 
-def write_index(talks: list[Talk], out_dir: Path) -> Path:
-    "`out_dir/index.html`: a list of the talks with their subtitles."
-    items = "\n".join(f'<li><a href="{t.slug}.html">{html.escape(t.title)}</a><br><span class="sub">{html.escape(t.subtitle)}</span></li>'
-                      for t in talks)
+def _item(topic: Topic | None, talk: Talk | None) -> str:
+    e = html.escape
+    if talk is None: return f'<li value="{topic.n}" class="missing">{e(topic.title)} <span class="deck">({topic.source})</span>: no talk yet</li>'
+    head = f'<a href="{talk.slug}.html">{e(topic.title if topic else talk.title)}</a>'
+    sub = (f"{e(talk.title)}: " if topic and talk.title != topic.title else "") + e(talk.subtitle)
+    return (f'<li value="{topic.n}">' if topic else "<li>") + head + (f' <span class="deck">({topic.source})</span>' if topic else "") + \
+           f'<br><span class="sub">{sub}</span></li>'
+
+def index_html(talks: list[Talk], complete: bool = True) -> str:
+    "The index page: `talks` in the deck's order with topic and deck; with `complete`, the topics without a talk too; then the other talks."
+    topics, extras = lineup(talks)
+    rows = [(topic, talk) for topic, talk in topics if talk is not None or complete]
+    missing = [topic.title for topic, talk in topics if talk is None]
+    body = ["<h2>The deck's topics</h2>"]
+    if complete: body.append(f"<p>{len(topics) - len(missing)} of the deck's {len(topics)} topics have a talk"
+                             + (f"; no talk yet on {html.escape(', '.join(missing))}.</p>" if missing else ".</p>"))
+    body += ["<ol>", *(_item(topic, talk) for topic, talk in rows), "</ol>"]
+    if extras: body += ["<h2>More talks</h2>", "<p>On topics the deck doesn't list.</p>", "<ul>", *(_item(None, t) for t in extras), "</ul>"]
+    return _INDEX.format(body="\n".join(body))
+
+def write_index(talks: list[Talk], out_dir: Path, complete: bool = True) -> Path:
+    "`out_dir/index.html` (see `index_html`)."
     out = Path(out_dir) / "index.html"
-    out.write_text(_INDEX.format(items=items))
+    out.write_text(index_html(talks, complete))
     return out
 
 # %% ../nbs/96_talks.ipynb #2c250409
 def build_talks(out_dir: str | Path, execute: bool = False, only=None, slow: bool = False, folder: str | Path | None = None,
-                cache: str | Path | None = None, log=print, slides_cache: str | Path | None = None) -> list[Path]:
+                cache: str | Path | None = None, log=print, slides_cache: str | Path | None = None, jobs: int = 1) -> list[Path]:
     """Render the talks in `folder` (default `nbs/talks`) as reveal.js slides in `out_dir`, with `index.html` and `_assets/`.
 
     A talk is executed when `execute` is set or when it is stored without outputs (as notebooks are here), so every number is
     fresh; `slow` also runs its `#| slow` cells. `only`: slugs to build. `cache`: where npm packages are kept; `slides_cache`: where
-    rendered slides are kept for reuse (the docs site passes its cache). Returns the slide files, in talk order."""
+    rendered slides are kept for reuse (the docs site passes its cache). `jobs`: talks rendered at once, each in its own kernel.
+    Returns the slide files, in talk order."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     talks = find_talks(folder, only)
     if not talks: raise FileNotFoundError(f"no talks in {folder or talks_dir()}")
     copy_assets(out_dir, cache)
-    paths = []
-    for t in talks:
+    def one(t: Talk) -> Path:
         t0 = time.perf_counter()
-        paths.append(render_talk(t, out_dir, execute, slow, cache=slides_cache))
-        if log: log(f"{t.slug}: {paths[-1]} ({time.perf_counter() - t0:.1f} s)")
-    write_index(find_talks(folder), out_dir) if not only else write_index(talks, out_dir)
+        p = render_talk(t, out_dir, execute, slow, cache=slides_cache)
+        if log: log(f"{t.slug}: {p} ({time.perf_counter() - t0:.1f} s)")
+        return p
+    with ThreadPoolExecutor(max(1, jobs)) as pool: paths = list(pool.map(one, talks))   # each talk runs in its own kernel process
+    write_index(talks, out_dir, complete=not only)
     check_offline(out_dir / "index.html")
     return paths
 
@@ -330,8 +397,9 @@ def talks_main(argv: list[str]) -> int:
     ap.add_argument("--only", nargs="+", default=None, metavar="SLUG", help="just these talks, e.g. autograd unet")
     ap.add_argument("--execute", action="store_true", help="re-run talks that hold stored outputs too")
     ap.add_argument("--slow", action="store_true", help="also run cells flagged `#| slow` (e.g. the torch.compile measurement)")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="talks rendered at once, each in its own kernel (default 1)")
     ap.add_argument("--folder", default=None, help="talk notebooks (default: nbs/talks of this checkout)")
     a = ap.parse_args(argv)
-    paths = build_talks(a.out, a.execute, a.only, a.slow, a.folder)
+    paths = build_talks(a.out, a.execute, a.only, a.slow, a.folder, jobs=a.jobs)
     print(f"{len(paths)} talk(s); open {Path(a.out) / 'index.html'}")
     return 0

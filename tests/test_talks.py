@@ -1,73 +1,141 @@
-"""The five-minute talks as reveal.js slides, opened in headless Chromium: reveal.js starts, three slides,
-the equation typeset by MathJax, arrow keys move, and no request leaves the machine."""
+"""The five-minute talks: every one built once (which runs its cells and asserts; `make nbtest` leaves nbs/talks to this
+module, so no talk runs twice in a suite), then opened in headless Chromium: reveal.js starts, each of its three slides is
+stepped through, its picture loads, MathJax typesets its equation, and no request leaves the machine. Besides: the deck's
+topics each have a talk, numbered in the deck's order."""
+import re
+import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
 from qmind_render.docs import serve_site
-from qmind_render.talks import build_talks, check_offline
+from qmind_render.talks import DECK_TOPICS, build_talks, check_offline, find_talks, lineup
 from tests.conftest import launch_chromium, needs_chromium
 
-DECKS = ["autograd", "heldout"]
+FOLDER = Path(__file__).resolve().parents[1] / "nbs" / "talks"
+SLUGS = [t.slug for t in find_talks(FOLDER)]
+
+
+def test_every_deck_topic_has_a_talk():
+    "The deck's fifteen topics each have their talk, at the number the deck gives it (fails until every talk is written)."
+    missing = [f"{t.n:02d}_{t.slug}.ipynb ({t.title})" for t in DECK_TOPICS if not (FOLDER / f"{t.n:02d}_{t.slug}.ipynb").is_file()]
+    assert not missing, f"{len(missing)} of the deck's {len(DECK_TOPICS)} topics have no talk in {FOLDER}: {missing}"
+
+
+def test_talks_are_numbered_in_the_deck_order():
+    "A talk on a deck topic carries the topic's number; the other talks come after the deck's topics."
+    topics, extras = lineup(find_talks(FOLDER))
+    for topic, talk in topics:
+        if talk is not None: assert talk.path.name == f"{topic.n:02d}_{topic.slug}.ipynb", (topic, talk.path.name)
+    assert {"strides", "compile"} <= {t.slug for t in extras}
+    for t in extras: assert int(t.path.name.split("_")[0]) > len(DECK_TOPICS), t.path.name
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    "The two decks built (executed) into a folder, served on 127.0.0.1; yields (url, folder, slide paths)."
+    "Every talk built (executed, two at a time) into one folder, served on 127.0.0.1; yields (url, folder, slide paths)."
     out = tmp_path_factory.mktemp("talks")
-    paths = build_talks(out, only=DECKS, log=None)
+    t0 = time.perf_counter()
+    paths = build_talks(out, folder=FOLDER, jobs=2, log=None)
+    print(f"\nbuilt {len(paths)} talks in {time.perf_counter() - t0:.1f} s")
     httpd = serve_site(out)
     yield f"http://127.0.0.1:{httpd.server_address[1]}", out, paths
     httpd.shutdown()
     httpd.server_close()
 
 
-def test_build_writes_offline_decks_and_index(site):
+def test_build_writes_every_talk_offline_and_the_index_in_deck_order(site):
     _, out, paths = site
-    assert [p.name for p in paths] == [f"{d}.html" for d in DECKS]
-    index = (out / "index.html").read_text()
+    assert [p.name for p in paths] == [f"{s}.html" for s in SLUGS]
     for p in paths:
         check_offline(p)
-        assert f'href="{p.name}"' in index
-        assert p.read_text().count("<section><section>") == 3   # three slides, each one reveal.js section
+        assert p.read_text().count("<section><section>") == 3, p.name   # three slides, each one reveal.js section
+    index = (out / "index.html").read_text()
+    hrefs = re.findall(r'<a href="([\w-]+)\.html"', index)
+    topics, extras = lineup(find_talks(FOLDER))
+    assert hrefs == [t.slug for _, t in topics if t] + [t.slug for t in extras]
+    for topic, talk in topics:
+        row = f'<li value="{topic.n}"' + ("" if talk else ' class="missing"')
+        assert row in index and (talk or "no talk yet" in index[index.index(row):].split("</li>")[0]), topic
     assert (out / "_assets/reveal.js/dist/reveal.js").is_file() and (out / "_assets/mathjax/tex-chtml.js").is_file()
 
 
-@needs_chromium
-def test_decks_run_in_chromium_offline(site, tmp_path):
+@pytest.fixture(scope="module")
+def browser():
+    "One headless Chromium for every talk."
     from playwright.sync_api import sync_playwright
-    url, _, _ = site
-    host = urlparse(url).netloc
-    requests, remote, failed, errors = [], [], [], []
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(site, browser):
+    "A fresh page that records every request (`page.urls`), aborts any that would leave 127.0.0.1, and keeps failures and JS errors."
+    host = urlparse(site[0]).netloc
+    ctx = browser.new_context(viewport={"width": 1100, "height": 760})
+    pg = ctx.new_page()
+    pg.urls, pg.failed, pg.errors = [], [], []
 
     def route(r):
-        requests.append(r.request.url)
+        pg.urls.append(r.request.url)
         if urlparse(r.request.url).netloc == host: r.continue_()
-        else: remote.append(r.request.url); r.abort()
+        else: r.abort()
+    pg.route("**/*", route)
+    pg.on("response", lambda r: r.status >= 400 and pg.failed.append(f"{r.status} {r.url}"))
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    yield pg
+    ctx.close()
 
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        page = browser.new_page(viewport={"width": 1100, "height": 760})
-        page.route("**/*", route)
-        page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        for deck in DECKS:
-            page.goto(f"{url}/{deck}.html")
-            page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=20_000)
-            assert page.evaluate("Reveal.getTotalSlides()") == 3, deck
-            page.wait_for_function("document.body.dataset.mathjax === 'done'", timeout=30_000)
-            assert page.locator("mjx-container[display='true']").count() >= 1, f"{deck}: no display equation typeset"
-            assert page.locator(".slides img").count() >= 1, f"{deck}: no picture"
-            assert page.evaluate("Reveal.getIndices().h") == 0
-            page.keyboard.press("ArrowRight")
-            page.wait_for_function("Reveal.getIndices().h === 1", timeout=5_000)
-            shot = tmp_path / f"{deck}-slide2.png"
-            page.screenshot(path=str(shot))
-            assert shot.stat().st_size > 10_000
-        page.goto(f"{url}/index.html")
-        assert page.locator("a[href$='.html']").count() == len(DECKS)
-        browser.close()
-    assert not remote, f"requests left localhost: {remote}"
-    assert not failed, f"failed requests: {failed}"
-    assert not errors, f"page errors: {errors}"
-    assert any("tex-chtml.js" in u for u in requests) and any("woff" in u for u in requests), "MathJax or its fonts never loaded"
+
+def _off_machine(urls: list[str]) -> list[str]:
+    return [u for u in urls if not (urlparse(u).scheme == "file" or (urlparse(u).scheme == "http" and urlparse(u).hostname == "127.0.0.1"))]
+
+
+# What the current slide shows: loaded PNG pictures (data: URLs, as nbconvert embeds a cell's figure) and typeset display
+# equations, each counted only if it has a size on screen.
+_SHOWN = """() => {
+  const s = Reveal.getCurrentSlide(), seen = e => e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().height > 0;
+  return {
+    pictures: [...s.querySelectorAll('img')].filter(i => i.src.startsWith('data:image/png') && i.complete && i.naturalWidth > 0 && seen(i)).length,
+    equations: [...s.querySelectorAll("mjx-container[display='true']")].filter(m => seen(m) && m.querySelector('mjx-math')).length,
+    raw_tex: s.innerText.includes('$$'),
+  };
+}"""
+
+
+@needs_chromium
+@pytest.mark.parametrize("slug", SLUGS)
+def test_talk_steps_through_its_slides_in_chromium_offline(site, page, slug):
+    url = site[0]
+    page.goto(f"{url}/{slug}.html")
+    page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=20_000)
+    assert page.evaluate("Reveal.getTotalSlides()") == 3
+    page.wait_for_function("document.body.dataset.mathjax === 'done'", timeout=30_000)
+    shown = []
+    for i in range(3):
+        assert page.evaluate("Reveal.getIndices().h") == i
+        shown.append(page.evaluate(_SHOWN))
+        if i < 2:
+            page.keyboard.press("ArrowRight")   # as a speaker moves on
+            page.wait_for_function(f"Reveal.getIndices().h === {i + 1}", timeout=5_000)
+    assert page.evaluate("Reveal.isLastSlide()")
+    assert sum(s["pictures"] for s in shown) >= 1, f"{slug}: no picture shown on any slide: {shown}"
+    assert sum(s["equations"] for s in shown) >= 1, f"{slug}: no display equation typeset on any slide: {shown}"
+    assert not any(s["raw_tex"] for s in shown), f"{slug}: TeX left untypeset: {shown}"
+    assert not _off_machine(page.urls), f"{slug}: requests left the machine: {_off_machine(page.urls)}"
+    assert not page.failed and not page.errors, (page.failed, page.errors)
+    assert any("tex-chtml.js" in u for u in page.urls) and any("woff" in u for u in page.urls), "MathJax or its fonts never loaded"
+
+
+@needs_chromium
+def test_index_lists_every_talk_in_deck_order(site, page):
+    topics, extras = lineup(find_talks(FOLDER))
+    page.goto(f"{site[0]}/index.html")
+    hrefs = page.eval_on_selector_all("a[href$='.html']", "els => els.map(e => e.getAttribute('href'))")
+    assert hrefs == [f"{t.slug}.html" for _, t in topics if t] + [f"{t.slug}.html" for t in extras]
+    numbers = page.eval_on_selector_all("ol > li", "els => els.map(e => e.value)")
+    assert numbers == [t.n for t in DECK_TOPICS]        # a full build lists every topic, with or without a talk yet
+    assert not _off_machine(page.urls) and not page.errors
