@@ -1134,4 +1134,10 @@ d = { 'settings': { 'branch': 'main',
                                     'qmind_render.train.train': ('train.html#train', 'qmind_render/train.py'),
                                     'qmind_render.train.train_main': ('train.html#train_main', 'qmind_render/train.py'),
                                     'qmind_render.train.train_step': ('train.html#train_step', 'qmind_render/train.py'),
-                                    'qmind_render.train.wandb_mode': ('train.html#wandb_mode', 'qmind_render/train.py')}}}
+                                    'qmind_render.train.wandb_mode': ('train.html#wandb_mode', 'qmind_render/train.py')},
+            'qmind_render.util': { 'qmind_render.util._temp_name': ('util.html#_temp_name', 'qmind_render/util.py'),
+                                   'qmind_render.util.atomic_write': ('util.html#atomic_write', 'qmind_render/util.py'),
+                                   'qmind_render.util.format_cell': ('util.html#format_cell', 'qmind_render/util.py'),
+                                   'qmind_render.util.format_table': ('util.html#format_table', 'qmind_render/util.py'),
+                                   'qmind_render.util.mp_context': ('util.html#mp_context', 'qmind_render/util.py'),
+                                   'qmind_render.util.pool_map': ('util.html#pool_map', 'qmind_render/util.py')}}}
