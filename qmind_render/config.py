@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
@@ -21,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .contracts import UserError, project_dirs
+from .util import atomic_write
 
 # %% auto #0
 __all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'DataConfig',
@@ -243,13 +243,7 @@ def config_from_dict(d: dict) -> DictConfig:
 # %% ../nbs/01_config.ipynb #c129eb2d
 def save_config(cfg: DictConfig, path: str | os.PathLike) -> Path:
     "Write the resolved config as YAML, atomically (a temporary file, then a rename)."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
-        yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
-        tmp = f.name
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
 # %% ../nbs/01_config.ipynb #4dd5b719
 def add_config_args(p, overrides_help: str = "key=value overrides, e.g. train.lr=1e-4 seed=2"):

@@ -13,8 +13,6 @@ import io
 import json
 import os
 import re
-import shutil
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,18 +23,20 @@ import numpy as np
 from fastcore.basics import patch
 
 from .contracts import UserError, ChannelSpec, check_spec_version, contract_versions, load_spec, project_dirs, validate
+from .util import atomic_write, pool_map
 
 # %% auto #0
-__all__ = ['LABELS', 'DERIVED', 'MANIFEST_KEYS', 'EDITED', 'RECIPE', 'StoreError', 'Store', 'atomic_write', 'LocalStore',
-           'S3Store', 'default_store_uri', 'open_store', 'sample_fields', 'Grid', 'DatasetError', 'check_arrays',
-           'shard_bytes', 'sha256_file', 'ShardInfo', 'write_shard', 'load_shard', 'random_samples', 'Manifest',
-           'content_hash', 'manifest_fault', 'data_cmd', 'parse_manifest', 'check_manifest', 'git_commit',
+__all__ = ['LABELS', 'DERIVED', 'MANIFEST_KEYS', 'EDITED', 'RECIPE', 'StoreError', 'Store', 'LocalStore', 'S3Store',
+           'default_store_uri', 'open_store', 'sample_fields', 'Grid', 'DatasetError', 'check_arrays', 'shard_bytes',
+           'sha256_file', 'ShardInfo', 'shard_name', 'shard_index', 'write_shard', 'load_shard', 'random_samples',
+           'Manifest', 'content_hash', 'manifest_fault', 'data_cmd', 'parse_manifest', 'check_manifest', 'git_commit',
            'dataset_key', 'DatasetExists', 'DatasetWriter', 'list_datasets', 'read_manifest', 'shard_fix',
            'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'check_shards', 'verify_dataset',
            'seal_manifest', 'Split', 'make_split', 'split_path', 'save_split', 'find_split', 'load_split', 'LeakError',
            'assert_no_leak', 'apply_split', 'plan_batches', 'EpochPlans', 'ShardBatches', 'make_loader', 'summary',
            'sample_sheet', 'frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards',
-           'generate', 'data_main', 'rebuild_manifest', 'regenerate_shards', 'repair_dataset', 'bench_data']
+           'generator_record', 'generate', 'data_main', 'rebuild_manifest', 'regenerate_shards', 'repair_dataset',
+           'bench_data']
 
 # %% ../nbs/30_data.ipynb #29d86866
 class StoreError(UserError, RuntimeError):
@@ -52,24 +52,10 @@ class Store:
     def put_bytes(self, data: bytes, key: str) -> None: raise NotImplementedError
     def get_bytes(self, key: str) -> bytes: raise NotImplementedError
     def size(self, key: str) -> int: raise NotImplementedError
+    def local_path(self, key: str) -> Path | None:
+        "Where `key` lies as a file on this machine, when the store is a folder here; else None (fetch a copy)."
+        return None
     def __repr__(self): return f"{type(self).__name__}({self.uri!r})"
-
-# %% ../nbs/30_data.ipynb #fea1a19f
-def atomic_write(path: Path, data: bytes | None = None, src: Path | None = None) -> None:
-    "Write `data` (or copy `src`) to `path` through a temporary file in the same folder and a rename."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if src is not None:
-                with open(src, "rb") as s: shutil.copyfileobj(s, f, 1 << 20)
-            else: f.write(data)
-            f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 # %% ../nbs/30_data.ipynb #41b27f40
 class LocalStore(Store):
@@ -77,21 +63,21 @@ class LocalStore(Store):
     def __init__(self, root: str | Path):
         self.root = Path(root).expanduser()
         self.uri = str(self.root)
-    def _p(self, key: str) -> Path: return self.root / key
-    def exists(self, key): return self._p(key).is_file()
+    def local_path(self, key: str) -> Path: return self.root / key
+    def exists(self, key): return self.local_path(key).is_file()
     def list(self, prefix):
-        base = self._p(prefix)
+        base = self.local_path(prefix)
         if not base.is_dir(): return []
         return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.startswith("."))
-    def put_file(self, local, key): atomic_write(self._p(key), src=local)
+    def put_file(self, local, key): atomic_write(self.local_path(key), src=local)
     def get_file(self, key, local):
         if not self.exists(key): raise FileNotFoundError(f"{self.uri}: no {key}")
-        atomic_write(Path(local), src=self._p(key))
-    def put_bytes(self, data, key): atomic_write(self._p(key), data)
+        atomic_write(Path(local), src=self.local_path(key))
+    def put_bytes(self, data, key): atomic_write(self.local_path(key), data)
     def get_bytes(self, key):
         if not self.exists(key): raise FileNotFoundError(f"{self.uri}: no {key}")
-        return self._p(key).read_bytes()
-    def size(self, key): return self._p(key).stat().st_size
+        return self.local_path(key).read_bytes()
+    def size(self, key): return self.local_path(key).stat().st_size
 
 # %% ../nbs/30_data.ipynb #0670c8d4
 class S3Store(Store):
@@ -142,12 +128,8 @@ def put_file(self: S3Store, local, key):
 
 @patch
 def get_file(self: S3Store, key, local):
-    local = Path(local); local.parent.mkdir(parents=True, exist_ok=True)
-    tmp = local.with_name(f".{local.name}.download")
-    try:
-        _s3_call(self, "download", key, self.client.download_file, self.bucket, self._k(key), str(tmp), Config=self.transfer)
-        os.replace(tmp, local)
-    finally: tmp.unlink(missing_ok=True)
+    atomic_write(local, write=lambda tmp: _s3_call(self, "download", key, self.client.download_file, self.bucket, self._k(key),
+                                                   str(tmp), Config=self.transfer))
 
 @patch
 def put_bytes(self: S3Store, data, key):
@@ -245,6 +227,17 @@ class ShardInfo:
     n: int
     bytes: int
     sha256: str
+
+    @property
+    def index(self) -> int: return shard_index(self.file)
+
+def shard_name(index: int) -> str: return f"shard-{index:05d}.npz"
+
+def shard_index(name: str) -> int:
+    "The number in a shard's file name: `shard-00012.npz` -> 12."
+    m = re.fullmatch(r"shard-(\d{5})\.npz", name)
+    if m is None: raise ValueError(f"{name!r} is not a shard's file name (shard-NNNNN.npz)")
+    return int(m[1])
 
 def write_shard(arrays: dict, path: Path) -> ShardInfo:
     "Write one shard atomically; return its manifest record."
@@ -409,7 +402,7 @@ class DatasetWriter:
 @patch
 def add_shard(self: DatasetWriter, index: int, arrays: dict, staging: Path | None = None) -> ShardInfo:
     "Check and write shard number `index`; return its record."
-    name = f"shard-{index:05d}.npz"
+    name = shard_name(index)
     check_arrays(arrays, self.spec, self.grid, where=f"dataset {self.id}, {name}")
     staging = Path(staging or tempfile.mkdtemp())
     info = write_shard(arrays, staging / name)
@@ -422,7 +415,7 @@ def put(self: DatasetWriter, local: Path, info: ShardInfo) -> None:
     "Upload a shard file already written locally (skipped when the store has it at the same size)."
     key = dataset_key(self.id, info.file)
     if not (self.store.exists(key) and self.store.size(key) == info.bytes): self.store.put_file(local, key)
-    self.shards[int(info.file[6:11])] = info
+    self.shards[info.index] = info
 
 @patch
 def commit(self: DatasetWriter, seeds: tuple[int, int], generator: dict | None = None) -> Manifest:
@@ -498,7 +491,8 @@ def _verified(path: Path, m: Manifest) -> dict:
 def _local_copy(store: Store, m: Manifest, info: ShardInfo, cache: Path) -> Path:
     "Where a shard is read: in place for a local store, else a copy in the cache (downloaded when absent)."
     key = dataset_key(m.id, info.file)
-    if isinstance(store, LocalStore): return store._p(key)
+    p = store.local_path(key)
+    if p is not None: return p
     p = cache / m.id / info.file
     if not p.is_file():
         try: store.get_file(key, p)
@@ -516,7 +510,7 @@ def fetch(store: Store, dataset: str, cache: Path | None = None, spec: ChannelSp
         if not (p.is_file() and seen.get(str(p)) == [*_stamp(p), info.sha256]):
             try: verify_shard(p, info, dataset, fix)
             except DatasetError:
-                if isinstance(store, LocalStore): raise
+                if store.local_path(dataset_key(m.id, info.file)) is not None: raise   # the store's own file: nothing to fetch again
                 p.unlink(missing_ok=True)                  # a bad cached copy: the store's is the truth, fetch it again
                 verify_shard(_local_copy(store, m, info, cache), info, dataset, fix)
             seen[str(p)] = [*_stamp(p), info.sha256]
@@ -554,14 +548,15 @@ def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
     with tempfile.TemporaryDirectory() as td:
         for info in m.shards:
             key = dataset_key(m.id, info.file)
-            p = store._p(key) if isinstance(store, LocalStore) else Path(td) / info.file
+            here = store.local_path(key)
+            p = here or Path(td) / info.file
             try:
-                if not isinstance(store, LocalStore): store.get_file(key, p)
+                if here is None: store.get_file(key, p)
                 verify_shard(p, info, m.id, fix)
             except FileNotFoundError: problems.append(DatasetError(m.id, f"missing from store {store.uri}; {fix}", info.file))
             except DatasetError as e: problems.append(e)
             finally:
-                if not isinstance(store, LocalStore): p.unlink(missing_ok=True)
+                if here is None: p.unlink(missing_ok=True)
     listed = {s.file for s in m.shards}
     problems += [DatasetError(m.id, "is in the store but not in the manifest (left from another generation?): delete it", f)
                  for f in _shard_files(store, m.id) if f not in listed]
@@ -835,7 +830,7 @@ def make_shard(job: ShardJob) -> ShardInfo:
     spec, grid = load_spec(), _grid()
     eps = [episode_channels(s, job.frames, grid, spec) for s in job.seeds]
     arrays = skin_samples({k: np.concatenate([e[k] for e in eps]) for k in eps[0]}, grid, spec)
-    name = f"shard-{job.index:05d}.npz"
+    name = shard_name(job.index)
     info = write_shard(arrays, Path(job.staging) / name)
     atomic_write(Path(job.staging) / f".{name}.json", json.dumps({**asdict(info), "fingerprint": job.fingerprint}).encode())
     return info
@@ -856,7 +851,8 @@ def plan_shards(cfg, staging: Path, fingerprint: str) -> list[ShardJob]:
     return [ShardJob(i, tuple(seeds[j : j + per]), cfg.frames_per_episode, str(staging), fingerprint)
             for i, j in enumerate(range(0, len(seeds), per))]
 
-def _fingerprint(cfg, shape) -> tuple[dict, str]:
+def generator_record(cfg, shape) -> tuple[dict, str]:
+    "What makes a dataset's bytes (recipe, engine and skinner versions, grid, commit), and its fingerprint."
     from qmind_render import engine, skinner
     gen = {"seed_start": cfg.seed_start, "episodes": cfg.episodes, "frames_per_episode": cfg.frames_per_episode,
            "shard_size": cfg.shard_size, "engine": engine.ENGINE_VERSION, "skinner": skinner.SKINNER_VERSION,
@@ -866,16 +862,14 @@ def _fingerprint(cfg, shape) -> tuple[dict, str]:
 # %% ../nbs/30_data.ipynb #95755921
 def generate(cfg, workers: int | None = None, cache: Path | None = None, progress: bool = True) -> Manifest:
     "Build dataset `cfg.dataset` in store `cfg.store` from a config's `data` section; resumable."
-    import multiprocessing as mp
-
     from tqdm.auto import tqdm
 
     from qmind_render.skinner import load_grid
     store, spec, fgrid = open_store(cfg.store), load_spec(), load_grid()
     writer = DatasetWriter(store, cfg.dataset, spec, Grid(*fgrid.shape))
-    staging = store._p(dataset_key(cfg.dataset)) if isinstance(store, LocalStore) else Path(cache or default_cache_dir()) / cfg.dataset
+    staging = store.local_path(dataset_key(cfg.dataset)) or Path(cache or default_cache_dir()) / cfg.dataset
     staging.mkdir(parents=True, exist_ok=True)
-    gen, fp = _fingerprint(cfg, fgrid.shape)
+    gen, fp = generator_record(cfg, fgrid.shape)
     jobs = plan_shards(cfg, staging, fp)
     bar = tqdm(total=cfg.episodes * cfg.frames_per_episode, unit="sample", disable=not progress,
                desc=f"generating {cfg.dataset}", smoothing=0.1)
@@ -884,17 +878,12 @@ def generate(cfg, workers: int | None = None, cache: Path | None = None, progres
         info = _reusable(j)
         if info is None: todo.append(j)
         else: writer.put(staging / info.file, info); bar.update(info.n)
-    workers = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
     import qmind_render.data as lib  # the module's make_shard, picklable by name in any worker
-    # fork where it is the platform's safe default (Linux): no re-import of the caller's __main__,
-    # so generation works from notebooks and scripts without a __main__ guard.
-    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    with ctx.Pool(workers) as pool:
-        for info in pool.imap_unordered(lib.make_shard, todo):
-            writer.put(staging / info.file, info); bar.update(info.n)
+    for info in pool_map(lib.make_shard, todo, workers, bar, count=lambda info: info.n):
+        writer.put(staging / info.file, info)
     bar.close()
     m = writer.commit((cfg.seed_start, cfg.seed_start + cfg.episodes), gen)
-    for j in jobs: (staging / f".shard-{j.index:05d}.npz.json").unlink(missing_ok=True)
+    for j in jobs: (staging / f".{shard_name(j.index)}.json").unlink(missing_ok=True)
     return m
 
 # %% ../nbs/30_data.ipynb #8406cf37
@@ -986,8 +975,8 @@ def rebuild_manifest(store: Store, dataset: str, why: DatasetError) -> Manifest:
     shards = []
     with tempfile.TemporaryDirectory() as td:
         for f in _shard_files(store, dataset):
-            p = store._p(dataset_key(dataset, f)) if isinstance(store, LocalStore) else Path(td) / f
-            if not isinstance(store, LocalStore): store.get_file(dataset_key(dataset, f), p)
+            p = store.local_path(dataset_key(dataset, f))
+            if p is None: store.get_file(dataset_key(dataset, f), p := Path(td) / f)
             try: n = len(load_shard(p, ["seed"])["seed"])
             except Exception as e: raise DatasetError(dataset, f"unreadable ({type(e).__name__}), so the manifest cannot be rebuilt: {give_up}", f) from None
             shards.append({"file": f, "n": n, "bytes": p.stat().st_size, "sha256": sha256_file(p)})
@@ -1014,7 +1003,7 @@ def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
                                  "write the dataset again under a new ID")
     records, done = {s.file: s for s in m.shards}, []
     with tempfile.TemporaryDirectory() as td:
-        jobs = {f"shard-{j.index:05d}.npz": j for j in plan_shards(SimpleNamespace(**g), Path(td), "repair")}
+        jobs = {shard_name(j.index): j for j in plan_shards(SimpleNamespace(**g), Path(td), "repair")}
         for f in files:
             if f not in jobs: raise DatasetError(m.id, "is not in the plan of its recipe: write the dataset again under a new ID", f)
             info = make_shard(jobs[f])

@@ -56,7 +56,7 @@ def _tamper(store, key, fn):
     data = store.get_bytes(key)
     if fn is None:
         if isinstance(store, S3Store): store.client.delete_object(Bucket=store.bucket, Key=store._k(key))
-        else: store._p(key).unlink()
+        else: store.local_path(key).unlink()
     else: store.put_bytes(fn(data), key)
 
 
