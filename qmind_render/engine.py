@@ -26,16 +26,16 @@ import numpy as np
 from numba import njit
 
 from .contracts import ChannelSpec, load_spec
+from .viz import channel_strip, palette
 
 # %% auto #0
 __all__ = ['ENGINE_VERSION', 'ACTIONS', 'MIN_SIDE', 'MAX_SIDE', 'N_HEADINGS', 'DEPTH_Q', 'UV_Q', 'OPEN', 'MAP_SIZE',
-           'MAX_ENEMIES', 'MAX_ROOMS', 'MATERIAL_RGB', 'PLANE', 'FALLOFF2', 'ENEMY_W', 'ENEMY_H', 'NEAR_CLIP',
-           'MOVE_STEP', 'STRAFE_STEP', 'TURN_STEP', 'PLAYER_RADIUS', 'ENEMY_RADIUS', 'ENEMY_SPEED', 'ENEMY_TURN_P',
-           'BURST_P', 'BURST_MAX', 'AIM_TAN2', 'WAYPOINT_R2', 'PATIENCE', 'CHUNK', 'SURFACE_RGB', 'PANELS',
-           'GOLDEN_CASES', 'engine_spec', 'heading_table', 'depth_table', 'World', 'make_world', 'map_image',
-           'render_world', 'Game', 'render_episode', 'render_batch', 'colorize', 'channel_strip', 'plot_map',
-           'episode_hashes', 'golden_record', 'default_golden_path', 'check_goldens', 'regen_goldens', 'bench_engine',
-           'render_parser', 'write_episode', 'render_main']
+           'MAX_ENEMIES', 'MAX_ROOMS', 'PLANE', 'FALLOFF2', 'ENEMY_W', 'ENEMY_H', 'NEAR_CLIP', 'MOVE_STEP',
+           'STRAFE_STEP', 'TURN_STEP', 'PLAYER_RADIUS', 'ENEMY_RADIUS', 'ENEMY_SPEED', 'ENEMY_TURN_P', 'BURST_P',
+           'BURST_MAX', 'AIM_TAN2', 'WAYPOINT_R2', 'PATIENCE', 'CHUNK', 'GOLDEN_CASES', 'engine_spec', 'heading_table',
+           'depth_table', 'World', 'make_world', 'map_image', 'render_world', 'Game', 'render_episode', 'render_batch',
+           'plot_map', 'episode_hashes', 'golden_record', 'default_golden_path', 'check_goldens', 'regen_goldens',
+           'bench_engine', 'render_parser', 'write_episode', 'render_main']
 
 # %% ../nbs/10_engine.ipynb #381afb65
 ENGINE_VERSION = "0.1.0"
@@ -266,15 +266,13 @@ def make_world(seed: int, materials: Sequence[int] | None = None, spec: ChannelS
     return World(grid, sector, light, player, heading, enemies, edir, rooms)
 
 # %% ../nbs/10_engine.ipynb #deaf92b3
-MATERIAL_RGB = np.array([[230, 159, 0], [86, 180, 233], [0, 158, 115], [240, 228, 66], [204, 121, 167]], np.uint8)
-
-def map_image(grid: np.ndarray, sector: np.ndarray, light: np.ndarray) -> np.ndarray:
-    "Top-down RGB [MH, MW, 3] of a map: visible walls by material, hidden rock dark, floor by its sector's light."
+def map_image(grid: np.ndarray, sector: np.ndarray, light: np.ndarray, spec: ChannelSpec | None = None) -> np.ndarray:
+    "Top-down RGB [MH, MW, 3] of a map: visible walls by material (the spec's palette), hidden rock dark, floor by its sector's light."
     open_ = grid == OPEN
     img = np.full(grid.shape + (3,), 45, np.uint8)
     img[open_] = (60 + 180 * light[sector[open_]]).astype(np.uint8)[:, None]
     seen = _grow(open_) & ~open_
-    img[seen] = MATERIAL_RGB[grid[seen] % len(MATERIAL_RGB)]
+    img[seen] = palette(spec).material[grid[seen]]
     return img
 
 # %% ../nbs/10_engine.ipynb #a24a1c12
@@ -758,47 +756,6 @@ def render_batch(seeds: Sequence[int], n_frames: int, materials: Sequence[int] |
     seeds, n, spec = [_check_seed(s, "seeds") for s in seeds], _check_count(n_frames), engine_spec(spec)
     return _batch(_Runner([make_world(s, materials, spec) for s in seeds], seeds, spec), n)
 
-# %% ../nbs/10_engine.ipynb #c90076c3
-SURFACE_RGB = np.array([[70, 90, 150], [200, 200, 200], [120, 85, 50], [230, 40, 40]], np.uint8)    # by class name below
-_SURFACE_COLOURS = dict(zip(("ceiling", "wall", "floor", "enemy"), SURFACE_RGB))
-PANELS = ("depth", "surface", "material", "u", "v", "light")
-
-def _cmap(name: str, x: np.ndarray) -> np.ndarray:
-    import matplotlib
-    return (matplotlib.colormaps[name](np.asarray(x, np.float32))[..., :3] * 255).astype(np.uint8)
-
-def colorize(frame: dict, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
-    "RGB uint8 pictures [H, W, 3] of one frame, keyed by `PANELS`."
-    spec = engine_spec(spec)
-    surf = np.zeros((len(spec.classes), 3), np.uint8)
-    for c, rgb in _SURFACE_COLOURS.items(): surf[spec.surface_id(c)] = rgb
-    mat = np.zeros((256, 3), np.uint8); mat[:spec.n_materials] = MATERIAL_RGB[np.arange(spec.n_materials) % 5]
-    return {"depth": _cmap("magma", 1 - frame["depth"]), "surface": surf[frame["surface"]], "material": mat[frame["material"]],
-            "u": _cmap("twilight", frame["uv"][..., 0]), "v": _cmap("twilight", frame["uv"][..., 1]),
-            "light": _cmap("gray", frame["light"])}
-
-# %% ../nbs/10_engine.ipynb #043ec154
-def _label(img: np.ndarray, texts: Sequence[str], width: int) -> np.ndarray:
-    "A header strip `width` pixels per label, above `img`."
-    from PIL import Image, ImageDraw
-    head = Image.new("RGB", (img.shape[1], 14), "white")
-    draw = ImageDraw.Draw(head)
-    for i, t in enumerate(texts): draw.text((i * width + 2, 1), t, fill="black")
-    return np.concatenate([np.asarray(head), img])
-
-def _joined(pics: list[np.ndarray], gap: int, axis: int) -> np.ndarray:
-    "Pictures side by side (axis 1) or stacked (axis 0), `gap` white pixels apart."
-    shape = list(pics[0].shape); shape[axis] = gap
-    pad = np.full(shape, 255, np.uint8)
-    return np.concatenate([x for p in pics for x in (p, pad)][:-1], axis)
-
-def channel_strip(frames: dict | Sequence[dict], spec: ChannelSpec | None = None, scale: int = 2, gap: int = 2) -> np.ndarray:
-    "Frames as rows of channel panels (`PANELS`), upscaled by `scale`, under a header: RGB uint8."
-    frames = [frames] if isinstance(frames, dict) else list(frames)
-    up = lambda p: p.repeat(scale, 0).repeat(scale, 1)
-    rows = [_joined([up(p) for p in colorize(f, spec).values()], gap, 1) for f in frames]
-    return _label(_joined(rows, gap, 0), PANELS, frames[0]["surface"].shape[1] * scale + gap)
-
 # %% ../nbs/10_engine.ipynb #0cedbf6a
 def plot_map(game: Game, ax=None, trail: np.ndarray | None = None, title: str | None = None, legend: bool = False):
     "Top-down view of `game`: walls by material, floor by light, enemies, the player and its view cone. Returns the figure."
@@ -806,7 +763,7 @@ def plot_map(game: Game, ax=None, trail: np.ndarray | None = None, title: str | 
     ax = ax or Figure(figsize=(4, 4)).subplots()
     st, b = game._runner.state, 0
     MH, MW = st.grid.shape[1:]
-    ax.imshow(map_image(st.grid[b], st.sector[b], st.light[b]), extent=(0, MW, MH, 0), interpolation="nearest")
+    ax.imshow(map_image(st.grid[b], st.sector[b], st.light[b], game.spec), extent=(0, MW, MH, 0), interpolation="nearest")
     if game._zcol is None: game.channels()
     x, y, _ = game.player
     c, s = game._runner.tab.heading[st.ints[b, _HEAD]]
@@ -824,7 +781,8 @@ def _map_legend(ax, trail: bool) -> None:
     "What the map's colours and marks mean, beside it."
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    h = [Patch(color=MATERIAL_RGB[m] / 255, label=f"wall, material {m}") for m in range(len(MATERIAL_RGB))]
+    pal = palette()
+    h = [Patch(color=pal.material[m] / 255, label=f"wall, material {m}") for m in range(pal.n_materials)]
     h += [Patch(color=(0.9, 0.9, 0.9), label="floor (brighter: more light)"), Patch(color=(45 / 255,) * 3, label="rock"),
           Patch(facecolor="white", edgecolor="k", lw=0.6, label="what the player sees"), Line2D([], [], marker="o", ls="", c="tab:blue", label="player"),
           Line2D([], [], marker="o", ls="", c="tab:red", label="enemy")]
@@ -941,7 +899,7 @@ def write_episode(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for t in range(args.frames):
         f = game.step(); trail.append(game.player)
-        if t % args.every == 0: Image.fromarray(channel_strip(f, game.spec, args.scale)).save(args.out / f"frame_{t:05d}.png"); n += 1
+        if t % args.every == 0: Image.fromarray(channel_strip(f, spec=game.spec, scale=args.scale, labels=True)).save(args.out / f"frame_{t:05d}.png"); n += 1
     title = f"seed {args.seed}: frames 0-{args.frames - 1}"
     plot_map(game, trail=np.array(trail), title=title, legend=True).savefig(args.out / "map.png", dpi=100, bbox_inches="tight")
     return n

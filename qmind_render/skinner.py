@@ -23,14 +23,16 @@ from numba import njit
 
 from .contracts import (UserError, ChannelError, check_compatible, load_spec, load_theme_schema, validate,
                                     validate_theme)
+from .viz import MATERIAL_RGB, SURFACE_RGB  # noqa: F401  (old home: data, train and serve still import them from here)
+from .viz import channel_strip, figure_of, mosaic
 
 # %% auto #0
-__all__ = ['SKINNER_VERSION', 'CHANNEL_SPEC', 'SURFACES', 'LIGHTING_SCHEMA', 'SURFACE_RGB', 'MATERIAL_RGB', 'MIN_CELL_DISTANCE',
-           'LightingError', 'validate_lighting', 'light_colour', 'lighting_vector', 'grid_path', 'FactorGrid',
-           'load_grid', 'engine_frame', 'corridor_frame', 'channel_strip', 'repeats', 'skin_params', 'skin',
-           'skin_batch', 'stack_frames', 'wall_frame', 'column_steps', 'with_material', 'sample_grid', 'swatch_grid',
-           'plot_sample_grid', 'cell_distances', 'materials_present', 'frame_cells', 'frame_cells_batch', 'cell_mask',
-           'episode_materials', 'explorer_view', 'explore', 'write_pngs', 'render_main', 'bench_skinner']
+__all__ = ['SKINNER_VERSION', 'CHANNEL_SPEC', 'SURFACES', 'LIGHTING_SCHEMA', 'MIN_CELL_DISTANCE', 'LightingError',
+           'validate_lighting', 'light_colour', 'lighting_vector', 'grid_path', 'FactorGrid', 'load_grid',
+           'engine_frame', 'corridor_frame', 'repeats', 'skin_params', 'skin', 'skin_batch', 'stack_frames',
+           'wall_frame', 'column_steps', 'with_material', 'cell_grid', 'swatch_grid', 'cell_distances',
+           'materials_present', 'frame_cells', 'frame_cells_batch', 'cell_mask', 'episode_materials', 'explorer_view',
+           'explore', 'write_pngs', 'render_main', 'bench_skinner']
 
 # %% ../nbs/20_skinner.ipynb #1fef030b
 SKINNER_VERSION = "0.1.0"
@@ -205,23 +207,6 @@ def _add_enemy(surface, mat, u, v, d, H, W, dist=2.5):
     e = (body | head) & (dist < d)
     return (np.where(e, 3, surface), np.where(e, 255, mat), np.where(e, su, u), np.where(e, sv, v),
             np.where(e, dist, d))
-
-# %% ../nbs/20_skinner.ipynb #4a21edfa
-SURFACE_RGB = np.array([[70, 70, 160], [200, 200, 200], [110, 80, 50], [220, 40, 40]], np.uint8)
-MATERIAL_RGB = np.array([[190, 80, 60], [80, 170, 200], [170, 130, 60], [130, 130, 130], [90, 110, 230]], np.uint8)
-
-def channel_strip(channels: dict, rgb: np.ndarray | None = None, gap: int = 2) -> np.ndarray:
-    "Channels of one frame side by side (plus `rgb` when given), uint8 [H, n*(W+gap)-gap, 3]."
-    gray = lambda x: np.repeat((np.clip(x.astype(np.float32), 0, 1) * 255).astype(np.uint8)[..., None], 3, -1)
-    mat = np.zeros(channels["material"].shape + (3,), np.uint8)
-    on = channels["material"] < len(MATERIAL_RGB)
-    mat[on] = MATERIAL_RGB[channels["material"][on]]
-    panels = [gray(channels["depth"]), SURFACE_RGB[np.minimum(channels["surface"], 3)], mat,
-              gray(channels["uv"][..., 0]), gray(channels["uv"][..., 1]), gray(channels["light"])]
-    if rgb is not None: panels.append(rgb)
-    H = panels[0].shape[0]
-    sep = np.full((H, gap, 3), 255, np.uint8)
-    return np.concatenate([x for p in panels for x in (p, sep)][:-1], axis=1)
 
 # %% ../nbs/20_skinner.ipynb #c92cc381
 _M32 = 0xFFFFFFFF
@@ -538,44 +523,21 @@ def column_steps(rgb: np.ndarray) -> np.ndarray:
     return np.abs(np.diff(rgb.astype(np.int16), axis=1)).mean(axis=(0, 2))
 
 # %% ../nbs/20_skinner.ipynb #7eb1906d
-def _mosaic(rows: list[list[np.ndarray]], gap: int = 2) -> np.ndarray:
-    "Images (all the same shape) in a grid with white gaps."
-    H, W, _ = rows[0][0].shape
-    out = np.full((len(rows) * (H + gap) - gap, len(rows[0]) * (W + gap) - gap, 3), 255, np.uint8)
-    for i, row in enumerate(rows):
-        for j, img in enumerate(row): out[i * (H + gap): i * (H + gap) + H, j * (W + gap): j * (W + gap) + W] = img
-    return out
-
 def with_material(channels: dict, material: int) -> dict:
     "The same frame with every wall pixel made of `material`."
     walls = channels["surface"] == SURFACES.index("wall")
     return {**channels, "material": np.where(walls, np.uint8(material), channels["material"])}
 
-def sample_grid(channels: dict, material: int, grid: FactorGrid | None = None) -> np.ndarray:
+def cell_grid(channels: dict, material: int, grid: FactorGrid | None = None) -> np.ndarray:
     "One frame skinned for every (theme, lighting), walls of `material`: uint8 mosaic, rows themes, columns lights."
     grid = grid or load_grid()
     ch = with_material(channels, material)
-    return _mosaic([[skin(ch, t, l) for l in grid.lightings] for t in grid.themes])
+    return mosaic([[skin(ch, t, l) for l in grid.lightings] for t in grid.themes])
 
 def swatch_grid(lighting: dict, grid: FactorGrid | None = None, **wall) -> np.ndarray:
     "Flat walls of every material (columns) in every theme (rows) under `lighting`."
     grid = grid or load_grid()
-    return _mosaic([[skin(wall_frame(m, **wall), t, lighting) for m in range(len(grid.materials))] for t in grid.themes])
-
-# %% ../nbs/20_skinner.ipynb #0d2a1efa
-def plot_sample_grid(img: np.ndarray, grid: FactorGrid, rows: str = "theme", cols: str = "lighting", title: str = ""):
-    "A mosaic from `sample_grid`/`swatch_grid` as a labelled matplotlib figure."
-    import matplotlib.pyplot as plt
-    names = {"theme": grid.theme_names, "lighting": grid.lighting_names, "material": list(grid.materials)}
-    r, c = names[rows], names[cols]
-    fig, ax = plt.subplots(figsize=(1.6 * len(c), 1.6 * len(r)))
-    ax.imshow(img, interpolation="nearest")
-    step_y, step_x = (img.shape[0] + 2) / len(r), (img.shape[1] + 2) / len(c)
-    ax.set_yticks([(i + 0.5) * step_y - 1 for i in range(len(r))], r)
-    ax.set_xticks([(j + 0.5) * step_x - 1 for j in range(len(c))], c)
-    ax.tick_params(length=0); [s.set_visible(False) for s in ax.spines.values()]
-    if title: ax.set_title(title, fontsize=10)
-    return fig
+    return mosaic([[skin(wall_frame(m, **wall), t, lighting) for m in range(len(grid.materials))] for t in grid.themes])
 
 # %% ../nbs/20_skinner.ipynb #d0bee6fe
 MIN_CELL_DISTANCE = 10.0  # uint8 levels, mean over wall pixels and channels
@@ -653,14 +615,10 @@ def explorer_view(seed: int, frame: int, theme, material, lighting, grid: Factor
 def explore(grid: FactorGrid | None = None):
     "Interactive explorer: sliders and menus for seed, frame, theme, material and light."
     import ipywidgets as w
-    import matplotlib.pyplot as plt
     grid = grid or load_grid()
-    def view(seed, frame, theme, material, light):
-        img = explorer_view(seed, frame, theme, material, light, grid)
-        fig, ax = plt.subplots(figsize=(15, 2.4))
-        ax.imshow(img, interpolation="nearest"); ax.set_axis_off()
-        ax.set_title("depth · surface · material · u · v · light · skinned", fontsize=9)
-        plt.show()
+    def view(seed, frame, theme, material, light):      # interact displays the figure it returns
+        return figure_of(explorer_view(seed, frame, theme, material, light, grid), size=2.2,
+                         title="depth · surface · material · u · v · light · skinned")
     return w.interactive(view, seed=w.IntSlider(0, 0, 999), frame=w.IntSlider(0, 0, 199),   # a widget: it displays as controls
                       theme=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.theme_names)]),
                       material=w.Dropdown(options=[("map's own", None)] + [(n, i) for i, n in enumerate(grid.materials)]),
@@ -676,8 +634,9 @@ def _frames(frames):
     else: yield from frames
 
 def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | None = None,
-               strip: bool = False, start: int = 0) -> list[Path]:
-    "Skin `frames` with (theme, lighting) and write `out_dir/frame_NNNNN.png` per frame (the engine's strips' names); returns the paths."
+               strip: bool = False, start: int = 0, scale: int = 1, labels: bool = False) -> list[Path]:
+    """Skin `frames` with (theme, lighting) and write `out_dir/frame_NNNNN.png` per frame (the engine's strips' names); returns the paths.
+    With `strip`, each PNG is the frame's `channel_strip` (upscaled by `scale`, panels named when `labels`) ending in the skinned frame."""
     from PIL import Image
     grid = grid or load_grid()
     th = theme if isinstance(theme, dict) else grid.theme(theme)
@@ -687,7 +646,7 @@ def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | 
     for i, ch in enumerate(_frames(frames), start):
         rgb = skin(ch, th, li)
         paths.append(out_dir / f"frame_{i:05d}.png")
-        Image.fromarray(channel_strip(ch, rgb) if strip else rgb).save(paths[-1])
+        Image.fromarray(channel_strip(ch, rgb, scale=scale, labels=labels) if strip else rgb).save(paths[-1])
     return paths
 
 # %% ../nbs/20_skinner.ipynb #855ff1ef
@@ -708,7 +667,7 @@ def render_main(argv: list[str] | None = None) -> int:
             th, li = grid.theme(a.theme), grid.lighting(a.lighting)
             mats = None if a.materials is None else [int(m) for m in a.materials.split(",")]
             for i, f in enumerate(render_episode(a.seed, a.frames, mats)):   # same frames as the strips, same numbers
-                if i % a.every == 0: write_pngs([f], a.out / "skinned", th, li, grid, strip=True, start=i)
+                if i % a.every == 0: write_pngs([f], a.out / "skinned", th, li, grid, strip=True, start=i, scale=a.scale, labels=True)
     except (ValueError, KeyError) as e:
         print(f"qmind render: error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return 2
