@@ -2,6 +2,7 @@
 every page loads (screenshots), no broken internal links, nothing requested off this machine, images load, search works."""
 import html.parser
 import os
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -96,6 +97,22 @@ def test_build_has_a_page_per_notebook_and_pictures(site):
     assert rep["images"] > 0 and rep["executed"] >= 2, rep
     html = (folder / "engine.html").read_text()
     assert 'id="render_episode"' in html  # nbdev's show_doc entry, under nbdev's anchor
+
+
+def test_talks_page_lists_the_deck_topics_in_order(site):
+    "The Talks page: the deck's topics in its order with number and deck, each linking its talk or saying it has none yet."
+    from qmind_render.talks import DECK_TOPICS, find_talks, lineup
+    topics, extras = lineup(find_talks(ROOT / "nbs" / "talks"))
+    page = (site[0] / "talks" / "index.html").read_text()
+    rows = [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+            for r in re.findall(r"<tr>(.*?)</tr>", page, re.S)]
+    rows = [r for r in rows if r]
+    assert [(r[0], r[1], r[2]) for r in rows] == [(str(t.n), t.title, t.source) for t in DECK_TOPICS]
+    for (topic, talk), r in zip(topics, rows): assert (r[3] == "no talk yet") == (talk is None), (topic, r)
+    table = page[page.index("<table"):page.index("</table>")]
+    assert re.findall(r'href="(?:\./)?([\w-]+)\.html"', table) == [t.slug for _, t in topics if t]    # each talk's page, in order
+    after = page[page.index("More talks"):]
+    assert all(re.search(rf'href="(?:\./)?{t.slug}\.html"', after) for t in extras), [t.slug for t in extras]
 
 
 def test_navigation_lists_the_chapters_in_order_then_experiments_and_talks(site, url, page):
