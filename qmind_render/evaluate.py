@@ -16,7 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import config_from_dict, load_config
+from .checkpoint import CheckpointError, checkpoints, find_checkpoint, load_checkpoint, load_model
+from .config import load_config
 from .data import DatasetError, apply_split, fetch, load_split, open_store
 from .model import Diffusion, build_model, prepare_batch, to_uint8
 from .sampler import GraphSampler
@@ -24,9 +25,9 @@ from .contracts import UserError
 
 # %% auto #0
 __all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
-           'find_checkpoint', 'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet',
-           'factor_labels', 'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'heatmap', 'grid_image',
-           'episode_video', 'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'run', 'run_main', 'bench_eval']
+           'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
+           'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'heatmap', 'grid_image', 'episode_video',
+           'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'run', 'run_main', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -100,36 +101,22 @@ def eval_batch(device) -> int:
     "Frames per rendering batch: 256 on a GPU (it needs width); 32 on a CPU, where bigger batches fall out of cache (500 frames of `small` at 4 steps: 7.7 s at 32, 11 s at 100, 14 s at 250, measured)."
     return 256 if torch.device(device).type == "cuda" else 32
 
-def find_checkpoint(target: str | Path) -> Path:
-    "A checkpoint file, or the latest one in a run dir."
-    from qmind_render.train import checkpoints
-    p = Path(target)
-    if p.is_file(): return p
-    if p.is_dir():
-        found = checkpoints(p)
-        if not found: raise EvalError(f"run dir {p} has no checkpoint (checkpoints/NNNNNNN.pt); train it first: qmind train")
-        return found[-1]
-    raise EvalError(f"{p}: no such run dir or checkpoint")
-
 # %% ../nbs/60_evaluate.ipynb #a4a9a4d4
 def load_for_eval(target: str | Path, overrides: list[str] = (), device: str | None = None) -> Loaded:
     "The EMA model of a checkpoint, with its dataset (fetched, verified) and split, on `device` (default: `eval.device`)."
-    from qmind_render.skinner import load_grid
-    from qmind_render.train import check_resume, load_checkpoint, pick_device
-    path = find_checkpoint(target)
-    ck = load_checkpoint(path, map_location="cpu")
+    from qmind_render.train import pick_device
+    try: path = find_checkpoint(target)
+    except CheckpointError as e: raise EvalError(str(e)) from None
+    ck = load_checkpoint(path)
     cfg = load_config(dict(ck["config"]), list(overrides))
-    check_resume(ck, config_from_dict(ck["config"]), path)               # contract versions
     dev = pick_device(device or cfg.eval.device, key="eval.device")
     try: ds = fetch(open_store(cfg.data.store), cfg.data.dataset)
     except DatasetError as e: raise EvalError(f"checkpoint {path} was trained on {e}") from None
     split = load_split(cfg.data.holdout)
     if split.grid != ds.manifest.grid_:
         raise EvalError(f"split {split.name} is for grid {split.grid}, but dataset {ds.id} has grid {ds.manifest.grid_}")
-    model = build_model(cfg.model, grid=load_grid())
-    model.load_state_dict({k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")})
-    return Loaded(cfg, path, int(ck["step"]), model.to(dev).eval(), Diffusion.from_config(cfg.model), ds, split,
-                  float(ck.get("elapsed_s", 0.0)))
+    model, diffusion = load_model(ck, cfg.model, dev, what=f"checkpoint {path}")          # its versions checked first
+    return Loaded(cfg, path, int(ck["step"]), model, diffusion, ds, split, float(ck.get("elapsed_s", 0.0)))
 
 # %% ../nbs/60_evaluate.ipynb #2eef26ad
 def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
@@ -350,7 +337,7 @@ def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> d
     return pics
 
 def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
-    if str(getattr(ld.cfg.tracker, "value", ld.cfg.tracker)) != "wandb": return
+    if ld.cfg.tracker != "wandb": return                   # a str enum: != compares its value
     import wandb
 
     from qmind_render.train import wandb_mode
@@ -367,7 +354,6 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
 def psnr_curve(run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 2, device: str | None = None) -> list[dict]:
     "Held-out and training-cell PSNR of every checkpoint in `run_dir`, with its step and minutes of training."
     from qmind_render.data import ShardBatches
-    from qmind_render.train import checkpoints
     rows, shards = [], None
     for ck in checkpoints(run_dir):
         ld = load_for_eval(ck, [], device)

@@ -8,14 +8,12 @@ Docs: https://qmind.github.io/qmind-render/model.html.md"""
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import os
 import platform
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -32,9 +30,8 @@ __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PRE
            'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet', 'ConditionalUNet',
            'build_model', 'n_params', 'forward_flops', 'size_table', 'make_schedule', 'Diffusion', 'diffusion_loss',
            'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step', 'overfit_one_batch',
-           'quick_train', 'WeightsError', 'content_hash', 'seal', 'is_sealed_ok', 'shipped_path', 'load_shipped',
-           'train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'train_flops', 'bench_throughput',
-           'bench_model']
+           'quick_train', 'train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'train_flops',
+           'bench_throughput', 'bench_model']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -649,57 +646,15 @@ def quick_train(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: 
         losses.append(loss.item())
     return ema, losses
 
-# %% ../nbs/40_model.ipynb #6212d1d7
-class WeightsError(UserError, ValueError):
-    "A weights file that is corrupt: the message names it and where to get a good one."
+# %% ../nbs/40_model.ipynb #60e897e7
+_MOVED = ("WeightsError", "content_hash", "seal", "is_sealed_ok", "shipped_path", "load_shipped")
 
-def content_hash(state: dict) -> str:
-    "sha256 of a weights file's content (its `sha256` entry aside): tensors by dtype, shape and bytes, plain values by repr."
-    h = hashlib.sha256()
-    def feed(x):
-        if isinstance(x, torch.Tensor):
-            t = x.detach().cpu().contiguous().reshape(-1)
-            h.update(f"T{t.dtype}{tuple(x.shape)}".encode()); h.update(t.view(torch.uint8).numpy())
-        elif isinstance(x, dict):
-            h.update(f"D{len(x)}".encode())
-            for k in sorted(x, key=repr): feed(k); feed(x[k])
-        elif isinstance(x, (list, tuple)):
-            h.update(f"L{len(x)}".encode())
-            for v in x: feed(v)
-        else: h.update(f"{type(x).__name__}:{x!r};".encode())
-    feed({k: v for k, v in state.items() if k != "sha256"})
-    return h.hexdigest()
-
-def seal(state: dict) -> dict:
-    "`state` with the hash of its content, as `sha256`."
-    return {**state, "sha256": content_hash(state)}
-
-def is_sealed_ok(state: dict) -> bool:
-    "Does `state` match its seal? (A file written before seals existed has none, and passes.)"
-    return "sha256" not in state or state["sha256"] == content_hash(state)
-
-# %% ../nbs/40_model.ipynb #ac87c7b9
-def shipped_path() -> Path:
-    "Where the model that ships with the package is: `qmind_render/assets/shipped.pt`."
-    import qmind_render
-    return Path(qmind_render.__file__).resolve().parent / "assets" / "shipped.pt"
-
-def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffusion, dict]:
-    "The shipped model (eval mode, float32 weights), its diffusion schedule, and its provenance (config, metrics, ...)."
-    from qmind_render.config import config_from_dict
-    from qmind_render.skinner import load_grid
-    path = Path(path or shipped_path())
-    if not path.is_file():
-        raise FileNotFoundError(f"no shipped model at {path}: this install has none; train one (qmind run shipped && qmind ship runs/shipped)")
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    if not is_sealed_ok(blob):
-        raise WeightsError(f"{path} is corrupt: its content does not match the hash it was written with; reinstall the "
-                              f"package, or write a new one with qmind ship")
-    cfg = config_from_dict(blob["config"])
-    model = build_model(cfg.model, grid=load_grid())
-    model.load_state_dict({k.removeprefix("module."): v.float() if v.is_floating_point() else v for k, v in blob["ema"].items()
-                           if k.startswith("module.")})
-    return model.eval(), Diffusion.from_config(cfg.model), {k: v for k, v in blob.items() if k != "ema"}
+def __getattr__(name: str):
+    "`model.load_shipped` and the other weights-file names, from their home, `qmind_render.checkpoint`."
+    if name in _MOVED:
+        from qmind_render import checkpoint
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../nbs/40_model.ipynb #b3928827
 def _median_time(fn, iters: int, warmup: int, sync=lambda: None) -> float:

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 from fastcore.basics import patch
 
+from .checkpoint import checkpoint_name
 from .cloud import Backend, RunSpec, load_menu
 from .config import config_from_dict, config_to_dict, find_config, load_config
 
@@ -225,7 +226,7 @@ def run_finished(run_dir: Path, steps: int) -> bool:
     "True when `run_dir/eval/eval.json` evaluates the checkpoint of the final step."
     p = Path(run_dir) / "eval" / "eval.json"
     if not p.is_file(): return False
-    try: return Path(json.loads(p.read_text())["checkpoint"]).name == f"{steps:07d}.pt"
+    try: return Path(json.loads(p.read_text())["checkpoint"]).name == checkpoint_name(steps)
     except (ValueError, KeyError): return False
 
 def _write_json(path: Path, d: dict) -> None:

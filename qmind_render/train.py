@@ -8,11 +8,9 @@ Docs: https://qmind.github.io/qmind-render/train.html.md"""
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import math
 import os
-import random
 import signal
 import sys
 import time
@@ -24,17 +22,18 @@ import torch
 from fastcore.basics import patch
 
 from .config import config_to_dict, load_config, save_config
-from .contracts import UserError, check_spec_version, contract_versions
+from .checkpoint import check_resume, checkpoint_name, pick_resume, restore_rng, rng_state, save_checkpoint, versions
+from .checkpoint import CheckpointError, load_checkpoint  # noqa: F401  (serve imports them from here until it moves)
+from .contracts import UserError
 from .data import fetch, git_commit, load_split, make_loader, open_store
-from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, is_sealed_ok, make_ema, make_optimizer,
-                                masked_step, prepare_batch, seal, to_uint8)
+from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, make_optimizer, masked_step,
+                                prepare_batch, to_uint8)
 
 # %% auto #0
-__all__ = ['RESUME_FIXED', 'runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor',
-           'CheckpointError', 'checkpoints', 'save_checkpoint', 'load_checkpoint', 'check_resume', 'wandb_mode',
-           'Tracker', 'read_metrics', 'Progress', 'sample_grid', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict',
-           'restore', 'resume_from', 'newest_good', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter',
-           'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'bench_train']
+__all__ = ['runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor', 'wandb_mode', 'Tracker',
+           'read_metrics', 'Progress', 'sample_grid', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore',
+           'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample',
+           'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 def runs_root(root: str | Path | None = None) -> Path:
@@ -83,79 +82,6 @@ def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
     p = min(1.0, (step - warmup) / max(1, total - warmup))
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
 
-# %% ../nbs/50_train.ipynb #c294260a
-class CheckpointError(UserError, RuntimeError):
-    "A checkpoint could not be written or read, or does not fit this run; the message names the file."
-
-def checkpoints(run_dir: Path) -> list[Path]:
-    "A run's checkpoints, oldest first."
-    return sorted((Path(run_dir) / "checkpoints").glob("[0-9]" * 7 + ".pt"))
-
-def save_checkpoint(state: dict, run_dir: Path, keep_last: int = 3) -> Path:
-    "Write `state`, sealed, atomically as `checkpoints/{step:07d}.pt`; prune to the last `keep_last`."
-    bad = [k for k, v in state["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad: raise CheckpointError(f"refusing to checkpoint step {state['step']}: non-finite weights in {bad[:3]}")
-    d = Path(run_dir) / "checkpoints"; d.mkdir(parents=True, exist_ok=True)
-    path, tmp = d / f"{state['step']:07d}.pt", d / f".{state['step']:07d}.pt.tmp"
-    try:
-        torch.save(seal(_move(state, "cpu")), tmp)
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        hint = " (the disk is full)" if e.errno == errno.ENOSPC else ""
-        raise CheckpointError(f"could not write {path}{hint}: {e.strerror or e}; the previous checkpoint is untouched") from None
-    for old in checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []: old.unlink()
-    return path
-
-# %% ../nbs/50_train.ipynb #dc6fe9ef
-def _move(x, device):
-    "Every tensor in nested dicts and lists, on `device`."
-    if isinstance(x, torch.Tensor): return x.to(device)
-    if isinstance(x, dict): return {k: _move(v, device) for k, v in x.items()}
-    if isinstance(x, (list, tuple)): return type(x)(_move(v, device) for v in x)
-    return x
-
-def _read(path: Path) -> dict:
-    "A checkpoint's dict, checked against its seal; a `CheckpointError` saying what is wrong with the file otherwise."
-    try: ck = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError: raise CheckpointError(f"no checkpoint at {path}") from None
-    except Exception as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint (corrupt, truncated, or not written by qmind train: "
-                              f"{type(e).__name__})") from None
-    if not isinstance(ck, dict) or "model" not in ck: raise CheckpointError(f"{path} is not a checkpoint written by qmind train")
-    if not is_sealed_ok(ck):
-        raise CheckpointError(f"{path} is corrupt: its content does not match the hash it was written with (a flipped bit or an edit)")
-    return ck
-
-def load_checkpoint(path: Path, map_location="cpu") -> dict:
-    "Read a checkpoint with `weights_only=True` and check its seal; a bad file is a `CheckpointError` naming it and what else exists."
-    path = Path(path)
-    try: ck = _read(path)
-    except CheckpointError as e:
-        others = [p.name for p in checkpoints(path.parent.parent) if p != path]
-        hint = f"; earlier checkpoints: {', '.join(others)} (resume one with train.resume=NAME)" if others else ""
-        raise CheckpointError(f"{e}{hint}") from None
-    return ck if str(map_location) == "cpu" else _move(ck, map_location)
-
-# %% ../nbs/50_train.ipynb #d1421ffa
-RESUME_FIXED = ("seed", "data.dataset", "data.holdout", "model", "train.batch", "train.grad_accum", "train.lr",
-                "train.warmup", "train.ema", "train.precision")
-
-def _get(d: dict, key: str):
-    for k in key.split("."): d = d[k]
-    return d
-
-def check_resume(ckpt: dict, cfg, path: Path) -> None:
-    "Refuse a checkpoint from an incompatible config or contract version, naming what differs."
-    now, then = config_to_dict(cfg), ckpt["config"]
-    diff = [k for k in RESUME_FIXED if _get(now, k) != _get(then, k)]
-    if diff:
-        k = diff[0]
-        raise CheckpointError(f"{path} was made with {k}={_get(then, k)!r}, this run has {_get(now, k)!r}"
-                              f"{f' (also differs: {diff[1:]})' if diff[1:] else ''}: start a new run name instead")
-    try: check_spec_version(ckpt["versions"]["channel_spec"], what=f"checkpoint {path}")
-    except ValueError as e: raise CheckpointError(str(e)) from None
-
 # %% ../nbs/50_train.ipynb #0c212414
 def wandb_mode() -> str:
     "`$WANDB_MODE`, else online when a key is configured, else offline (never a login prompt)."
@@ -170,7 +96,7 @@ class Tracker:
         self.run_dir, self.wandb = Path(run_dir), None
         self.path = self.run_dir / "metrics.jsonl"
         self._truncate(resume_step)
-        if str(cfg.tracker.value if hasattr(cfg.tracker, "value") else cfg.tracker) == "wandb":
+        if cfg.tracker == "wandb":                         # a str enum: == compares its value
             import wandb
             run_id = self._run_id()
             self.wandb = wandb.init(project="qmind-render", name=cfg.name, id=run_id, resume="allow", dir=str(self.run_dir),
@@ -321,19 +247,12 @@ def setup(cfg, root: str | Path | None = None) -> Run:
 # %% ../nbs/50_train.ipynb #f38287aa
 def state_dict(run: Run) -> dict:
     "The checkpoint: everything a resumed run needs, as tensors and plain data."
-    from qmind_render import __version__, engine, skinner
-    py, np_state = random.getstate(), np.random.get_state()
     return {"model": run.model.state_dict(), "ema": run.ema.state_dict(), "optimizer": run.opt.state_dict(),
-            "scheduler": run.sched.state_dict(), "step": run.step, "epoch": run.epoch, "pos": run.pos,
-            "rng": {"torch": torch.get_rng_state(), "python": list(py[1]), "python_gauss": py[2],
-                    "numpy": torch.from_numpy(np_state[1].astype(np.int64)), "numpy_pos": int(np_state[2]),
-                    "numpy_gauss": [int(np_state[3]), float(np_state[4])],
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            "scheduler": run.sched.state_dict(), "step": run.step, "epoch": run.epoch, "pos": run.pos, "rng": rng_state(),
             "config": config_to_dict(run.cfg), "git": git_commit(), "dataset": run.cfg.data.dataset,
             "dataset_sha256": run.ds.manifest.content_sha256,                       # the exact content it trained on
-            "versions": {**contract_versions(), "qmind_render": __version__, "engine": engine.ENGINE_VERSION,
-                         "skinner": skinner.SKINNER_VERSION, "torch": str(torch.__version__)},
-            "world": run.dist.world, "elapsed_s": run.elapsed + time.monotonic() - run.started, "device": str(run.device)}
+            "versions": versions(), "world": run.dist.world, "elapsed_s": run.elapsed + time.monotonic() - run.started,
+            "device": str(run.device)}
 
 def restore(run: Run, ckpt: dict, path: Path) -> None:
     "Load a checkpoint into a set-up run (after `check_resume`)."
@@ -341,43 +260,12 @@ def restore(run: Run, ckpt: dict, path: Path) -> None:
     run.opt.load_state_dict(ckpt["optimizer"]); run.sched.load_state_dict(ckpt["scheduler"])
     run.step, run.epoch, run.pos, run.last_ckpt = ckpt["step"], ckpt["epoch"], ckpt["pos"], path
     run.elapsed = float(ckpt.get("elapsed_s", 0.0))
-    rng = ckpt["rng"]
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(rng["cuda"])
-    random.setstate((3, tuple(int(x) for x in rng["python"]), rng.get("python_gauss")))
-    np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), rng.get("numpy_pos", 624), *rng.get("numpy_gauss", (0, 0.0))))
+    restore_rng(ckpt["rng"])
 
 # %% ../nbs/50_train.ipynb #00d4179a
-def resume_from(run: Run) -> Path | None:
-    "The checkpoint `train.resume` names: `never`, `latest` (the newest, if any), a name in the run's checkpoints, or a path."
-    r, found = run.cfg.train.resume, checkpoints(run.dir)
-    if r == "never": return None
-    if r == "latest": return found[-1] if found else None
-    for p in (Path(r), run.dir / "checkpoints" / r, run.dir / "checkpoints" / f"{int(r):07d}.pt" if r.isdecimal() else None):
-        if p is not None and p.is_file(): return p
-    have = f"its checkpoints: {', '.join(p.name for p in found)}" if found else "it has no checkpoints yet"
-    raise CheckpointError(f"train.resume={r}: no such checkpoint, neither a file nor a name in {run.dir / 'checkpoints'} ({have})")
-
-def newest_good(run: Run) -> tuple[Path, dict] | None:
-    """The newest checkpoint that reads and matches its seal. Newer corrupt ones are set aside as `NAME.corrupt`
-    (kept to look at, never picked again), and each is reported on stderr; none good is a `CheckpointError`."""
-    found, bad = checkpoints(run.dir)[::-1], []
-    for path in found:
-        try: ck = _read(path)
-        except CheckpointError as e: bad.append((path, e)); continue
-        for p, e in bad:
-            if run.dist.main:
-                p.replace(p.with_name(p.name + ".corrupt"))
-                print(f"qmind train: {e}; set it aside as {p.name}.corrupt and resumed from {path.name} instead", file=sys.stderr)
-        return path, ck
-    if bad: raise CheckpointError(f"no readable checkpoint in {run.dir / 'checkpoints'}: {'; '.join(str(e) for _, e in bad)}. "
-                                  f"Start the run over with train.resume=never, or use another name")
-    return None
-
 def maybe_restore(run: Run) -> None:
     "Restore the checkpoint `train.resume` asks for (after `check_resume`); `latest` falls back past corrupt files."
-    if run.cfg.train.resume == "latest": got = newest_good(run)
-    else: got = (path, load_checkpoint(path)) if (path := resume_from(run)) else None
+    got = pick_resume(run.dir, run.cfg.train.resume, set_aside=run.dist.main)
     if got is None: return
     path, ckpt = got
     check_resume(ckpt, run.cfg, path)
@@ -537,7 +425,7 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None, pr
                 if _due(run, last_save): save(run); last_save = time.monotonic()
                 if run.stop_signal is not None: status = f"stopped by {signal.Signals(run.stop_signal).name}"; break
                 if stop_after is not None and run.step - start >= stop_after: status = "paused"; break
-            if run.last_ckpt is None or run.last_ckpt.stem != f"{run.step:07d}": save(run)
+            if run.last_ckpt is None or run.last_ckpt.name != checkpoint_name(run.step): save(run)
             if run.dist.main and status == "finished": sample(run, fixed, tracker)
     finally:
         if tracker: tracker.close()

@@ -8,7 +8,8 @@ import torch
 
 from qmind_render.config import load_config
 from qmind_render.data import fetch, open_store, verify_dataset
-from qmind_render.train import checkpoints, load_checkpoint, train
+from qmind_render.checkpoint import checkpoints, load_checkpoint
+from qmind_render.train import train
 
 GOLDEN = Path(__file__).parent / "golden" / "compat"
 

@@ -15,8 +15,8 @@ import torch
 
 from qmind_render.config import load_config
 from qmind_render.data import generate
-from qmind_render.train import (CheckpointError, NonFiniteError, checkpoints, load_checkpoint, maybe_restore, read_metrics,
-                                save, save_checkpoint, seal, setup, train)
+from qmind_render.checkpoint import CheckpointError, checkpoints, load_checkpoint, save_checkpoint, seal
+from qmind_render.train import NonFiniteError, maybe_restore, read_metrics, save, setup, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]

@@ -1,0 +1,64 @@
+"""The checkpoint module: names both ways, the model inside a checkpoint (a run's, one written before the change, the
+shipped one), and the seal refusing a flipped bit. Training's use of it (atomic writes, keep-last, resume) is
+tests/test_train.py's."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from qmind_render.checkpoint import (CheckpointError, checkpoint_name, checkpoints, ema_weights, find_checkpoint, is_sealed_ok,
+                                     load_checkpoint, load_model, load_shipped, run_dir_of, shipped_path, step_of, versions)
+from qmind_render.config import config_to_dict, load_config
+from qmind_render.model import build_model, ddim_sample, make_ema, prepare_batch, synthetic_batch
+from qmind_render.skinner import load_grid
+
+GOLDEN = Path(__file__).parent / "golden" / "compat" / "runs" / "compat"
+
+
+def test_names_both_ways():
+    assert [step_of(checkpoint_name(n)) for n in (0, 20, 4500, 9_999_999)] == [0, 20, 4500, 9_999_999]
+    assert step_of(Path("runs/a/checkpoints/0000300.pt")) == 300 and run_dir_of("runs/a/checkpoints/0000300.pt") == Path("runs/a")
+    for bad in ("0000020.pt.corrupt", ".0000020.pt.tmp", "000020.pt", "latest.pt", "٠٠٠٠٠٢٠.pt"):
+        with pytest.raises(CheckpointError, match="not a checkpoint name"):
+            step_of(bad)
+
+
+def test_load_model_gives_the_ema_weights_and_the_configs_diffusion():
+    cfg = load_config(None, ["model.size=tiny", "model.prediction=v", "model.schedule=linear"])
+    torch.manual_seed(0)
+    net = build_model(cfg.model, grid=load_grid())
+    ema = make_ema(net, 0.5)
+    with torch.no_grad():
+        for p in net.parameters(): p.add_(0.01)
+    ema.update_parameters(net)
+    ck = {"ema": ema.state_dict(), "config": config_to_dict(cfg), "versions": versions()}
+    assert "n_averaged" in ck["ema"] and "n_averaged" not in ema_weights(ck)
+    model, diffusion = load_model(ck)
+    assert not model.training and (diffusion.prediction, diffusion.schedule) == ("v", "linear")
+    mine = model.state_dict()
+    assert all(torch.equal(mine[k], v) for k, v in ema.module.state_dict().items())
+    with pytest.raises(CheckpointError, match="9.0.0"):
+        load_model({**ck, "versions": {**ck["versions"], "channel_spec": "9.0.0"}}, what="checkpoint x.pt")
+
+
+def test_a_checkpoint_from_before_the_change_renders():
+    path = find_checkpoint(GOLDEN)
+    assert path == checkpoints(GOLDEN)[-1] and step_of(path) == 2
+    model, diffusion = load_model(load_checkpoint(path), what=f"checkpoint {path}")
+    _, cond = prepare_batch(synthetic_batch(2))
+    x = ddim_sample(model, cond, diffusion, 1, torch.Generator().manual_seed(0))
+    assert x.shape == (2, 3, 64, 64) and torch.isfinite(x).all()
+
+
+def test_the_shipped_model_is_sealed_and_a_flipped_bit_is_refused(tmp_path):
+    from qmind_render import model
+    assert model.load_shipped is load_shipped                         # the old name still resolves, until its users move
+    blob = torch.load(shipped_path(), weights_only=True)
+    assert "sha256" in blob and is_sealed_ok(blob)
+    w = next(v for v in blob["ema"].values() if v.numel() >= 64)
+    b = bytearray(shipped_path().read_bytes())
+    i = b.find(w.contiguous().view(-1).view(torch.uint8).numpy().tobytes()[:64])
+    b[i + 9] ^= 0x02
+    (bad := tmp_path / "shipped.pt").write_bytes(bytes(b))
+    with pytest.raises(ValueError, match="shipped.pt is corrupt: its content does not match the hash"):
+        load_shipped(bad)
