@@ -805,7 +805,8 @@ def create_app(served: Served, settings: ServeSettings | None = None, log=print,
             except ClientDisconnect:                  # the client went away mid-body: nothing to answer, nothing to alarm anyone
                 st.metrics.count("render: client gone"); _logger.info("a /render client disconnected before its body arrived")
                 return Response(status_code=400)
-            frame, batch = await st.batcher.submit(item)
+            try: frame, batch = await st.batcher.submit(item)
+            except asyncio.CancelledError: return _error(RequestError("server", "shutting down", 503))   # Ctrl-C mid-render
         finally: st.renders -= 1
         data, mime = _encode_frame(frame, fmt)
         ms = (time.perf_counter() - t0) * 1e3
@@ -861,6 +862,8 @@ async def _play(ws, st: _State):
             st.metrics.observe("play_frame", timings["total_ms"]); st.metrics.count("play frames")
     except (WebSocketDisconnect, RuntimeError, OSError):
         st.metrics.count("play disconnected")    # the client went away, perhaps mid-frame
+    except asyncio.CancelledError:              # shutting down with a frame still rendering: the session just ends
+        st.metrics.count("play cancelled")
     finally:
         st.sessions -= 1
 
@@ -900,16 +903,14 @@ def serve_url(host: str, port: int) -> str:
 def bind(host: str, port: int) -> socket.socket:
     "A listening socket on `host`:`port`, made at once; `ServeError` in one line when the port is taken or the host is wrong."
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535: raise ServeError(f"--port {port} is not a TCP port: use 1..65535")
-    try: family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    except (socket.gaierror, UnicodeError) as e: raise ServeError(f"--host {host}: not an address of this machine ({e})") from None
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)     # as uvicorn chooses
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port)); sock.listen(128)
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE: raise ServeError(f"port {port} on {host} is in use (another qmind serve?): stop that, or pick another with --port") from None
-        raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e} (--host must be an address or name of this machine)") from None
     return sock
 
 def _hosts(host: str) -> tuple:
