@@ -38,7 +38,7 @@ COMMANDS: dict[str, Command] = {
     "ship":    Command("qmind_render.serve:ship_main", "write a trained, evaluated run as the model `qmind serve` plays by default"),
     "sweep":   Command("qmind_render.sweep:sweep_main", "a sweep file (or EXPERIMENT -m k=a,b) into runs, run them (local papermill, slurm, ec2, sagemaker); --status, --report"),
     "cost":    Command("qmind_render.sweep:cost_main", "what a config costs: FLOPs, GPU-hours, dollars, memory, runs per budget"),
-    "aws":     Command("qmind_render.cloud:aws_main", "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas"),
+    "aws":     Command("qmind_render.cloud_cli:aws_main", "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas"),
     "bench":   Command("qmind_render.cli:bench_main", "run a stage's benchmark and print its numbers"),
     "talks":   Command("qmind_render.talks:talks_main", "render the five-minute talks (nbs/talks) as reveal.js slides, offline"),
     "docs":    Command("qmind_render.docs:docs_main", "build the docs site offline: run the notebooks, nbdev processing, MkDocs (no Quarto needed)"),

@@ -770,15 +770,10 @@ def summary(ds: LocalDataset, split: Split | None = None) -> dict:
 
 # %% ../nbs/30_data.ipynb #a849834b
 def sample_sheet(ds: LocalDataset, n: int = 8, shard: int = 0):
-    "A PIL image: for `n` samples spread over one shard, the RGB frame above its surface and material channels."
-    from PIL import Image
+    "A PIL image, twice the size: `n` samples spread over one shard, each a column of surface, skinned frame and material."
+    from qmind_render.viz import palette, picture, sample_grid
     a = ds.read_shard(shard, ["rgb", "surface", "material"])
-    idx = np.linspace(0, len(a["rgb"]) - 1, min(n, len(a["rgb"]))).astype(int)  # spread over the shard's episodes
-    a, n = {k: v[idx] for k, v in a.items()}, len(idx)
-    from qmind_render.skinner import MATERIAL_RGB, SURFACE_RGB
-    mat = np.zeros((256, 3), np.uint8); mat[: len(MATERIAL_RGB)] = MATERIAL_RGB       # "none" (255) is black
-    rows = [np.concatenate(list(x[:n]), axis=1) for x in (a["rgb"], SURFACE_RGB[a["surface"]], mat[a["material"]])]
-    return Image.fromarray(np.concatenate(rows, axis=0)).resize((64 * n * 2, 64 * 3 * 2), Image.NEAREST)
+    return picture(sample_grid(a, [palette().material[a["material"]]], n=n, gap=2), scale=2)
 
 # %% ../nbs/30_data.ipynb #87b98f6d
 def frame_factors(seed: int, n_frames: int, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:

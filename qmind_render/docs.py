@@ -29,6 +29,8 @@ from pathlib import Path
 import yaml
 from nbdev.processors import FilterDefaults, exec_show_docs
 
+from .util import atomic_write
+
 # %% auto #0
 __all__ = ['FINGERPRINT_DIRS', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'execute_nb', 'process_nb',
            'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'render_notebooks', 'quarto_options',
@@ -160,10 +162,8 @@ def _render_job(job: dict) -> dict:
             result["skipped_cells"] = process_nb(executed, dst, src.parent)
             executed.unlink()
             if cached:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(result["skipped_cells"])); os.replace(tmp, cached.with_suffix(".json"))
-                shutil.copyfile(dst, tmp); os.replace(tmp, cached)
+                atomic_write(cached.with_suffix(".json"), json.dumps(result["skipped_cells"]))
+                atomic_write(cached, src=dst)
     except (Exception, SystemExit) as e: result["error"] = f"{type(e).__name__}: {e}"
     return {**result, "seconds": time.perf_counter() - t0}
 

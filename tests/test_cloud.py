@@ -21,8 +21,10 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from qmind_render import cloud
-from qmind_render.cloud import CloudError, EC2Backend, LaunchFailed, OverBudget, RunSpec, SageMakerBackend
+from qmind_render import cloud, cloud_batch, cloud_cli, cloud_guard, cloud_jobs
+from qmind_render.cloud import CloudError, RunSpec
+from qmind_render.cloud_guard import OverBudget
+from qmind_render.cloud_jobs import EC2Backend, LaunchFailed, SageMakerBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = "s3://qmind-lab/main"
@@ -59,7 +61,7 @@ def store(aws):
 def ready(aws, store):
     "What `qmind aws setup` makes (roles, instance profile, tagged bucket) and a $5,000 budget with alerts."
     cloud.setup(aws, store, owner="alice")
-    cloud.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")
+    cloud_guard.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")
     return aws
 
 
@@ -157,8 +159,8 @@ def test_guard_charges_the_cap_not_the_estimate_and_counts_live_caps(aws, store)
     assert len(live_instances()) == 1
     with pytest.raises(OverBudget, match=r"sweep \(3 runs\): it may cost up to \$4.83 \(3 runs × \$0.805/h × 2 h\); "
                                          r"the planner estimates \$0.30"):          # $2.78 left
-        cloud.check_sweep(ec2_backend(max_hours=2), [run_spec(f"b-s{i}", estimate=0.1) for i in range(3)],
-                          cloud.BudgetGuard(session=aws), "sweep")
+        cloud_guard.check_sweep(ec2_backend(max_hours=2), [run_spec(f"b-s{i}", estimate=0.1) for i in range(3)],
+                                cloud_guard.BudgetGuard(session=aws), "sweep")
 
 
 def test_no_budget_no_launch(aws, store):
@@ -200,7 +202,7 @@ def test_missing_credentials_and_region_are_clear(monkeypatch, tmp_path):
         cloud.aws_session()
     # a dry run calls no AWS API, so it works without credentials
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
-    assert cloud.aws_main(["launch", f"data.store={STORE}", "--owner", "alice", "--dry-run"]) == 0
+    assert cloud_cli.aws_main(["launch", f"data.store={STORE}", "--owner", "alice", "--dry-run"]) == 0
 
 
 class _PendingForever:
@@ -282,7 +284,7 @@ def test_job_script_uploads_and_powers_off_on_success_and_failure(tmp_path, pape
     (s3 / "qmind-lab/main/runs/r1").mkdir(parents=True)
     (s3 / "qmind-lab/main/runs/r1/0000100.pt").write_text("checkpoint from an earlier attempt")
     run = run_spec("r1")
-    script = cloud.render_user_data(run, f"{STORE}/code/abc.tar.gz", "us-east-1", max_hours=2, python="fakepython")
+    script = cloud_jobs.render_user_data(run, f"{STORE}/code/abc.tar.gz", "us-east-1", max_hours=2, python="fakepython")
     log = tmp_path / "calls.log"
     env = {"PATH": f"{bin_}:{os.environ['PATH']}", "FAKE_S3": str(s3), "FAKE_LOG": str(log), "HOME": str(tmp_path),
            "FAKE_PAPERMILL_RC": str(papermill_rc), "QMIND_JOB_ROOT": str(root), "QMIND_JOB_LOG": str(tmp_path / "job.log")}
@@ -306,7 +308,7 @@ def test_job_script_uploads_and_powers_off_on_success_and_failure(tmp_path, pape
 def test_user_data_is_valid_shell_for_awkward_values():
     run = run_spec("x-s1", store="s3://qmind-lab/it's here")
     run.config["name"] = "it's $(rm -rf /) `x`"
-    script = cloud.render_user_data(run, "s3://b/code/a b.tar.gz", "us-east-1", 1.5)
+    script = cloud_jobs.render_user_data(run, "s3://b/code/a b.tar.gz", "us-east-1", 1.5)
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     assert "DATA_URI='s3://qmind-lab/it'\"'\"'s here/datasets/ds-v003'" in script
 
@@ -377,7 +379,7 @@ def test_watchdog_ends_a_job_whose_gpu_idles_30_minutes(tmp_path):
     FakeIMDS.polls, FakeIMDS.notice_after = 0, 10**9
     srv = Server(FakeIMDS)
     job, ckpt = _start_job(tmp_path)
-    wd = cloud.load_watchdog()
+    wd = cloud_jobs.load_watchdog()
     now = [0.0]
     util = iter([[80.0], [2.0]] + [[0.0]] * 100)                    # busy at first, then idle
     try:
@@ -394,7 +396,7 @@ def test_watchdog_ends_a_job_whose_gpu_idles_30_minutes(tmp_path):
 def test_watchdog_on_a_dev_box_powers_off_and_without_gpu_never_idles(tmp_path):
     FakeIMDS.polls, FakeIMDS.notice_after = 0, 10**9
     srv = Server(FakeIMDS)
-    wd, now, off = cloud.load_watchdog(), [0.0], []
+    wd, now, off = cloud_jobs.load_watchdog(), [0.0], []
     tick = lambda s: now.__setitem__(0, now[0] + s)
     try:
         reason, _ = wd.watch(None, srv.url, poll_s=60, probe=lambda: [0.0], clock=lambda: now[0], sleep=tick,
@@ -464,7 +466,7 @@ def test_sagemaker_container_entry_runs_the_notebook(tmp_path, monkeypatch):
         "name": "python3", "display_name": "python3", "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}))
     monkeypatch.chdir(work)
     monkeypatch.setenv("SM_ROOT", str(sm))
-    assert cloud.aws_main(["sagemaker-train"]) == 0
+    assert cloud_cli.aws_main(["sagemaker-train"]) == 0
     assert (sm / "checkpoints/seen.txt").read_text() == "1 True"    # the run dir is the checkpoint dir; data is cached
     assert json.loads((sm / "checkpoints/status.json").read_text())["exit_code"] == 0
     assert (sm / "checkpoints/nb.ipynb").is_file()
@@ -488,7 +490,7 @@ def batch_queue(aws):
 def test_batch_array_job_then_dependent_commit(store, batch_queue):
     data = {"dataset": "ds-v005", "store": STORE, "seed_start": 0, "episodes": 6, "frames_per_episode": 4,
             "shard_size": 8, "holdout": "random_15"}
-    bj = cloud.BatchDataJobs(batch_queue, image="123456789012.dkr.ecr.us-east-1.amazonaws.com/qmind-render:abc", owner="alice")
+    bj = cloud_batch.BatchDataJobs(batch_queue, image="123456789012.dkr.ecr.us-east-1.amazonaws.com/qmind-render:abc", owner="alice")
     rec = bj.submit(data, per_index=2)
     batch = boto3.client("batch")
     jobs = {j["jobId"]: j for j in batch.describe_jobs(jobs=[rec["array_job_id"], rec["commit_job_id"]])["jobs"]}
@@ -512,17 +514,17 @@ def test_batch_indices_and_commit_against_s3(store, tmp_path, monkeypatch):
     monkeypatch.setenv("QMIND_DATA_JOB", base64.b64encode(json.dumps({"data": data, "per_index": 2}).encode()).decode())
     monkeypatch.setenv("QMIND_WORKERS", "1")
     monkeypatch.setenv("AWS_BATCH_JOB_ARRAY_INDEX", "1")
-    assert cloud.aws_main(["data-part"]) == 0                        # the second index first: order does not matter
+    assert cloud_cli.aws_main(["data-part"]) == 0                        # the second index first: order does not matter
     with pytest.raises(DatasetError, match=r"array indices \[0\] of 2 have not finished"):
-        cloud.aws_main(["data-commit"])
+        cloud_cli.aws_main(["data-commit"])
     monkeypatch.setenv("AWS_BATCH_JOB_ARRAY_INDEX", "0")
-    assert cloud.aws_main(["data-part"]) == 0
-    assert cloud.aws_main(["data-commit", "--store", STORE, "--dataset", "ds-v006"]) == 0
+    assert cloud_cli.aws_main(["data-part"]) == 0
+    assert cloud_cli.aws_main(["data-commit", "--store", STORE, "--dataset", "ds-v006"]) == 0
     m = read_manifest(open_store(STORE), "ds-v006")
     assert (m.seeds, [s.file for s in m.shards], m.n_samples) == ([10, 13], ["shard-00000.npz", "shard-00001.npz", "shard-00002.npz"], 12)
     assert verify_dataset(open_store(STORE), "ds-v006") == []
     with pytest.raises(CloudError, match="already committed"):
-        cloud.BatchDataJobs("q", image="img", owner="alice", session=cloud.aws_session()).submit(data, 2)
+        cloud_batch.BatchDataJobs("q", image="img", owner="alice", session=cloud.aws_session()).submit(data, 2)
 
 
 # --- money: budgets, cost review, cleanup, quotas ------------------------------------------------
@@ -530,9 +532,9 @@ def test_batch_indices_and_commit_against_s3(store, tmp_path, monkeypatch):
 def test_budget_has_25_50_80_alerts_and_tags(aws):
     sent = []
     aws.events.register("provide-client-params.budgets.CreateBudget", lambda params, **kw: sent.append(params))
-    st = cloud.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")
+    st = cloud_guard.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")
     assert (st["limit_usd"], st["left_usd"]) == (5000.0, 5000.0)
-    cloud.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")               # again: nothing doubles
+    cloud_guard.ensure_budget(aws, 5000, ["infra@example.org"], owner="alice")               # again: nothing doubles
     acct = boto3.client("sts").get_caller_identity()["Account"]
     notes = boto3.client("budgets").describe_notifications_for_budget(AccountId=acct, BudgetName="qmind-render")["Notifications"]
     assert sorted((n["NotificationType"], n["Threshold"]) for n in notes) == [
@@ -546,7 +548,7 @@ def test_cost_review_groups_by_owner(aws, aws_env):
         {"Keys": [k], "Metrics": {"UnblendedCost": {"Amount": str(v), "Unit": "USD"}}} for k, v in groups]}
     _post(f"{aws_env}/moto-api/static/ce/cost-and-usage-results", {"results": [{"ResultsByTime": [
         day("2026-10-05", [("owner$alice", 19.3), ("owner$", 1.86)]), day("2026-10-06", [("owner$bob", 55.04)])]}]})
-    rows = cloud.cost_review(aws, days=7)
+    rows = cloud_guard.cost_review(aws, days=7)
     assert rows == [("bob", 55.04), ("alice", 19.3), ("(no owner tag)", 1.86)]
 
 
@@ -570,23 +572,23 @@ def test_cleanup_touches_only_old_unkept_project_orphans(aws, store, capsys):
     s3.create_bucket(Bucket="other-lab")
     s3.create_multipart_upload(Bucket="other-lab", Key="big.bin")                        # not a project bucket
     # now: everything but the upload is younger than the default 24 h
-    found = {o.id: o for o in cloud.find_orphans(aws)}
+    found = {o.id: o for o in cloud_guard.find_orphans(aws)}
     assert set(found) == {ours, kept, loose, f"s3://qmind-lab/{key}"}                  # never another project's
     assert (found[ours].leave, found[kept].leave) == ("younger than 24h", "kept (qmind:keep=true)")
     assert found[f"s3://qmind-lab/{key}"].leave == "" and found[f"s3://qmind-lab/{key}"].age_h > 24
-    done = cloud.delete_orphans(aws, list(found.values()), confirm=True)
+    done = cloud_guard.delete_orphans(aws, list(found.values()), confirm=True)
     assert [line.split(" (")[0] for line in done] == [f"aborted upload s3://qmind-lab/{key}"]
     assert "Uploads" not in s3.list_multipart_uploads(Bucket="qmind-lab") and state(ours) == "stopped"
     assert [u["Key"] for u in s3.list_multipart_uploads(Bucket="other-lab")["Uploads"]] == ["big.bin"]
     # three hours on, a 2 h threshold takes ours, and only ours
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=3)
-    assert {o.id for o in cloud.find_orphans(aws, now=later, older_than=dt.timedelta(hours=2)) if not o.leave} == {ours, loose}
+    assert {o.id for o in cloud_guard.find_orphans(aws, now=later, older_than=dt.timedelta(hours=2)) if not o.leave} == {ours, loose}
     # the command: a dry run changes nothing; --confirm does what it printed
-    assert cloud.aws_main(["cleanup", "--older-than", "0"]) == 0
+    assert cloud_cli.aws_main(["cleanup", "--older-than", "0"]) == 0
     out = capsys.readouterr().out
     assert "DRY RUN" in out and f"would terminate instance {ours}" in out and f"would delete volume {loose}" in out
     assert "leave: kept (qmind:keep=true)" in out and other not in out and untagged not in out and state(ours) == "stopped"
-    assert cloud.aws_main(["cleanup", "--older-than", "0", "--confirm"]) == 0
+    assert cloud_cli.aws_main(["cleanup", "--older-than", "0", "--confirm"]) == 0
     out = capsys.readouterr().out
     assert f"terminated instance {ours}" in out and f"deleted volume {loose}" in out and "DRY RUN" not in out
     assert (state(ours), state(other), state(kept)) == ("terminated", "stopped", "stopped")
@@ -633,13 +635,13 @@ def quotas(aws, monkeypatch):
 
 def test_quota_check_counts_running_vcpus_and_requests_the_shortfall(aws, quotas):
     boto3.client("ec2").run_instances(ImageId=moto_ami(), InstanceType="g6e.xlarge", MinCount=1, MaxCount=1)
-    rows = cloud.quota_report(aws, cloud.vcpus_needed([("g6e.xlarge", 2, "on-demand"), ("p5.4xlarge", 1, "spot")]))
+    rows = cloud_guard.quota_report(aws, cloud_guard.vcpus_needed([("g6e.xlarge", 2, "on-demand"), ("p5.4xlarge", 1, "spot")]))
     by = {(r["family"], r["market"]): r for r in rows}
     assert (by["G", "on-demand"]["limit"], by["G", "on-demand"]["in_use"], by["G", "on-demand"]["short"]) == (8.0, 4, 4)
     assert (by["P", "spot"]["limit"], by["P", "spot"]["short"]) == (0.0, 16)           # unknown here: AWS's default
-    assert cloud.request_increase(aws, "P", "spot", 16, dry_run=True)["dry_run"]
+    assert cloud_guard.request_increase(aws, "P", "spot", 16, dry_run=True)["dry_run"]
     assert not any(op == "RequestServiceQuotaIncrease" for op, _ in quotas.seen)
-    r = cloud.request_increase(aws, "P", "spot", 16)
+    r = cloud_guard.request_increase(aws, "P", "spot", 16)
     assert (r["status"], r["code"]) == ("PENDING", "L-7212CCBC")
     assert ("RequestServiceQuotaIncrease", {"ServiceCode": "ec2", "QuotaCode": "L-7212CCBC", "DesiredValue": 16.0}) in quotas.seen
 
@@ -647,13 +649,13 @@ def test_quota_check_counts_running_vcpus_and_requests_the_shortfall(aws, quotas
 def test_throttled_calls_are_retried_with_backoff_then_explained(aws, quotas, monkeypatch):
     quotas.throttle = 2
     t = time.monotonic()
-    rows = cloud.quota_report(aws, {("G", "on-demand"): 4})
+    rows = cloud_guard.quota_report(aws, {("G", "on-demand"): 4})
     assert rows[0]["limit"] == 8.0 and len(quotas.seen) == 3                           # two throttled, then served
     assert time.monotonic() - t < 20
     quotas.throttle, quotas.seen = 10, []
     monkeypatch.setenv("QMIND_AWS_MAX_ATTEMPTS", "2")
     with pytest.raises(CloudError, match=r"throttled by AWS \(ThrottlingException\) after 2 attempts"):
-        cloud.quota_report(aws, {("G", "on-demand"): 4})
+        cloud_guard.quota_report(aws, {("G", "on-demand"): 4})
     assert len(quotas.seen) == 2
 
 
@@ -711,13 +713,13 @@ def test_infra_files_match_the_code():
 
 def test_cli_help_and_dry_runs(capsys):
     with pytest.raises(SystemExit):
-        cloud.aws_main(["--help"])
+        cloud_cli.aws_main(["--help"])
     out = capsys.readouterr().out
     for action in ("launch", "status", "cancel", "ls", "budget", "cost-review", "cleanup", "quota", "setup", "data"):
         assert action in out
-    assert cloud.aws_main(["launch", f"data.store={STORE}", "--backend", "sagemaker", "--owner", "alice", "--dry-run"]) == 0
+    assert cloud_cli.aws_main(["launch", f"data.store={STORE}", "--backend", "sagemaker", "--owner", "alice", "--dry-run"]) == 0
     assert "would create  training-job" in capsys.readouterr().out
-    assert cloud.aws_main(["data", f"data.store={STORE}", "data.episodes=100", "--queue", "q", "--dry-run"]) == 0
+    assert cloud_cli.aws_main(["data", f"data.store={STORE}", "data.episodes=100", "--queue", "q", "--dry-run"]) == 0
     assert '"indices": 1' in capsys.readouterr().out
 
 
@@ -733,7 +735,7 @@ def test_foreseeable_cloud_failures_are_one_line_and_exit_2(ready, monkeypatch, 
     launch = ["aws", "launch", f"data.store={STORE}", "data.dataset=ds-v003", "--owner", "alice", "--image-id", moto_ami()]
     one_line([*launch, "--max-hours", "48", "--instance", "p6-b200.48xlarge", "--estimate", "9.5"],      # $5,000 left
              "qmind aws launch: error: refusing run", "may cost up to $5,468.64 ($113.93/h × 48 h); the planner estimates $9.50")
-    monkeypatch.setattr(cloud, "stage_code", lambda *a, **kw: f"{STORE}/code/test.tar.gz")
+    monkeypatch.setattr(cloud_jobs, "stage_code", lambda *a, **kw: f"{STORE}/code/test.tar.gz")
     class NoQuota(_PendingForever):
         def run_instances(self, **kw):
             raise ClientError({"Error": {"Code": "VcpuLimitExceeded", "Message": "You have requested more vCPU capacity "
@@ -753,8 +755,8 @@ def test_status_reads_records_from_run_dirs(ready, tmp_path, monkeypatch, capsys
     job = ec2_backend(owner="alice").submit(run_spec("r9"))
     (tmp_path / "runs/r9").mkdir(parents=True)
     (tmp_path / "runs/r9/job.json").write_text(json.dumps(job))
-    assert cloud.aws_main(["status", "r9"]) == 0 and "r9: running" in capsys.readouterr().out
-    assert cloud.aws_main(["cancel", "runs/r9"]) == 0
-    assert cloud.aws_main(["status", "runs/r9/job.json"]) == 0 and "r9: failed" in capsys.readouterr().out
-    assert cloud.aws_main(["status", "nope"]) == 2 and "no job record at nope" in capsys.readouterr().err
-    assert cloud.aws_main(["ls"]) == 0
+    assert cloud_cli.aws_main(["status", "r9"]) == 0 and "r9: running" in capsys.readouterr().out
+    assert cloud_cli.aws_main(["cancel", "runs/r9"]) == 0
+    assert cloud_cli.aws_main(["status", "runs/r9/job.json"]) == 0 and "r9: failed" in capsys.readouterr().out
+    assert cloud_cli.aws_main(["status", "nope"]) == 2 and "no job record at nope" in capsys.readouterr().err
+    assert cloud_cli.aws_main(["ls"]) == 0

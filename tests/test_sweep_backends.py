@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from qmind_render import cloud
+from qmind_render import cloud_cli
 from qmind_render.cli import main
 from qmind_render.sweep import SlurmBackend, expand_sweep, job_record, sbatch_script, sweep_main
 from tests.conftest import free_port
@@ -252,4 +252,4 @@ def test_sagemaker_sweep_creates_one_training_job_per_run(ready, tmp_path, capsy
     assert sweep_main(args) == 0                                             # rerun: both finished, nothing created
     assert len(sm.list_training_jobs()["TrainingJobSummaries"]) == n_jobs
     assert capsys.readouterr().out.count("(finished earlier, skipped)") == 2
-    assert cloud.backend_for(rec).status(rec) == "done"
+    assert cloud_cli.backend_for(rec).status(rec) == "done"
