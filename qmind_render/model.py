@@ -13,7 +13,9 @@ import os
 import platform
 import statistics
 import time
+import dataclasses
 from dataclasses import dataclass
+from enum import Enum
 from typing import NamedTuple
 
 import numpy as np
@@ -22,16 +24,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 
+from .config import MaterialEnc, ModelConfig, Prediction, Schedule, ThemeEnc
 from .contracts import UserError, ChannelSpec, _leaf_values, load_spec, load_theme_schema, theme_vector
 
 # %% auto #0
 __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PREDICTIONS', 'ModelInputError', 'check_tensor',
-           'Encodings', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch',
-           'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet', 'ConditionalUNet',
-           'build_model', 'n_params', 'forward_flops', 'size_table', 'make_schedule', 'Diffusion', 'diffusion_loss',
-           'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step', 'overfit_one_batch',
-           'quick_train', 'train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'train_flops',
-           'bench_throughput', 'bench_model']
+           'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch',
+           'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet',
+           'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'size_table', 'make_schedule', 'Diffusion',
+           'diffusion_loss', 'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step',
+           'overfit_one_batch', 'quick_train', 'train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops',
+           'train_flops', 'bench_throughput', 'bench_model']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -56,28 +59,36 @@ def check_tensor(name: str, x, shape: tuple, dims: str, kind: str | None = None,
     return x
 
 # %% ../nbs/40_model.ipynb #28731f26
-MATERIAL_ENCS = ("one_hot", "embedding")
-COND_ENCS = ("planes", "id", "param_vector")   # theme and lighting
+def choice(value, enum: type[Enum], key: str) -> str:
+    "`value` (a config's str enum, or a plain string) as the plain string it names; not one of `enum`'s is a `ValueError` naming `key`."
+    try: return enum(value).value
+    except ValueError: raise ValueError(f"{key}={value!r} is not one of {', '.join(e.value for e in enum)}") from None
 
-def _choice(cfg, key: str, default, valid=None):
-    v = getattr(cfg, key, None)
-    v = default if v is None else getattr(v, "value", v)   # enums (str subclasses) -> their value
-    if valid and v not in valid: raise ValueError(f"model.{key}={v!r} is not one of {', '.join(valid)}")
-    return v
+MATERIAL_ENCS = tuple(e.value for e in MaterialEnc)
+COND_ENCS = tuple(e.value for e in ThemeEnc)    # theme and lighting
+_DEFAULT = ModelConfig()                         # the defaults: one place, the config dataclass
 
 @dataclass(frozen=True)
 class Encodings:
-    "How each input reaches the network (resolved from a `ModelConfig`-like object)."
-    material: str = "one_hot"           # one_hot | embedding
-    material_dim: int = 4               # width of the learned material embedding
-    theme: str = "param_vector"         # planes | id | param_vector
-    lighting: str = "param_vector"      # planes | id | param_vector
+    "How each input reaches the network (resolved from a `ModelConfig`; the defaults are its defaults)."
+    material: str = choice(_DEFAULT.material_enc, MaterialEnc, "model.material_enc")     # one_hot | embedding
+    material_dim: int = _DEFAULT.material_dim                                           # width of the learned material embedding
+    theme: str = choice(_DEFAULT.theme_enc, ThemeEnc, "model.theme_enc")                 # planes | id | param_vector
+    lighting: str = choice(_DEFAULT.lighting_enc or _DEFAULT.theme_enc, ThemeEnc, "model.lighting_enc")
 
     @classmethod
-    def from_config(cls, cfg=None) -> Encodings:
-        theme = _choice(cfg, "theme_enc", "param_vector", COND_ENCS)
-        return cls(_choice(cfg, "material_enc", "one_hot", MATERIAL_ENCS), int(_choice(cfg, "material_dim", 4)),
-                   theme, _choice(cfg, "lighting_enc", theme, COND_ENCS))
+    def from_config(cls, cfg: ModelConfig | None = None) -> Encodings:
+        "The encodings `cfg` (default: `ModelConfig()`) chooses; an unset `lighting_enc` follows `theme_enc`."
+        cfg = cfg if cfg is not None else ModelConfig()
+        theme = choice(cfg.theme_enc, ThemeEnc, "model.theme_enc")
+        return cls(choice(cfg.material_enc, MaterialEnc, "model.material_enc"), int(cfg.material_dim), theme,
+                   choice(cfg.lighting_enc or theme, ThemeEnc, "model.lighting_enc"))
+
+def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
+    "A `ModelConfig`: `cfg` (the dataclass or its OmegaConf form; None: the defaults) with `changes`, e.g. `size=\"small\"`."
+    from omegaconf import OmegaConf
+    base = ModelConfig() if cfg is None else cfg if isinstance(cfg, ModelConfig) else OmegaConf.to_object(cfg)
+    return dataclasses.replace(base, **changes)
 
 # %% ../nbs/40_model.ipynb #5f423bdf
 def _theme_parts(record: dict, schema) -> dict[str, np.ndarray]:
@@ -410,12 +421,11 @@ def check_inputs(self: ConditionalUNet, x_t, t, e: Encoded) -> None:
     check_tensor("cond.planes", e.planes, (B, self.encoder.channels, H, W), "[B, C_cond, H, W]", "float")
 
 # %% ../nbs/40_model.ipynb #8dfdb4ec
-def build_model(cfg=None, spec: ChannelSpec | None = None, tables: dict | None = None, grid=None) -> ConditionalUNet:
-    "The conditional U-Net a `ModelConfig` (or None: defaults) describes, conditioned on `grid`'s themes and lightings."
-    spec = spec or load_spec()
+def build_model(cfg: ModelConfig | None = None, spec: ChannelSpec | None = None, tables: dict | None = None, grid=None) -> ConditionalUNet:
+    "The conditional U-Net a `ModelConfig` (None: `ModelConfig()`) describes, conditioned on `grid`'s themes and lightings."
+    cfg, spec = cfg if cfg is not None else ModelConfig(), spec or load_spec()
     tables = tables if tables is not None else condition_tables(grid, spec)
-    return ConditionalUNet(spec, Encodings.from_config(cfg), _choice(cfg, "size", "tiny"), tables,
-                           float(_choice(cfg, "dropout", 0.0)), bool(_choice(cfg, "channels_last", True)))
+    return ConditionalUNet(spec, Encodings.from_config(cfg), cfg.size, tables, float(cfg.dropout), bool(cfg.channels_last))
 
 def n_params(model: nn.Module) -> int: return sum(p.numel() for p in model.parameters())
 
@@ -438,21 +448,16 @@ def size_table(cfg=None, spec=None, tables=None) -> list[dict]:
     "Parameters and forward GFLOPs per 64×64 frame for every registered size."
     out = []
     for name in SIZES:
-        m = build_model(_with(cfg, size=name), spec, tables)
+        m = build_model(model_config(cfg, size=name), spec, tables)
         out.append({"size": name, "params_M": round(n_params(m) / 1e6, 2), "gflops_per_frame": round(forward_flops(m) / 1e9, 2)})
     return out
 
-def _with(cfg, **kw):
-    "A plain copy of a ModelConfig-like object with some fields replaced."
-    d = {k: getattr(cfg, k) for k in ("material_enc", "theme_enc", "lighting_enc", "material_dim", "dropout", "channels_last") if cfg is not None and hasattr(cfg, k)}
-    return type("ModelCfg", (), {**d, **kw})()
-
 # %% ../nbs/40_model.ipynb #65453c8f
-SCHEDULES = ("cosine", "linear")
-PREDICTIONS = ("eps", "v")
+SCHEDULES = tuple(e.value for e in Schedule)
+PREDICTIONS = tuple(e.value for e in Prediction)
 
-def make_schedule(kind: str = "cosine", timesteps: int = 1000) -> torch.Tensor:
-    "ᾱ_t for t = 0..T-1 (float64)."
+def make_schedule(kind: str, timesteps: int) -> torch.Tensor:
+    "ᾱ_t for t = 0..T-1 (float64) of schedule `kind` (`Diffusion` builds it from the config)."
     T = int(timesteps)
     if T < 1: raise ValueError(f"model.timesteps must be >= 1, got {T}")
     if kind == "linear": betas = torch.linspace(1e-4, 0.02, T, dtype=torch.float32).double()   # as DDPM (and diffusers) define it
@@ -465,15 +470,19 @@ def make_schedule(kind: str = "cosine", timesteps: int = 1000) -> torch.Tensor:
 # %% ../nbs/40_model.ipynb #0c4bc030
 class Diffusion:
     "The forward process and its inverse: q(x_t | x0), the training target, and DDIM updates."
-    def __init__(self, schedule: str = "cosine", timesteps: int = 1000, prediction: str = "eps"):
-        if prediction not in PREDICTIONS: raise ValueError(f"model.prediction={prediction!r} is not one of {', '.join(PREDICTIONS)}")
-        self.schedule, self.T, self.prediction = schedule, int(timesteps), prediction
-        self.alphas_cumprod = make_schedule(schedule, timesteps).float()
+    def __init__(self, schedule: str | None = None, timesteps: int | None = None, prediction: str | None = None):
+        "Unset arguments take `ModelConfig`'s defaults, so `Diffusion()` is what training builds from a default config."
+        self.schedule = choice(_DEFAULT.schedule if schedule is None else schedule, Schedule, "model.schedule")
+        self.prediction = choice(_DEFAULT.prediction if prediction is None else prediction, Prediction, "model.prediction")
+        self.T = int(_DEFAULT.timesteps if timesteps is None else timesteps)
+        self.alphas_cumprod = make_schedule(self.schedule, self.T).float()
         self._dev = {}
 
     @classmethod
-    def from_config(cls, cfg=None) -> Diffusion:
-        return cls(_choice(cfg, "schedule", "cosine", SCHEDULES), int(_choice(cfg, "timesteps", 1000)), _choice(cfg, "prediction", "eps", PREDICTIONS))
+    def from_config(cls, cfg: ModelConfig | None = None) -> Diffusion:
+        "The process a `ModelConfig` (None: `ModelConfig()`) describes."
+        cfg = cfg if cfg is not None else ModelConfig()
+        return cls(cfg.schedule, cfg.timesteps, cfg.prediction)
 
     def __repr__(self): return f"Diffusion({self.schedule!r}, T={self.T}, prediction={self.prediction!r})"
 
@@ -702,7 +711,7 @@ class _DiffusersAdapter(nn.Module):
 # %% ../nbs/40_model.ipynb #a7eb7122
 def _stepper(model, x0, cond, autocast=None, seed: int = 0):
     "A closure running one training step of `model` (its own AdamW, its own generator)."
-    d, g = Diffusion(), torch.Generator(x0.device).manual_seed(seed)
+    d, g = Diffusion(), torch.Generator(x0.device).manual_seed(seed)      # the process a default config trains
     opt = make_optimizer(model, lr=1e-4)                                 # the optimiser training builds
     return lambda: train_step(model, opt, d, x0, cond, g, autocast)
 
@@ -723,7 +732,7 @@ def _time_train(model, x0, cond, iters, warmup, autocast=None, compile=False, se
 def _cpu_variants(size: str, batch: int, compile: bool):
     "(ours, diffusers' twin) in fp32, channels-last, bf16 autocast, and ours compiled: {name: (model, autocast)}."
     torch.manual_seed(0)
-    ours = build_model(_with(None, size=size, channels_last=False))
+    ours = build_model(model_config(size=size, channels_last=False))
     theirs = _DiffusersAdapter(ours, diffusers_twin(ours))
     cl = lambda m: (setattr(m, "channels_last", True), m.to(memory_format=torch.channels_last))[1]
     v = {"ours": (ours, None), "diffusers": (theirs, None),
@@ -777,9 +786,10 @@ def bench_throughput(device="cuda", size: str = "base", batch: int = 64, iters: 
     dev = torch.device(device)
     if dev.type == "cuda": torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
-    model = build_model(_with(None, size=size, channels_last=channels_last)).to(dev)
+    cfg = model_config(size=size, channels_last=channels_last)
+    model = build_model(cfg).to(dev)
     x0, cond = prepare_batch(synthetic_batch(batch), dev)
-    d = Diffusion()
+    d = Diffusion.from_config(cfg)
     flops = train_flops(model, x0, cond, d)
     step = _time_train(model, x0, cond, iters, warmup, torch.bfloat16, compile)
     peak = matmul_peak_tflops(dev, peak_n)
