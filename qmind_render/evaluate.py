@@ -21,13 +21,14 @@ from .config import load_config
 from .data import DatasetError, apply_split, fetch, load_split, open_store
 from .model import Diffusion, build_model, prepare_batch, to_uint8
 from .sampler import GraphSampler
+from .viz import episode_frames, heatmap, sample_grid, write_gif
 from .contracts import UserError
 
 # %% auto #0
 __all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
            'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
-           'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'heatmap', 'grid_image', 'episode_video',
-           'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'run', 'run_main', 'bench_eval']
+           'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'episode_video', 'evaluate', 'psnr_curve',
+           'report_md', 'eval_main', 'run', 'run_main', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -65,7 +66,7 @@ def lpips(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
     return net(pred * 2 - 1, target * 2 - 1).flatten().detach()
 
 # %% ../nbs/60_evaluate.ipynb #ec584c2f
-from .skinner import SURFACE_RGB, SURFACES  # class ids 0..3, as the channel spec lists them
+from .skinner import SURFACES  # class ids 0..3, as the channel spec lists them
 
 def error_by_surface(pred: torch.Tensor, target: torch.Tensor, surface: torch.Tensor) -> dict[str, float]:
     "MAE (0..255) over all pixels of each surface class; NaN for a class with no pixels."
@@ -224,35 +225,9 @@ def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
     n = cells.sum(0)
     return np.where(n > 0, (values[:, None] * cells).sum(0) / np.maximum(n, 1), np.nan)
 
-# %% ../nbs/60_evaluate.ipynb #81aae3d4
-def heatmap(values: np.ndarray, split, grid_names: tuple, path: Path, title: str) -> Path:
-    "PSNR per cell as an image, held-out cells outlined."
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    themes, materials, lightings = grid_names
-    T, M, L = len(themes), len(materials), len(lightings)
-    img = values.reshape(T, M, L).transpose(0, 2, 1).reshape(T * L, M)
-    fig, ax = plt.subplots(figsize=(4.2, 0.28 * T * L + 1))
-    im = ax.imshow(img, cmap="viridis", aspect="auto")
-    for (t, m, l) in split.held_out:
-        ax.add_patch(plt.Rectangle((m - 0.5, t * L + l - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
-    ax.set_xticks(range(M), materials, rotation=45); ax.set_yticks(range(T * L), [f"{themes[i // L]}/{lightings[i % L]}" for i in range(T * L)], fontsize=7)
-    ax.set_title(title, fontsize=9); fig.colorbar(im, ax=ax, label="PSNR (dB)"); fig.tight_layout()
-    fig.savefig(path, dpi=90); plt.close(fig)
-    return path
-
-def grid_image(batch: dict, preds: dict[int, np.ndarray], n: int = 8) -> np.ndarray:
-    "uint8 image: columns are samples; rows surface | ground truth | model at each K."
-    k = np.linspace(0, len(batch["rgb"]) - 1, min(n, len(batch["rgb"]))).astype(int)
-    rows = [SURFACE_RGB[batch["surface"].numpy()[k]], batch["rgb"].numpy()[k], *[p[k] for p in preds.values()]]
-    return np.concatenate([np.concatenate(list(r), axis=1) for r in rows], axis=0)
-
 # %% ../nbs/60_evaluate.ipynb #a86eb079
 def episode_video(loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, scale: int = 2) -> Path:
-    "GIF of channels | ground truth | model for an unseen episode in a held-out cell."
-    from PIL import Image
-
+    "GIF of surface | ground truth | model for an unseen episode in a held-out cell (`viz.episode_frames`, `viz.write_gif`)."
     from qmind_render.engine import render_episode
     from qmind_render.skinner import load_grid, skin, stack_frames
     grid, (t, m, l) = load_grid(), loaded.split.held_out[0]
@@ -262,10 +237,7 @@ def episode_video(loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, 
     batch.update(rgb=torch.from_numpy(skin(ch, grid.themes[t], grid.lightings[l])),
                  theme=torch.full((frames,), t, dtype=torch.int16), lighting=torch.full((frames,), l, dtype=torch.int16))
     pred = render_frames(loaded.sampler(frames), batch, steps).cpu().numpy()
-    rows = [np.concatenate([SURFACE_RGB[ch["surface"][i]], batch["rgb"][i].numpy(), pred[i]], axis=1) for i in range(frames)]
-    imgs = [Image.fromarray(r).resize((r.shape[1] * scale, r.shape[0] * scale), Image.NEAREST) for r in rows]
-    imgs[0].save(path, save_all=True, append_images=imgs[1:], duration=100, loop=0)
-    return path
+    return write_gif(episode_frames(batch, pred), path, scale=scale)
 
 # %% ../nbs/60_evaluate.ipynb #9b5e78fc
 def _classifiers(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 1500) -> tuple[FactorNet, dict]:
@@ -311,7 +283,7 @@ def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | No
         t1, batch = time.monotonic(), gather(ld.ds, eval_indices(ld.ds, ld.split, part, per), shards)
         r, frames = _part(ld, sampler, batch, steps, base, clf, log, part)
         for k in steps: cells_psnr.setdefault(k, []).append((r[f"ddim_{k}"].pop("per_frame_psnr"), batch["cells"].numpy()))
-        res["parts"][part], grids[part] = r, grid_image(batch, frames)
+        res["parts"][part], grids[part] = r, sample_grid(batch, frames, n=8)
         log(f"  {part}: {r['frames']} frames scored and classified ({time.monotonic() - t1:.1f} s for the part)")
     res["gap"] = {f"ddim_{k}": res["parts"]["train"][f"ddim_{k}"]["psnr"] - res["parts"]["heldout"][f"ddim_{k}"]["psnr"] for k in steps}
     t1 = time.monotonic(); res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps))
@@ -329,8 +301,9 @@ def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> d
     from qmind_render.skinner import load_grid
     g = load_grid()
     vals = np.concatenate([v for v, _ in cells_psnr[k]]), np.concatenate([c for _, c in cells_psnr[k]])
-    pics = {"heatmap": heatmap(per_cell(*vals), ld.split, (g.theme_names, list(g.materials), g.lighting_names),
-                               out / "psnr_heatmap.png", f"PSNR per cell, {k} DDIM steps (red: held out)").name}
+    heatmap(per_cell(*vals), (g.theme_names, list(g.materials), g.lighting_names), ld.split.held_out,
+            f"PSNR per cell, {k} DDIM steps (red: held out)").savefig(out / "psnr_heatmap.png", dpi=90)
+    pics = {"heatmap": "psnr_heatmap.png"}
     for part, img in grids.items():
         Image.fromarray(img).save(out / f"samples_{part}.png"); pics[f"samples_{part}"] = f"samples_{part}.png"
     pics["video"] = episode_video(ld, out / "episode.gif", steps=k).name
