@@ -18,8 +18,8 @@ import yaml
 # %% auto #0
 __all__ = ['contracts_dir', 'project_dirs', 'UserError', 'one_line', 'parse_version', 'is_compatible', 'IncompatibleVersion',
            'check_compatible', 'ChannelSpec', 'load_spec', 'bytes_per_pixel', 'random_frame', 'ChannelError',
-           'validate', 'check_spec_version', 'ThemeSchema', 'load_theme_schema', 'ThemeError', 'validate_theme',
-           'theme_vector', 'contract_versions']
+           'validate', 'check_spec_version', 'jsonschema', 'ThemeSchema', 'load_theme_schema', 'ThemeError',
+           'validate_theme', 'theme_vector', 'contract_versions']
 
 # %% ../nbs/00_contracts.ipynb #a9ae0412
 def contracts_dir() -> Path:
@@ -224,6 +224,14 @@ def check_spec_version(made: str, spec: ChannelSpec | None = None, what: str = "
     check_compatible("channel_spec", made, spec.version, what)
 
 # %% ../nbs/00_contracts.ipynb #60adb71a
+def jsonschema():
+    """The `jsonschema` package, imported without its optional IRI checker: `rfc3987_syntax` builds a grammar when
+    imported (1-3 s of every process that loads a theme), and no schema here uses `format: iri`."""
+    import sys
+    if "jsonschema" not in sys.modules: sys.modules.setdefault("rfc3987_syntax", None)   # jsonschema skips what won't import
+    import jsonschema as js
+    return js
+
 @dataclass(frozen=True)
 class ThemeSchema:
     "The parsed `theme_schema.yaml`."
@@ -235,8 +243,7 @@ class ThemeSchema:
     @functools.cached_property
     def validator(self):
         "The compiled JSON Schema validator (made once per schema)."
-        import jsonschema
-        return jsonschema.Draft202012Validator(self.schema)
+        return jsonschema().Draft202012Validator(self.schema)
 
 def load_theme_schema(path: str | Path | None = None) -> ThemeSchema:
     "Load the theme schema (default: the project's `contracts/theme_schema.yaml`); cached until the file changes."
@@ -245,11 +252,10 @@ def load_theme_schema(path: str | Path | None = None) -> ThemeSchema:
 
 @functools.lru_cache(maxsize=16)
 def _load_theme_schema(path: str, mtime_ns: int) -> ThemeSchema:
-    import jsonschema
     path = Path(path)
     d = _read_yaml(path, "theme schema")
     parse_version(d["version"])
-    jsonschema.Draft202012Validator.check_schema(d["schema"])
+    jsonschema().Draft202012Validator.check_schema(d["schema"])
     return ThemeSchema(str(d["version"]), d["schema"], tuple(d["x-param-vector"]), path)
 
 # %% ../nbs/00_contracts.ipynb #6e0b4cc4
