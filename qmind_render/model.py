@@ -1,4 +1,4 @@
-"""Channel encodings as config switches, a conditional U-Net in three sizes, the DDPM objective (ε or v, cosine or linear), a DDIM sampler for 1 to 1,000 steps, EMA weights, and the benchmark behind `qmind bench model`.
+"""Channel encodings as config switches, a conditional U-Net in three sizes, the DDPM objective (ε or v, cosine or linear), a DDIM sampler for 1 to 1,000 steps, and EMA weights.
 
 Docs: https://qmind.github.io/qmind-render/model.html.md"""
 
@@ -7,13 +7,8 @@ Docs: https://qmind.github.io/qmind-render/model.html.md"""
 # %% ../nbs/40_model.ipynb #38ba75d6
 from __future__ import annotations
 
-import copy
-import math
-import os
-import platform
-import statistics
-import time
 import dataclasses
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -31,10 +26,8 @@ from .contracts import UserError, ChannelSpec, _leaf_values, load_spec, load_the
 __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PREDICTIONS', 'ModelInputError', 'check_tensor',
            'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch',
            'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet',
-           'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'size_table', 'make_schedule', 'Diffusion',
-           'diffusion_loss', 'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step',
-           'overfit_one_batch', 'quick_train', 'train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops',
-           'train_flops', 'bench_throughput', 'bench_model']
+           'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'train_flops', 'size_table', 'make_schedule',
+           'Diffusion', 'diffusion_loss', 'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -444,6 +437,14 @@ def forward_flops(model: ConditionalUNet, batch: int = 1) -> float:
         model(x0, torch.zeros(batch, dtype=torch.long, device=dev), cond)
     return fc.get_total_flops() / batch
 
+def train_flops(model, x0, cond, diffusion) -> float:
+    "FLOPs of one training step's forward + backward, counted (FlopCounterMode)."
+    from torch.utils.flop_counter import FlopCounterMode
+    with _countable_attention(), FlopCounterMode(display=False) as fc:
+        diffusion_loss(model, diffusion, x0, cond, torch.Generator(x0.device).manual_seed(0)).backward()
+    model.zero_grad(set_to_none=True)
+    return fc.get_total_flops()
+
 def size_table(cfg=None, spec=None, tables=None) -> list[dict]:
     "Parameters and forward GFLOPs per 64×64 frame for every registered size."
     out = []
@@ -627,182 +628,15 @@ def masked_step(opt: torch.optim.Optimizer, finite: torch.Tensor) -> None:
     try: opt.step()
     finally: opt.found_inf = None
 
-# %% ../nbs/40_model.ipynb #11b8c158
-def overfit_one_batch(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: dict, steps: int = 300,
-                      lr: float = 2e-3, seed: int = 0) -> list[float]:
-    "Train on one fixed (batch, t, noise) draw; the loss after each step."
-    g = torch.Generator(x0.device).manual_seed(seed)
-    t = torch.randint(0, diffusion.T, (x0.shape[0],), generator=g, device=x0.device)
-    noise = torch.randn(x0.shape, generator=g, device=x0.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for _ in range(steps):
-        loss = diffusion_loss(model, diffusion, x0, cond, t=t, noise=noise)
-        opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-        losses.append(loss.item())
-    return losses
-
-# %% ../nbs/40_model.ipynb #24c7d980
-def quick_train(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: dict, steps: int = 500, lr: float = 1e-3,
-                batch: int = 8, seed: int = 0, ema_decay: float = 0.99):
-    "A short random-t training run on a small fixed set (for pictures and smoke tests); returns (ema, losses)."
-    g = torch.Generator(x0.device).manual_seed(seed)
-    opt, ema, losses = torch.optim.AdamW(model.parameters(), lr=lr), make_ema(model, ema_decay), []
-    for _ in range(steps):
-        i = torch.randint(0, x0.shape[0], (batch,), generator=g, device=x0.device)
-        loss = diffusion_loss(model, diffusion, x0[i], {k: v[i] for k, v in cond.items()}, g)
-        opt.zero_grad(set_to_none=True); loss.backward(); opt.step(); ema.update_parameters(model)
-        losses.append(loss.item())
-    return ema, losses
-
 # %% ../nbs/40_model.ipynb #60e897e7
-_MOVED = ("WeightsError", "content_hash", "seal", "is_sealed_ok", "shipped_path", "load_shipped")
+_MOVED = {**{n: "checkpoint" for n in ("WeightsError", "content_hash", "seal", "is_sealed_ok", "shipped_path", "load_shipped")},
+          **{n: "model_bench" for n in ("bench_model", "bench_cpu", "bench_throughput", "matmul_peak_tflops", "diffusers_twin",
+                                        "train_step", "_median_time", "_sync", "_interleaved")},
+          **{n: "train" for n in ("overfit_one_batch", "quick_train")}}
 
 def __getattr__(name: str):
-    "`model.load_shipped` and the other weights-file names, from their home, `qmind_render.checkpoint`."
+    "Names that moved out of the model module (weights files, benchmarks, training loops), from their new homes."
     if name in _MOVED:
-        from qmind_render import checkpoint
-        return getattr(checkpoint, name)
+        import importlib
+        return getattr(importlib.import_module(f"qmind_render.{_MOVED[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-# %% ../nbs/40_model.ipynb #b3928827
-def _median_time(fn, iters: int, warmup: int, sync=lambda: None) -> float:
-    for _ in range(warmup): fn()
-    sync(); out = []
-    for _ in range(iters):
-        t0 = time.perf_counter(); fn(); sync(); out.append(time.perf_counter() - t0)
-    return statistics.median(out)
-
-def _sync(device) -> callable:
-    device = torch.device(device)
-    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-def train_step(model, opt, diffusion, x0, cond, generator=None, autocast: torch.dtype | None = None) -> torch.Tensor:
-    "One forward + backward + optimiser step (the deck's five lines); returns the loss, detached (no host sync)."
-    with torch.autocast(x0.device.type, autocast, enabled=autocast is not None):
-        loss = diffusion_loss(model, diffusion, x0, cond, generator)
-    opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-    return loss.detach()
-
-# %% ../nbs/40_model.ipynb #2661e498
-def diffusers_twin(model: ConditionalUNet):
-    "diffusers' UNet2DModel with our layout: same widths, blocks, attention resolutions, head size, norm, input channels."
-    from diffusers import UNet2DModel
-    s, H = model.size, model.spec.size[0]
-    res = [H // 2 ** i for i in range(len(s.mults))]
-    down = tuple("AttnDownBlock2D" if r in s.attn else "DownBlock2D" for r in res)
-    attended = [s.width * m for m, r in zip(s.mults, res) if r in s.attn] + [s.width * s.mults[-1]]   # + the middle
-    up = tuple("AttnUpBlock2D" if r in s.attn else "UpBlock2D" for r in reversed(res))
-    return UNet2DModel(sample_size=H, in_channels=model.net.in_ch, out_channels=model.image_channels,
-                       block_out_channels=tuple(s.width * m for m in s.mults), layers_per_block=s.blocks,
-                       down_block_types=down, up_block_types=up, norm_num_groups=s.groups, attention_head_dim=min([s.head_dim, *attended]),
-                       resnet_time_scale_shift="scale_shift", downsample_type="conv", upsample_type="conv")
-
-class _DiffusersAdapter(nn.Module):
-    "Makes UNet2DModel look like ours to `diffusion_loss`: same encoder, its U-Net."
-    def __init__(self, ours: ConditionalUNet, twin):
-        super().__init__(); self.encoder, self.twin, self.channels_last = copy.deepcopy(ours.encoder), twin, False
-    def forward(self, x_t, t, cond):
-        e = self.encoder(cond)
-        x = torch.cat([x_t, e.planes.to(x_t.dtype)], 1)
-        x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
-        return self.twin(x, t).sample
-
-# %% ../nbs/40_model.ipynb #a7eb7122
-def _stepper(model, x0, cond, autocast=None, seed: int = 0):
-    "A closure running one training step of `model` (its own AdamW, its own generator)."
-    d, g = Diffusion(), torch.Generator(x0.device).manual_seed(seed)      # the process a default config trains
-    opt = make_optimizer(model, lr=1e-4)                                 # the optimiser training builds
-    return lambda: train_step(model, opt, d, x0, cond, g, autocast)
-
-def _interleaved(fns: dict, iters: int, sync=lambda: None) -> dict[str, float]:
-    "Median seconds per call of each function, measured round-robin so a change in machine load hits all alike."
-    times = {k: [] for k in fns}
-    for _ in range(iters):
-        for k, f in fns.items():
-            t0 = time.perf_counter(); f(); sync(); times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-def _time_train(model, x0, cond, iters, warmup, autocast=None, compile=False, seed=0) -> float:
-    "Median seconds of a training step (after `warmup` steps); `compile` compiles the model in place first, as training does."
-    if compile: model.compile()
-    return _median_time(_stepper(model, x0, cond, autocast, seed), iters, warmup, _sync(x0.device))
-
-# %% ../nbs/40_model.ipynb #a1bfb2e6
-def _cpu_variants(size: str, batch: int, compile: bool):
-    "(ours, diffusers' twin) in fp32, channels-last, bf16 autocast, and ours compiled: {name: (model, autocast)}."
-    torch.manual_seed(0)
-    ours = build_model(model_config(size=size, channels_last=False))
-    theirs = _DiffusersAdapter(ours, diffusers_twin(ours))
-    cl = lambda m: (setattr(m, "channels_last", True), m.to(memory_format=torch.channels_last))[1]
-    v = {"ours": (ours, None), "diffusers": (theirs, None),
-         "ours_channels_last": (cl(copy.deepcopy(ours)), None), "diffusers_channels_last": (cl(copy.deepcopy(theirs)), None),
-         "ours_bf16": (copy.deepcopy(ours), torch.bfloat16), "diffusers_bf16": (copy.deepcopy(theirs), torch.bfloat16),
-         "ours_bf16_channels_last": (cl(copy.deepcopy(ours)), torch.bfloat16)}
-    if compile:
-        m = copy.deepcopy(ours); m.compile()
-        v["ours_compile"] = (m, None)
-    return v
-
-def bench_cpu(size: str = "small", batch: int = 8, iters: int = 7, warmup: int = 2, compile: bool = True,
-              threads: int | None = None) -> dict:
-    "CPU training-step medians (s): ours vs diffusers' UNet2DModel (same layout), each with the switches, round-robin."
-    if threads: torch.set_num_threads(int(threads))
-    x0, cond = prepare_batch(synthetic_batch(batch))
-    variants = _cpu_variants(size, batch, compile)
-    fns = {k: _stepper(m, x0, cond, ac) for k, (m, ac) in variants.items()}
-    first = {}
-    for k, f in fns.items():
-        t0 = time.perf_counter(); f(); first[k] = time.perf_counter() - t0
-        for _ in range(warmup - 1): f()
-    med = _interleaved(fns, iters)
-    r = {"size": size, "batch": batch, "iters": iters, "params_ours": n_params(variants["ours"][0].net),
-         "params_diffusers": n_params(variants["diffusers"][0].twin)}
-    r |= {f"step_s_{k}": v for k, v in med.items()}
-    for sw in ("", "_channels_last", "_bf16"): r[f"diffusers_over_ours{sw}"] = med[f"diffusers{sw}"] / med[f"ours{sw}"]
-    r["diffusers_over_ours_defaults"] = med["diffusers"] / med["ours_channels_last"]   # each in its default format
-    if compile: r["compile_first_step_s"] = first["ours_compile"]
-    return r
-
-# %% ../nbs/40_model.ipynb #0f0e5573
-def matmul_peak_tflops(device="cuda", n: int = 8192, dtype=torch.bfloat16, iters: int = 10) -> float:
-    "Measured dense matmul throughput (TFLOP/s) of an n×n×n `dtype` product on `device`."
-    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    sec = _median_time(lambda: a @ b, iters, 3, _sync(device))
-    return 2 * n ** 3 / sec / 1e12
-
-def train_flops(model, x0, cond, diffusion) -> float:
-    "FLOPs of one training step's forward + backward, counted (FlopCounterMode)."
-    from torch.utils.flop_counter import FlopCounterMode
-    with _countable_attention(), FlopCounterMode(display=False) as fc:
-        diffusion_loss(model, diffusion, x0, cond, torch.Generator(x0.device).manual_seed(0)).backward()
-    model.zero_grad(set_to_none=True)
-    return fc.get_total_flops()
-
-# %% ../nbs/40_model.ipynb #171c5bf6
-def bench_throughput(device="cuda", size: str = "base", batch: int = 64, iters: int = 20, warmup: int = 5,
-                     compile: bool = False, channels_last: bool = True, peak_n: int = 8192) -> dict:
-    "bf16 training throughput of `size` on `device`: a step of forward, backward and the fused AdamW, and its MFU."
-    dev = torch.device(device)
-    if dev.type == "cuda": torch.backends.cudnn.benchmark = True
-    torch.manual_seed(0)
-    cfg = model_config(size=size, channels_last=channels_last)
-    model = build_model(cfg).to(dev)
-    x0, cond = prepare_batch(synthetic_batch(batch), dev)
-    d = Diffusion.from_config(cfg)
-    flops = train_flops(model, x0, cond, d)
-    step = _time_train(model, x0, cond, iters, warmup, torch.bfloat16, compile)
-    peak = matmul_peak_tflops(dev, peak_n)
-    r = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
-         "size": size, "batch": batch, "compile": compile, "channels_last": channels_last, "params": n_params(model),
-         "train_gflop_per_step": flops / 1e9, "step_s": step, "frames_per_s": batch / step,
-         "achieved_tflops": flops / step / 1e12, "peak_bf16_tflops": peak, "mfu": flops / step / 1e12 / peak}
-    return r
-
-# %% ../nbs/40_model.ipynb #eba053c0
-def bench_model(device: str = "cpu", **kw) -> dict:
-    "`qmind bench model [device=cpu|cuda] [key=value ...]`: CPU comparison and switches, or the GPU throughput/MFU run."
-    t0 = time.perf_counter()
-    r = bench_throughput(device, **kw) if str(device).startswith("cuda") else bench_cpu(**kw)
-    return {**r, "torch": torch.__version__, "threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
-            "wall_s": time.perf_counter() - t0}

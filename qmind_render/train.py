@@ -26,14 +26,15 @@ from .checkpoint import check_resume, checkpoint_name, pick_resume, restore_rng,
 from .checkpoint import CheckpointError, load_checkpoint  # noqa: F401  (serve imports them from here until it moves)
 from .contracts import UserError
 from .data import fetch, git_commit, load_split, make_loader, open_store
+from .viz import sample_grid
 from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, make_optimizer, masked_step,
                                 prepare_batch, to_uint8)
 
 # %% auto #0
 __all__ = ['runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor', 'wandb_mode', 'Tracker',
-           'read_metrics', 'Progress', 'sample_grid', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore',
+           'read_metrics', 'Progress', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore',
            'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample',
-           'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'bench_train']
+           'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'overfit_one_batch', 'quick_train', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 def runs_root(root: str | Path | None = None) -> Path:
@@ -157,12 +158,6 @@ class Progress:
     def close(self) -> None: self.bar.close()
 
 # %% ../nbs/50_train.ipynb #884090b1
-def sample_grid(batch: dict, pred: np.ndarray) -> np.ndarray:
-    "uint8 image: one column per sample, rows = surface channel | ground truth | model."
-    from qmind_render.skinner import SURFACE_RGB
-    rows = [SURFACE_RGB[batch["surface"].numpy()], batch["rgb"].numpy(), pred]
-    return np.concatenate([np.concatenate(list(r), axis=1) for r in rows], axis=0)
-
 def fixed_samples(ds, split, n: int = 8) -> dict:
     "The first `n` training and `n` held-out samples (in file order): the same frames at every step."
     parts = [next(iter(make_loader(ds, split, part, batch=n, seed=0))) for part in ("train", "heldout")]
@@ -355,7 +350,7 @@ def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = 4) -> Path:
     pred = to_uint8(ddim_sample(run.ema.module, cond, run.diffusion, steps, torch.Generator(run.device).manual_seed(0)))
     path = run.dir / "samples" / f"{run.step:07d}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(sample_grid(fixed, pred)).save(path)
+    Image.fromarray(sample_grid(fixed, pred)).save(path)                  # viz's: surface | ground truth | model
     tracker.image(run.step, "samples", path)
     return path
 
@@ -458,6 +453,34 @@ def train_main(argv: list[str]) -> int:
 if __name__ == "__main__" and "__file__" in globals():  # python -m qmind_render.train / torchrun -m ...
     from qmind_render.cli import main as _cli
     sys.exit(_cli(["train", *sys.argv[1:]]))
+
+# %% ../nbs/50_train.ipynb #4cdae4a2
+def overfit_one_batch(model: torch.nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: dict, steps: int = 300,
+                      lr: float = 2e-3, seed: int = 0) -> list[float]:
+    "Train on one fixed (batch, t, noise) draw; the loss after each step."
+    g = torch.Generator(x0.device).manual_seed(seed)
+    t = torch.randint(0, diffusion.T, (x0.shape[0],), generator=g, device=x0.device)
+    noise = torch.randn(x0.shape, generator=g, device=x0.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    for _ in range(steps):
+        loss = diffusion_loss(model, diffusion, x0, cond, t=t, noise=noise)
+        opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+        losses.append(loss.item())
+    return losses
+
+# %% ../nbs/50_train.ipynb #74a2d691
+def quick_train(model: torch.nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: dict, steps: int = 500, lr: float = 1e-3,
+                batch: int = 8, seed: int = 0, ema_decay: float = 0.99):
+    "A short random-t training run on a small fixed set (for pictures and smoke tests); returns (ema, losses)."
+    g = torch.Generator(x0.device).manual_seed(seed)
+    opt, ema, losses = torch.optim.AdamW(model.parameters(), lr=lr), make_ema(model, ema_decay), []
+    for _ in range(steps):
+        i = torch.randint(0, x0.shape[0], (batch,), generator=g, device=x0.device)
+        loss = diffusion_loss(model, diffusion, x0[i], {k: v[i] for k, v in cond.items()}, g)
+        opt.zero_grad(set_to_none=True); loss.backward(); opt.step(); ema.update_parameters(model)
+        losses.append(loss.item())
+    return ema, losses
 
 # %% ../nbs/50_train.ipynb #ee801a2c
 def bench_train(steps: int = 60, batch: int = 32, size: str = "tiny", log_every: int = 10, precision: str = "bf16") -> dict:

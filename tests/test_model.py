@@ -13,9 +13,10 @@ import torch.nn as nn
 
 from qmind_render.contracts import load_spec
 from qmind_render.model import (COND_ENCS, MATERIAL_ENCS, SIZES, ConditionalUNet, ConditionEncoder, Diffusion, Encoded,
-                                Encodings, ModelInputError, UNetSize, bench_cpu, bench_throughput, build_model,
-                                condition_tables, ddim_sample, diffusion_loss, forward_flops, make_ema, model_config, n_params,
-                                overfit_one_batch, prepare_batch, synthetic_batch)
+                                Encodings, ModelInputError, UNetSize, build_model, condition_tables, ddim_sample,
+                                diffusion_loss, forward_flops, make_ema, model_config, n_params, prepare_batch, synthetic_batch)
+from qmind_render.model_bench import bench_cpu, bench_throughput
+from qmind_render.train import overfit_one_batch
 from qmind_render.skinner import load_grid
 
 SPEC, GRID = load_spec(), load_grid()
@@ -405,3 +406,23 @@ def test_bench_paths_run_on_cpu(diffusers):
     assert r["params_ours"] > 0 and r["params_diffusers"] > 0 and r["diffusers_over_ours"] > 0
     assert 0.7 < r["params_diffusers"] / r["params_ours"] < 1.3           # comparable layouts
     assert {"step_s_ours", "step_s_ours_bf16_channels_last", "diffusers_over_ours_bf16"} <= set(r)
+
+
+def test_defaults_live_in_the_config():
+    "Diffusion(), build_model() and Encodings() are what a default config builds (Diffusion() was ε-prediction, the config says v)."
+    from qmind_render.config import load_config
+    m = load_config().model
+    assert repr(Diffusion()) == repr(Diffusion.from_config(m)) == repr(Diffusion.from_config()) and Diffusion().prediction == "v"
+    assert Encodings() == Encodings.from_config(m) and all(type(v) is str for v in (Encodings.from_config(m).material, Diffusion.from_config(m).schedule))
+    a, b = build_model(None, SPEC, TABLES), build_model(m, SPEC, TABLES)
+    assert (a.size_name, a.enc, a.channels_last, n_params(a)) == (b.size_name, b.enc, b.channels_last, n_params(b))
+    with pytest.raises(ValueError, match="model.prediction='x0' is not one of eps, v"):
+        Diffusion.from_config(model_config(prediction="x0"))
+
+
+def test_the_model_module_is_the_network_and_the_diffusion():
+    "Training loops and the benchmark live in their own modules; their old names still resolve from here."
+    import qmind_render.model as model
+    assert model.quick_train.__module__ == "qmind_render.train" and model.overfit_one_batch.__module__ == "qmind_render.train"
+    assert model.bench_model.__module__ == "qmind_render.model_bench" and model.load_shipped.__module__ == "qmind_render.checkpoint"
+    assert not {"quick_train", "overfit_one_batch", "bench_model", "bench_cpu", "load_shipped"} & set(vars(model))
