@@ -34,7 +34,7 @@ COMMANDS: dict[str, Command] = {
     "train":   Command("qmind_render.train:train_main", "train or resume a run (torchrun -m qmind_render.train for DDP)"),
     "eval":    Command("qmind_render.evaluate:eval_main", "evaluate a run on held-out and training cells; write a report"),
     "run":     Command("qmind_render.evaluate:run_main", "the main job: dataset (if missing) -> train -> eval -> report"),
-    "serve":   Command("qmind_render.serve:serve_main", "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, the playable page at /"),
+    "serve":   Command("qmind_render.app:serve_main", "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, the playable page at /"),
     "ship":    Command("qmind_render.serve:ship_main", "write a trained, evaluated run as the model `qmind serve` plays by default"),
     "sweep":   Command("qmind_render.sweep:sweep_main", "a sweep file (or EXPERIMENT -m k=a,b) into runs, run them (local papermill, slurm, ec2, sagemaker); --status, --report"),
     "cost":    Command("qmind_render.sweep:cost_main", "what a config costs: FLOPs, GPU-hours, dollars, memory, runs per budget"),

@@ -1,4 +1,4 @@
-"""An inference server: channels in, frame out; a micro-batcher; a playable demo in the browser.
+"""The model a server holds and how it runs: loading and shipping it, requests checked, four backends for the network, the renderer.
 
 Docs: https://qmind.github.io/qmind-render/serve.html.md"""
 
@@ -7,50 +7,34 @@ Docs: https://qmind.github.io/qmind-render/serve.html.md"""
 # %% ../nbs/70_serve.ipynb #b8098b48
 from __future__ import annotations
 
-import asyncio
-import base64
-import errno
 import functools
 import hashlib
 import io
 import json
-import logging
-import math
-import os
-import re
-import socket
 import sys
 import threading
 import time
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
-from urllib.parse import urlsplit
 
 import numpy as np
 import torch
-from fastapi import FastAPI, Request, WebSocket
-from fastapi.responses import HTMLResponse, JSONResponse, Response
-from starlette.datastructures import Headers
-from starlette.requests import ClientDisconnect
 
+from .checkpoint import (CheckpointError, find_checkpoint, load_checkpoint, load_model, load_shipped, save_sealed,
+                                     shipped_path)
 from .config import config_from_dict, load_config
-from .contracts import UserError, ChannelError, ChannelSpec, check_spec_version, validate
-from .model import Diffusion, _interleaved, _sync, build_model, to_uint8
+from .contracts import UserError, ChannelError, ChannelSpec, validate
+from .model import Diffusion, build_model, to_uint8
+from .model_bench import _interleaved, _sync
 from .sampler import GraphSampler, InferenceNet, fast_dtype
+from .util import atomic_write
 
 # %% auto #0
-__all__ = ['REPRODUCE', 'MAX_STEPS', 'MAX_JSON_DEPTH', 'BACKENDS', 'AOT_MAX_BATCH', 'LOOPBACK_HOSTS', 'WIRE_DTYPES', 'Served',
-           'ServeError', 'load_served', 'random_served', 'ship', 'ship_main', 'RequestError', 'RenderItem',
-           'render_item', 'parse_json', 'eager_net', 'compiled_path', 'compile_package', 'compiled_net', 'export_onnx',
-           'onnx_net', 'make_net', 'stack_cond', 'start_noise', 'serve_buckets', 'Renderer', 'time_backends',
-           'candidate_nets', 'pick_backend', 'Metrics', 'model_thread', 'on_model_thread', 'MicroBatcher',
-           'ServeSettings', 'encode_array', 'decode_array', 'render_request', 'parse_play_message', 'parse_play_query',
-           'PlaySession', 'play_page', 'create_app', 'showcase', 'serve_url', 'bind', 'serve', 'ServerThread',
-           'serve_main', 'load_test', 'bench_serve']
+__all__ = ['REPRODUCE', 'MAX_STEPS', 'BACKENDS', 'AOT_MAX_BATCH', 'Served', 'ServeError', 'load_served', 'random_served', 'ship',
+           'ship_main', 'RequestError', 'RenderItem', 'factor_id', 'int_field', 'render_item', 'eager_net',
+           'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond',
+           'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
 
 # %% ../nbs/70_serve.ipynb #18a8356a
 @dataclass
@@ -83,23 +67,17 @@ class ServeError(UserError, ValueError):
 def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Served:
     "The EMA model of a checkpoint file or a run dir's latest checkpoint; None: the model that ships with the package."
     if checkpoint is None: return _shipped_served(device)
-    from qmind_render.evaluate import EvalError, find_checkpoint
     from qmind_render.skinner import load_grid
-    from qmind_render.train import CheckpointError, load_checkpoint
-    try: path = find_checkpoint(checkpoint); ck = load_checkpoint(path, map_location=device)
-    except (EvalError, CheckpointError) as e: raise ServeError(str(e)) from None
-    check_spec_version(ck["versions"]["channel_spec"], what=f"checkpoint {path}")
-    cfg = config_from_dict(ck["config"])
-    model = build_model(cfg.model, grid=load_grid()).to(device)
-    model.load_state_dict({k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")})
-    return Served(model.to(device).eval(), Diffusion.from_config(cfg.model), cfg, load_grid(), str(path), int(ck["step"]))
+    try:
+        path = find_checkpoint(checkpoint); ck = load_checkpoint(path)        # sealed, read with weights_only
+        model, diffusion = load_model(ck, device=device, what=f"checkpoint {path}")
+    except CheckpointError as e: raise ServeError(str(e)) from None
+    return Served(model, diffusion, config_from_dict(ck["config"]), load_grid(), str(path), int(ck["step"]))
 
 def _shipped_served(device: str = "cpu") -> Served:
-    from qmind_render.model import load_shipped
     from qmind_render.skinner import load_grid
-    try: model, diffusion, about = load_shipped()
+    try: model, diffusion, about = load_shipped()                          # sealed and versions checked there
     except FileNotFoundError as e: raise ServeError(f"{e}; or serve a run you trained: --checkpoint runs/quickstart") from None
-    check_spec_version(about["versions"]["channel_spec"], what="the shipped model")
     return Served(model.to(device), diffusion, config_from_dict(about["config"]), load_grid(),
                   f"shipped:{about['config']['model']['size']}", int(about["step"]), about)
 
@@ -122,13 +100,10 @@ def _metrics(ev: dict) -> dict:
     return out | {"gap": {k: round(v, 2) for k, v in ev["gap"].items()}}
 
 def ship(run_dir: str | Path, out: str | Path | None = None, trained_on: str | None = None, reproduce: str = REPRODUCE) -> Path:
-    "Write `run_dir`'s last checkpoint, evaluated, as the shipped model (bf16 EMA weights and provenance) to `out`, atomically."
+    "Write `run_dir`'s last checkpoint, evaluated, as the shipped model (bf16 EMA weights and provenance) to `out`: sealed, atomically."
     from qmind_render.data import load_split
-    from qmind_render.evaluate import EvalError, find_checkpoint
-    from qmind_render.model import shipped_path
-    from qmind_render.train import CheckpointError, load_checkpoint
     try: path = find_checkpoint(run_dir); ck = load_checkpoint(path)
-    except (EvalError, CheckpointError) as e: raise ServeError(str(e)) from None
+    except CheckpointError as e: raise ServeError(str(e)) from None
     ev_path = Path(run_dir) / "eval" / "eval.json"
     ev = json.loads(ev_path.read_text()) if ev_path.is_file() else None
     if not ev or Path(ev["checkpoint"]).name != path.name:
@@ -138,11 +113,7 @@ def ship(run_dir: str | Path, out: str | Path | None = None, trained_on: str | N
             "config": ck["config"], "versions": ck["versions"], "step": int(ck["step"]), "git": ck["git"], "dataset": ck["dataset"],
             "held_out": [list(c) for c in load_split(cfg.data.holdout).held_out], "metrics": _metrics(ev), "reproduce": reproduce,
             "trained": {"minutes": round(float(ck.get("elapsed_s", 0.0)) / 60, 1), "on": trained_on or ck.get("device", "unknown")}}
-    out = Path(out or shipped_path()); out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try: torch.save(blob, tmp); os.replace(tmp, out)
-    finally: tmp.unlink(missing_ok=True)
-    return out
+    return save_sealed(blob, Path(out or shipped_path()))     # load_shipped checks the seal, as load_checkpoint does
 
 def ship_main(argv: list[str]) -> int:
     "`qmind ship RUN_DIR [--out FILE] [--trained-on TEXT]`"
@@ -153,7 +124,7 @@ def ship_main(argv: list[str]) -> int:
     p.add_argument("--trained-on", default=None, help="the machine it trained on, for the provenance (default: the checkpoint's device)")
     a = p.parse_args(argv)
     out = ship(a.run_dir, a.out, a.trained_on)
-    about = torch.load(out, map_location="cpu", weights_only=True)
+    _, _, about = load_shipped(out)                          # read back as qmind serve reads it
     h = about["metrics"]["heldout"]
     print(f"shipped {a.run_dir} (step {about['step']}, {out.stat().st_size / 1e6:.1f} MB) to {out}: held-out PSNR "
           + " / ".join(f"{h[k]:.2f}" for k in sorted(h) if k.startswith("ddim_")) + f" dB (baseline {h['baseline']:.2f})")
@@ -177,7 +148,8 @@ class RenderItem:
 
 MAX_STEPS = 16   # per request; more is never interactive and lets one client occupy the server
 
-def _factor_id(names: list[str], key, what: str) -> int:
+def factor_id(names: list[str], key, what: str) -> int:
+    "The id of a factor (`what`) given by name or id; `RequestError` naming it otherwise."
     if isinstance(key, bool) or not isinstance(key, (int, str)):
         raise RequestError(what, f"must be a name ({', '.join(names)}) or an id 0..{len(names) - 1}, got {type(key).__name__}")
     if isinstance(key, int):
@@ -186,7 +158,8 @@ def _factor_id(names: list[str], key, what: str) -> int:
     if key in names: return names.index(key)
     raise RequestError(what, f"unknown {what} {key[:40]!r}; one of {', '.join(names)}")
 
-def _int_field(v, what: str, lo: int, hi: int) -> int:
+def int_field(v, what: str, lo: int, hi: int) -> int:
+    "`v` when it is an integer in `lo`..`hi` (not a bool); `RequestError` naming `what` otherwise."
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise RequestError(what, f"must be an integer in {lo}..{hi}, got {str(v)[:40]!r}")
     return v
@@ -198,35 +171,9 @@ def render_item(channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0
     except TypeError as e: raise RequestError("channels", str(e)) from None
     extra = sorted(set(channels) - set(spec.names))
     if extra: raise RequestError(f"channels.{extra[0]}", f"not a channel of spec {spec.version} ({', '.join(spec.names)})")
-    return RenderItem({c: np.asarray(channels[c]) for c in spec.names}, _factor_id(grid.theme_names, theme, "theme"),
-                      _factor_id(grid.lighting_names, lighting, "lighting"), _int_field(seed, "seed", 0, 2**63 - 1),
-                      _int_field(steps, "steps", 1, MAX_STEPS))
-
-# %% ../nbs/70_serve.ipynb #ef70e1bd
-MAX_JSON_DEPTH = 8      # the deepest valid request is 4 levels: body -> channels -> array -> shape
-
-def _check_text(s: str, where: str, status: int):
-    if not s.isascii():
-        try: s.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise RequestError(where, f"a string holds the lone surrogate {ascii(s[e.start])}: not valid Unicode", status) from None
-
-def parse_json(text: str | bytes, where: str = "body", status: int = 400, max_depth: int = MAX_JSON_DEPTH):
-    "The JSON document in `text`, at most `max_depth` deep and valid Unicode throughout; else `RequestError(where, ..., status)`."
-    deep = RequestError(where, f"nested more than {max_depth} deep", status)
-    try: doc = json.loads(text)
-    except RecursionError: raise deep from None
-    except ValueError as e: raise RequestError(where, f"not JSON ({str(getattr(e, 'msg', e))[:80]})", status) from None
-    todo = [(doc, 1)]                                       # walked with a stack, not recursion
-    while todo:
-        v, depth = todo.pop()
-        if isinstance(v, str): _check_text(v, where, status)
-        elif isinstance(v, (dict, list)):
-            if depth > max_depth: raise deep
-            if isinstance(v, dict):
-                for k in v: _check_text(k, where, status)
-            todo += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
-    return doc
+    return RenderItem({c: np.asarray(channels[c]) for c in spec.names}, factor_id(grid.theme_names, theme, "theme"),
+                      factor_id(grid.lighting_names, lighting, "lighting"), int_field(seed, "seed", 0, 2**63 - 1),
+                      int_field(steps, "steps", 1, MAX_STEPS))
 
 # %% ../nbs/70_serve.ipynb #ba58faba
 BACKENDS = ("eager", "bf16", "compile", "onnx")
@@ -260,16 +207,12 @@ def compile_package(served: Served, path: str | Path, log=print) -> Path:
     "Export the bf16 (or fp32) `InferenceNet` with a dynamic batch and compile it with AOTInductor into `path`, atomically."
     dev = served.device
     net, path = InferenceNet(served.model, fast_dtype(dev)).eval(), Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     batch = torch.export.Dim("batch", min=1, max=AOT_MAX_BATCH)
     t0 = time.perf_counter()
     with torch.no_grad():
         ep = torch.export.export(net, _example_inputs(served, 2, dev), dynamic_shapes=tuple({0: batch} for _ in range(4)))
-        tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.pt2")           # AOTInductor wants a .pt2 name
-        try:
-            torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs={"freezing": True})
-            os.replace(tmp, path)
-        finally: tmp.unlink(missing_ok=True)
+        package = lambda tmp: torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs={"freezing": True})
+        atomic_write(path, write=package, suffix=".pt2")                    # AOTInductor wants a .pt2 name
     log(f"compiled the {served.model.size_name} network ({net.dtype}) with AOTInductor in {time.perf_counter() - t0:.0f} s: {path}")
     return path
 
@@ -305,7 +248,7 @@ def export_onnx(served: Served, path: str | Path | None = None) -> bytes:
         torch.onnx.export(InferenceNet(served.model).eval(), _example_inputs(served, 1), buf, dynamo=False, input_names=names,
                           output_names=["out"], dynamic_axes={k: {0: "batch"} for k in names + ["out"]}, opset_version=17)
     data = buf.getvalue()
-    if path: Path(path).write_bytes(data)
+    if path: atomic_write(path, data)
     return data
 
 def onnx_net(served: Served, threads: int | None = None) -> Callable:
@@ -421,642 +364,32 @@ def pick_backend(served: Served, max_batch: int = 8, log=print, cache: str | Pat
     log(f"backend: {best} (ms at batch 1 + per frame at batch {max_batch}: " + ", ".join(f"{k} {v:.1f}" for k, v in score.items()) + ")")
     return best, nets[best]
 
-# %% ../nbs/70_serve.ipynb #308686cf
-class Metrics:
-    "Counters, batch sizes and latency percentiles, for `/metrics`."
-    def __init__(self, window: int = 10_000):
-        self.t0, self.counts, self.batches = time.monotonic(), Counter(), Counter()
-        self.latency: dict[str, deque] = {}
-        self.window = window
+# %% ../nbs/70_serve.ipynb #2b74ad83
+_MOVED = {**{n: "batcher" for n in ("Metrics", "model_thread", "on_model_thread", "MicroBatcher")},
+          **{n: "app" for n in ("ServeSettings", "encode_array", "decode_array", "render_request", "parse_json", "create_app", "serve_main")},
+          **{n: "serve_bench" for n in ("load_test", "bench_serve")}}
 
-    def count(self, key: str, n: int = 1): self.counts[key] += n
-    def observe(self, key: str, ms: float): self.latency.setdefault(key, deque(maxlen=self.window)).append(ms)
-    def batch(self, n: int): self.batches[n] += 1
+def __getattr__(name: str):
+    "Names that moved to the batcher, the app and the load test, from their new homes."
+    if name in _MOVED:
+        import importlib
+        return getattr(importlib.import_module(f"qmind_render.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    def snapshot(self) -> dict:
-        pct = lambda v, q: round(float(np.percentile(v, q)), 2)
-        n = sum(self.batches.values())
-        return {"uptime_s": round(time.monotonic() - self.t0, 1), "counts": dict(sorted(self.counts.items())),
-                "batches": n, "mean_batch": round(sum(k * v for k, v in self.batches.items()) / n, 3) if n else None,
-                "batch_sizes": {str(k): v for k, v in sorted(self.batches.items())},
-                "latency_ms": {k: {"n": len(v), "p50": pct(v, 50), "p90": pct(v, 90), "p99": pct(v, 99)} for k, v in sorted(self.latency.items()) if v}}
-
-_MODEL_THREAD: ThreadPoolExecutor | None = None
-
-def model_thread() -> ThreadPoolExecutor:
-    """The one thread that runs a server's torch work: loading, backend choice, rendering. Once two Python threads
-    have both run PyTorch ops, each one's OpenMP work ran about 1.5x slower on this 2-core machine (measured)."""
-    global _MODEL_THREAD
-    if _MODEL_THREAD is None: _MODEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="qmind-model")
-    return _MODEL_THREAD
-
-def on_model_thread(fn: Callable, *args, **kw):
-    "Call `fn` on the model thread and wait for it."
-    return model_thread().submit(fn, *args, **kw).result()
-
-class MicroBatcher:
-    """Group concurrent `submit`s into batches of up to `max_batch`, waiting at most `max_wait_ms` for more. Interactive
-    work (a player's next frame) goes first: a batch holds one kind, and a /render batch closes as soon as a player waits."""
-    def __init__(self, fn: Callable[[list], np.ndarray], max_batch: int = 8, max_wait_ms: float = 2.0, metrics: Metrics | None = None,
-                 pool: ThreadPoolExecutor | None = None, clients: Callable[[bool], int] | None = None):
-        if max_batch < 1 or max_wait_ms < 0: raise ServeError(f"max_batch must be >= 1 and max_wait_ms >= 0, got {max_batch}, {max_wait_ms}")
-        self.fn, self.max_batch, self.max_wait = fn, max_batch, max_wait_ms / 1e3
-        self.metrics = metrics or Metrics()
-        self.pool = pool or model_thread()
-        self.clients = clients                  # clients(interactive): how many of that kind could be waiting now (None: always wait)
-        self.queues = {True: deque(), False: deque()}     # interactive, batch: (item, future)
-        self.arrived = asyncio.Event()
-        self.task = None
-
-    async def start(self): self.task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self):
-        if self.task: self.task.cancel()
-
-    async def submit(self, item, interactive: bool = False) -> tuple[np.ndarray, int]:
-        "The rendered frame for `item`, and the size of the batch it ran in."
-        fut = asyncio.get_running_loop().create_future()
-        self.queues[interactive].append((item, fut)); self.arrived.set()
-        return await fut
-
-    def _take(self, kind: bool, batch: list):
-        q = self.queues[kind]
-        while q and len(batch) < self.max_batch:
-            it, f = q.popleft()
-            if not f.done(): batch.append((it, f))          # a cancelled request (client gone) is dropped
-
-    async def _wait(self, timeout: float | None = None) -> bool:
-        self.arrived.clear()
-        try: await asyncio.wait_for(self.arrived.wait(), timeout); return True
-        except asyncio.TimeoutError: return False
-
-    async def _gather(self) -> list:
-        while not (self.queues[True] or self.queues[False]): await self._wait()
-        kind, batch = bool(self.queues[True]), []       # a player's frame first
-        deadline = time.monotonic() + self.max_wait
-        while True:
-            self._take(kind, batch)
-            if len(batch) >= self.max_batch: break
-            if self.clients is not None and len(batch) >= self.clients(kind): break    # everyone who could be waiting is here
-            if not kind and self.queues[True]: break                                     # a player waits: no company for /render
-            left = deadline - time.monotonic()
-            if left <= 0 or not await self._wait(left): break
-        return batch
-
-    async def _run(self):
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = await self._gather()
-            if not batch: continue
-            self.metrics.batch(len(batch))
-            try: frames = await loop.run_in_executor(self.pool, self.fn, [it for it, _ in batch])
-            except Exception as e:                                   # a model failure fails this batch, not the server
-                for _, f in batch:
-                    if not f.done(): f.set_exception(e)
-                continue
-            for i, (_, f) in enumerate(batch):
-                if not f.done(): f.set_result((frames[i], len(batch)))
-
-# %% ../nbs/70_serve.ipynb #f5eba099
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-@dataclass
-class ServeSettings:
-    "What the server allows and how it batches; every value is checked here, before anything slow."
-    steps: int = 2                      # DDIM steps when a request does not say
-    backend: str = "auto"               # eager | bf16 | compile | onnx | auto (the fastest, measured at startup; compile once cached)
-    max_batch: int = 8                  # micro-batch size limit
-    max_wait_ms: float = 2.0            # how long the first request of a batch waits for company
-    max_sessions: int = 8               # concurrent /play sessions; more are refused (close code 1013)
-    max_renders: int = 16               # /render requests in progress (reading, queued, rendering); more get 503 + Retry-After
-    session_idle_s: float = 120.0       # a /play session that asks for no frame this long is closed (1001); pings do not count
-    allow_origins: tuple = ()           # web page origins allowed besides the server's own page, e.g. "http://localhost:3000"
-    hosts: tuple = LOOPBACK_HOSTS       # the Host names it answers to (DNS rebinding); "*": any (bound to every interface)
-    max_body_bytes: int = 256 * 1024    # /render request bodies (one 64x64 frame's channels in base64 is ~70 KB)
-    max_message_bytes: int = 4096       # /play client messages (a key press is ~30 bytes)
-    seed: int = 0                       # the /play sessions' starting-noise seed
-
-    def __post_init__(self):
-        self.allow_origins, self.hosts = tuple(o.rstrip("/") for o in self.allow_origins), tuple(h.lower() for h in self.hosts)
-        def within(name, lo, hi, kind=int):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int) or not lo <= v <= hi:
-                raise ServeError(f"{name} must be {'' if kind is float else 'an integer '}in {lo}..{hi}, got {v!r}")
-        within("steps", 1, MAX_STEPS); within("max_batch", 1, AOT_MAX_BATCH); within("max_wait_ms", 0, 1000, float)
-        within("max_sessions", 1, 1024); within("max_renders", 1, 4096); within("session_idle_s", 0.1, 86400, float)
-        within("max_body_bytes", 1024, 64 << 20); within("max_message_bytes", 64, 1 << 20)
-        if self.backend not in (*BACKENDS, "auto"): raise ServeError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}, auto")
-        for o in self.allow_origins:
-            if not re.fullmatch(r"https?://[^/\s]+", o): raise ServeError(f"allow_origins: {o!r} is not an origin like http://localhost:3000")
-
-    @property
-    def step_choices(self) -> list[int]: return list(range(1, MAX_STEPS + 1))    # every value a request may ask for
-
-# %% ../nbs/70_serve.ipynb #4a168d46
-WIRE_DTYPES = ("uint8", "float16", "float32")
-
-def encode_array(a: np.ndarray) -> dict:
-    "An array as JSON: dtype, shape, base64 of its little-endian bytes."
-    a = np.ascontiguousarray(a)
-    return {"dtype": a.dtype.name, "shape": list(a.shape), "data": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode()}
-
-def decode_array(d, where: str, max_elems: int = 1 << 16) -> np.ndarray:
-    "The array a JSON object describes, or `RequestError` naming `where`."
-    if not isinstance(d, dict) or not {"dtype", "shape", "data"} <= set(d):
-        raise RequestError(where, 'must be an object {"dtype", "shape", "data" (base64)}')
-    dt, shape, data = d["dtype"], d["shape"], d["data"]
-    if dt not in WIRE_DTYPES: raise RequestError(where, f"dtype {str(dt)[:20]!r} is not one of {', '.join(WIRE_DTYPES)}")
-    if (not isinstance(shape, list) or len(shape) > 4 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= max_elems for s in shape)):
-        raise RequestError(where, f"shape must be a list of at most 4 non-negative integers, got {str(shape)[:40]}")
-    n = math.prod(shape)
-    if n > max_elems: raise RequestError(where, f"{n} elements is more than {max_elems}")
-    if not isinstance(data, str): raise RequestError(where, "data must be a base64 string")
-    try: raw = base64.b64decode(data, validate=True)
-    except ValueError: raise RequestError(where, "data is not valid base64") from None
-    want = n * np.dtype(dt).itemsize
-    if len(raw) != want: raise RequestError(where, f"{len(raw)} bytes of data for shape {shape} {dt} ({want} bytes)")
-    return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape)
-
-def render_request(channels: dict, theme, lighting, seed: int = 0, steps: int | None = None, format: str = "png") -> dict:
-    "The JSON body of a `POST /render` for one frame's channels."
-    body = {"channels": {k: encode_array(v) for k, v in channels.items()}, "theme": theme, "lighting": lighting, "seed": seed, "format": format}
-    if steps is not None: body["steps"] = steps
-    return body
-
-# %% ../nbs/70_serve.ipynb #95efc933
-def parse_play_message(text: str, grid) -> dict:
-    "A client message's changes: `action` (always), and `theme`, `lighting`, `steps` when given; `RequestError` otherwise."
-    from qmind_render.engine import ACTIONS
-    m = parse_json(text, "message", 1007)
-    if not isinstance(m, dict): raise RequestError("message", f"must be a JSON object, got {type(m).__name__}", 1007)
-    extra = sorted(set(m) - {"action", "theme", "lighting", "steps"})
-    if extra: raise RequestError(str(extra[0])[:30], "unknown key; send action, theme, lighting, steps", 1007)
-    a = m.get("action") or "noop"
-    if a not in ACTIONS: raise RequestError("action", f"unknown action {str(a)[:30]!r}; one of {', '.join(ACTIONS)}", 1007)
-    out = {"action": a}
-    if "theme" in m: out["theme"] = _factor_id(grid.theme_names, m["theme"], "theme")
-    if "lighting" in m: out["lighting"] = _factor_id(grid.lighting_names, m["lighting"], "lighting")
-    if "steps" in m: out["steps"] = _int_field(m["steps"], "steps", 1, MAX_STEPS)
-    return out
-
-_DIGITS = re.compile(r"[0-9]{1,19}")     # ASCII digits only: "²".isdigit() is True and int("²") raises
-
-def parse_play_query(params: dict, grid) -> tuple[int, dict]:
-    "A session's episode seed and first settings from `/play`'s query (ids and numbers arrive as text); `RequestError` otherwise."
-    q = {k: int(v) if _DIGITS.fullmatch(v) else v for k, v in params.items()}
-    seed = _int_field(q.pop("seed", 0), "seed", 0, 2**31 - 1)
-    return seed, parse_play_message(json.dumps(q), grid)
-
-def _b64(a: np.ndarray) -> str: return base64.b64encode(np.ascontiguousarray(a, np.uint8).tobytes()).decode()
-
-class PlaySession:
-    "One player: a game, a theme and lighting, a noise seed and a step count."
-    def __init__(self, seed: int, theme: int, lighting: int, steps: int, noise_seed: int = 0):
-        from qmind_render.engine import Game
-        from qmind_render.skinner import episode_materials
-        self.game = Game(seed=seed, materials=episode_materials(seed))
-        self.theme, self.lighting, self.steps, self.noise_seed = theme, lighting, steps, noise_seed
-
-    def step(self, change: dict, grid, spec) -> tuple[RenderItem, dict, dict]:
-        "Apply a parsed message, step the engine, skin the ground truth: the item to render, the images, the timings."
-        from qmind_render.skinner import channel_strip, skin
-        self.theme, self.lighting = change.get("theme", self.theme), change.get("lighting", self.lighting)
-        self.steps = change.get("steps", self.steps)
-        t0 = time.perf_counter(); ch = self.game.step(change["action"])
-        t1 = time.perf_counter(); truth = skin(ch, grid.themes[self.theme], grid.lightings[self.lighting])
-        t2 = time.perf_counter()
-        item = RenderItem(ch, self.theme, self.lighting, self.noise_seed, self.steps)
-        return item, {"truth": truth, "channels": channel_strip(ch)}, {"engine_ms": (t1 - t0) * 1e3, "skin_ms": (t2 - t1) * 1e3}
-
-    def frame_message(self, frame: np.ndarray, images: dict, timings: dict) -> str:
-        imgs = {"model": frame, **images}
-        return json.dumps({"type": "frame", "frame": self.game.frame, "action": self.game.last_action,
-                           "player": [round(v, 3) for v in self.game.player], "steps": self.steps,
-                           "timings": {k: round(v, 2) for k, v in timings.items()},
-                           "images": {k: {"w": v.shape[1], "h": v.shape[0], "rgb": _b64(v)} for k, v in imgs.items()}})
-
-# %% ../nbs/70_serve.ipynb #f8278407
-def play_page() -> str:
-    "The playable page: `qmind_render/assets/play.html`, one file with its script inline; it loads nothing from anywhere else."
-    import qmind_render
-    return (Path(qmind_render.__file__).resolve().parent / "assets" / "play.html").read_text()
-
-# %% ../nbs/70_serve.ipynb #82fedd39
-_logger = logging.getLogger("qmind_render.serve")
-
-class _State:
-    "A server's state: the model (once warm), the batcher, the session and /render counts, its status."
-    def __init__(self, served: Served, settings: ServeSettings):
-        self.served, self.settings, self.metrics = served, settings, Metrics()
-        self.sessions, self.renders, self.renderer, self.batcher = 0, 0, None, None
-        self.status, self.error, self.ready = "warming", None, asyncio.Event()     # warming -> ok | failed
-
-    def start(self, log=print):
-        "Choose the backend, build the renderer and batcher (the slow part: seconds to a minute; runs on the model thread)."
-        s = self.settings
-        if s.backend == "auto": name, net = pick_backend(self.served, s.max_batch, log)
-        else: name, net = s.backend, make_net(self.served, s.backend, log)
-        self.renderer = Renderer(self.served, name, net, s.max_batch, log)
-        self.renderer.warm(sorted({1, 2, 4, 8, s.steps}), log)             # a GPU's CUDA graphs, before the first player
-        self.batcher = MicroBatcher(self.renderer.render, s.max_batch, s.max_wait_ms, self.metrics,
-                                    clients=lambda interactive: self.sessions if interactive else self.renders)
-
-    async def warm_up(self, log=print, ready: str | None = None, on_fail: Callable | None = None):
-        try: await asyncio.get_running_loop().run_in_executor(model_thread(), self.start, log)
-        except Exception as e:
-            self.status, self.error = "failed", e
-            log(f"qmind serve: the model did not start: {type(e).__name__}: {str(e)[:300]}")
-            if on_fail: on_fail()
-        else:
-            await self.batcher.start()
-            self.status = "ok"
-            if ready: log(ready)
-        self.ready.set()
-
-    def info(self) -> dict:
-        sv, s = self.served, self.settings
-        return {"model": sv.model.size_name, "source": sv.name, "step": sv.step, "backend": self.renderer.backend if self.renderer else None,
-                "heldout_psnr": sv.about.get("metrics", {}).get("heldout"), "trained": sv.about.get("trained"),
-                "steps": s.steps, "step_choices": s.step_choices, "themes": sv.grid.theme_names, "lightings": sv.grid.lighting_names,
-                "frame_size": list(sv.spec.size), "channel_spec": sv.spec.version, "settings": asdict(s)}
-
-def _error(e: RequestError, retry_after: int | None = None) -> Response:
-    "`{error, where}` as JSON, ASCII-escaped: a response that cannot fail to encode."
-    return Response(json.dumps({"error": e.msg, "where": e.where}), e.status, media_type="application/json",
-                    headers={"Retry-After": str(retry_after)} if retry_after else None)
-
-async def _read_body(request, limit: int) -> bytes:
-    n = request.headers.get("content-length")
-    if n is not None and (not _DIGITS.fullmatch(n) or int(n) > limit):
-        raise RequestError("body", f"{n[:20]} bytes is more than the {limit}-byte limit (max_body_bytes)", 413)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit: raise RequestError("body", f"more than the {limit}-byte limit (max_body_bytes)", 413)
-    return bytes(body)
-
-def _parse_render(body: bytes, grid, spec, settings: ServeSettings) -> tuple[RenderItem, str]:
-    d = parse_json(body, "body", 400)
-    if not isinstance(d, dict): raise RequestError("body", f"must be a JSON object, got {type(d).__name__}")
-    extra = sorted(set(d) - {"channels", "theme", "lighting", "seed", "steps", "format"})
-    if extra: raise RequestError(str(extra[0])[:30], "unknown field; send channels, theme, lighting, seed, steps, format")
-    for k in ("channels", "theme", "lighting"):
-        if k not in d: raise RequestError(k, "missing")
-    if not isinstance(d["channels"], dict): raise RequestError("channels", "must be an object of channel name -> array")
-    fmt = d.get("format", "png")
-    if fmt not in ("png", "npy"): raise RequestError("format", f"{str(fmt)[:20]!r} is not png or npy")
-    chans = {str(k)[:30]: decode_array(v, f"channels.{str(k)[:30]}") for k, v in d["channels"].items()}
-    return render_item(chans, d["theme"], d["lighting"], grid, spec, d.get("seed", 0), d.get("steps", settings.steps)), fmt
-
-def _encode_frame(frame: np.ndarray, fmt: str) -> tuple[bytes, str]:
-    buf = io.BytesIO()
-    if fmt == "npy": np.save(buf, frame); return buf.getvalue(), "application/x-npy"
-    from PIL import Image
-    Image.fromarray(frame).save(buf, format="PNG"); return buf.getvalue(), "image/png"
-
-# %% ../nbs/70_serve.ipynb #ed41a25f
-def _reason(text: str) -> str:
-    "A WebSocket close reason: at most 120 bytes of UTF-8 that cannot fail to encode."
-    return text.encode("utf-8", "replace")[:120].decode("utf-8", "ignore")
-
-def _refusal(headers: Headers, s: ServeSettings) -> tuple[str, str] | None:
-    "Why a request may not reach the app, as (`Host` or `Origin`, message); None when it may."
-    host = headers.get("host", "")
-    try: name = urlsplit(f"//{host}").hostname or ""
-    except ValueError: name = ""
-    if "*" not in s.hosts and name not in s.hosts:
-        return "Host", f"{host[:60]!r} is not a name this server answers to ({', '.join(s.hosts)})"
-    origin = headers.get("origin")
-    if origin is not None and origin.rstrip("/") not in (f"http://{host}", f"https://{host}", *s.allow_origins):
-        return "Origin", f"a page from {origin[:60]!r} may not use this server (qmind serve --allow-origin ORIGIN allows one)"
-    return None
-
-class _Guard:
-    "ASGI middleware: a request whose Host or Origin is not allowed gets a 403, or its WebSocket is refused before it opens."
-    def __init__(self, app, st: _State): self.app, self.st = app, st
-
-    async def __call__(self, scope, receive, send):
-        why = _refusal(Headers(scope=scope), self.st.settings) if scope["type"] in ("http", "websocket") else None
-        if why is None: return await self.app(scope, receive, send)
-        self.st.metrics.count(f"refused: {why[0]}")
-        if scope["type"] == "http": return await _error(RequestError(*why, 403))(scope, receive, send)
-        await receive()                                              # the handshake's websocket.connect
-        await send({"type": "websocket.close", "code": 1008, "reason": _reason(f"{why[0]}: {why[1]}")})
-
-# %% ../nbs/70_serve.ipynb #6eb352e1
-def create_app(served: Served, settings: ServeSettings | None = None, log=print, ready: str | None = None,
-               warm_first: bool = True, on_fail: Callable | None = None):
-    """The FastAPI app serving `served`: `/`, `/info`, `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready`
-    once warm. `warm_first=False` (what `qmind serve` does): it answers while the backend is chosen, `/healthz` says "warming"
-    (503), `/render` is a 503 with Retry-After, `/play` sessions wait; `on_fail()` is called if the model does not start."""
-    st = _State(served, settings or ServeSettings())
-
-    @asynccontextmanager
-    async def lifespan(app):
-        task = asyncio.get_running_loop().create_task(st.warm_up(log, ready, on_fail))
-        if warm_first:
-            await task
-            if st.error: raise st.error
-        try: yield
-        finally:
-            task.cancel()
-            if st.batcher: await st.batcher.stop()
-
-    app = FastAPI(title="qmind-render", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.qmind = st
-    app.add_middleware(_Guard, st=st)
-
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        resp = await call_next(request)
-        route = request.scope.get("route")
-        st.metrics.count(f"http {request.method} {getattr(route, 'path', 'unmatched')} {resp.status_code}")
-        return resp
-
-    @app.get("/", response_class=HTMLResponse)
-    async def page(): return play_page()
-
-    @app.get("/info")
-    async def info(): return st.info()
-
-    @app.get("/healthz")
-    async def healthz():
-        ok = st.status == "ok" and not st.batcher.task.done()
-        return JSONResponse({"status": "down" if st.status == "ok" and not ok else st.status, "sessions": st.sessions,
-                             **{k: v for k, v in st.info().items() if k in ("model", "step", "backend")}}, status_code=200 if ok else 503)
-
-    @app.get("/metrics")
-    async def metrics(): return {**st.metrics.snapshot(), "sessions": st.sessions, "renders": st.renders}
-
-    @app.post("/render")
-    async def render(request: Request):
-        t0, s = time.perf_counter(), st.settings
-        if st.status != "ok":
-            return _error(RequestError("server", "warming up: choosing a backend" if st.status == "warming" else "the model did not start", 503), 5)
-        if st.renders >= s.max_renders:
-            st.metrics.count("render refused: busy")
-            return _error(RequestError("server", f"busy: {st.renders} /render requests in progress (max_renders={s.max_renders})", 503), 1)
-        st.renders += 1                               # counted from admission: a slow body holds its place too
-        try:
-            if not request.headers.get("content-type", "").startswith("application/json"):
-                return _error(RequestError("content-type", f"{request.headers.get('content-type', 'none')[:40]!r}: send application/json", 415))
-            try: item, fmt = _parse_render(await _read_body(request, s.max_body_bytes), served.grid, served.spec, s)
-            except RequestError as e: return _error(e)
-            except ClientDisconnect:                  # the client went away mid-body: nothing to answer, nothing to alarm anyone
-                st.metrics.count("render: client gone"); _logger.info("a /render client disconnected before its body arrived")
-                return Response(status_code=400)
-            try: frame, batch = await st.batcher.submit(item)
-            except asyncio.CancelledError: return _error(RequestError("server", "shutting down", 503))   # Ctrl-C mid-render
-        finally: st.renders -= 1
-        data, mime = _encode_frame(frame, fmt)
-        ms = (time.perf_counter() - t0) * 1e3
-        st.metrics.observe("render", ms)
-        return Response(data, media_type=mime, headers={"X-Batch-Size": str(batch), "X-Server-Ms": f"{ms:.2f}"})
-
-    @app.websocket("/play")
-    async def play(ws: WebSocket): await _play(ws, st)
-
-    return app
-
-# %% ../nbs/70_serve.ipynb #c3eb2fa3
-async def _close(ws, code: int, reason: str):
-    try: await ws.close(code, _reason(reason))
-    except Exception: pass                      # the client may already be gone
-
-async def _play(ws, st: _State):
-    from starlette.websockets import WebSocketDisconnect
-    sv, s = st.served, st.settings
-    await ws.accept()
-    if st.sessions >= s.max_sessions:
-        st.metrics.count("play refused: busy")
-        return await _close(ws, 1013, f"server busy: {st.sessions} sessions already (max_sessions={s.max_sessions}); try again later")
-    st.sessions += 1
-    try:
-        try: seed, first = parse_play_query(ws.query_params, sv.grid)
-        except RequestError as e: return await _close(ws, 1007, f"{e.where}: {e.msg}")
-        await st.ready.wait()                   # still warming up: the session waits for the model
-        if st.status != "ok": return await _close(ws, 1011, "the model did not start; see the server's log")
-        session = PlaySession(seed, first.get("theme", 0), first.get("lighting", 0), first.get("steps", s.steps), s.seed)
-        st.metrics.count("play sessions")
-        await ws.send_text(json.dumps({"type": "hello", **{k: v for k, v in st.info().items() if k != "settings"}, "seed": seed}))
-        while True:
-            try: msg = await asyncio.wait_for(ws.receive(), s.session_idle_s)     # a frame request, not a ping, keeps it open
-            except asyncio.TimeoutError:
-                st.metrics.count("play closed: idle")
-                return await _close(ws, 1001, f"idle {s.session_idle_s:g} s")
-            if msg["type"] == "websocket.disconnect": break
-            t0 = time.perf_counter()
-            text = msg.get("text")
-            if text is None: return await _close(ws, 1003, "binary messages are not accepted; send JSON text")
-            if len(text) > s.max_message_bytes: return await _close(ws, 1009, f"message of {len(text)} bytes is over max_message_bytes={s.max_message_bytes}")
-            try: change = parse_play_message(text, sv.grid)
-            except RequestError as e:
-                st.metrics.count("play closed: bad message")
-                return await _close(ws, e.status if e.status >= 1000 else 1007, f"{e.where}: {e.msg}")
-            item, images, timings = session.step(change, sv.grid, sv.spec)
-            t1 = time.perf_counter()
-            frame, batch = await st.batcher.submit(item, interactive=True)
-            timings.update(model_ms=(time.perf_counter() - t1) * 1e3, batch=batch)
-            timings["total_ms"] = (time.perf_counter() - t0) * 1e3
-            await ws.send_text(session.frame_message(frame, images, timings))
-            st.metrics.observe("play_frame", timings["total_ms"]); st.metrics.count("play frames")
-    except (WebSocketDisconnect, RuntimeError, OSError):
-        st.metrics.count("play disconnected")    # the client went away, perhaps mid-frame
-    except asyncio.CancelledError:              # shutting down with a frame still rendering: the session just ends
-        st.metrics.count("play cancelled")
-    finally:
-        st.sessions -= 1
-
-# %% ../nbs/70_serve.ipynb #f274c52c
+# %% ../nbs/70_serve.ipynb #52f8d048
 def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_000):
-    "A figure: for `frames` frames of unseen episodes in held-out cells, surface and depth channels, ground truth, and the model at each K."
-    from matplotlib.figure import Figure
-
+    "A `Figure`: `frames` frames of unseen episodes in held-out cells, as surface and depth, the ground truth, and the model at each K."
     from qmind_render.engine import render_episode
-    from qmind_render.skinner import SURFACE_RGB, skin
+    from qmind_render.skinner import skin
+    from qmind_render.viz import colorize, grid_figure, mosaic
     g, held, r = served.grid, served.about.get("held_out") or [[0, 0, 0]], Renderer(served, "eager")
-    fig = Figure(figsize=(1.25 * (3 + len(steps)), 1.4 * frames + 0.5))
-    axs = fig.subplots(frames, 3 + len(steps), squeeze=False)
-    for i, (row, (t, m, l)) in enumerate(zip(axs, [held[i * 5 % len(held)] for i in range(frames)])):
+    rows, names = [], []
+    for t, m, l in [held[i * 5 % len(held)] for i in range(frames)]:
         ch = list(render_episode(seed + int(t * 100 + m * 10 + l), 24, materials=[m]))[-1]     # well into an unseen episode
-        preds = r.render([RenderItem(ch, t, l, seed=0, steps=k) for k in steps])
-        panels = [("surface", SURFACE_RGB[ch["surface"]]), ("depth", ch["depth"]), ("ground truth", skin(ch, g.themes[t], g.lightings[l]))]
-        panels += [(f"model, {k} step{'s' * (k > 1)}", p) for k, p in zip(steps, preds)]
-        for ax, (lab, im) in zip(row, panels):
-            ax.imshow(im, cmap="gray" if im.ndim == 2 else None, interpolation="nearest"); ax.set_xticks([]); ax.set_yticks([])
-            if i == 0: ax.set_title(lab, fontsize=8)
-        row[0].set_ylabel(f"{g.theme_names[t]}\n{g.materials[m]}\n{g.lighting_names[l]}", fontsize=7)
-    fig.suptitle(f"{served.source} (step {served.step}) on held-out factor cells: channels → ground truth → model", fontsize=9)
-    fig.tight_layout()
-    return fig
-
-# %% ../nbs/70_serve.ipynb #8e6ec30f
-def _uvicorn_config(app, settings: ServeSettings, log_level: str = "info"):
-    import uvicorn
-    return uvicorn.Config(app, log_level=log_level, ws_max_size=settings.max_message_bytes,
-                          ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=3, lifespan="on")
-
-def serve_url(host: str, port: int) -> str:
-    "The URL a browser opens: IPv6 addresses in brackets (`http://[::1]:8000/`)."
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
-
-def bind(host: str, port: int) -> socket.socket:
-    "A listening socket on `host`:`port`, made at once; `ServeError` in one line when the port is taken or the host is wrong."
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535: raise ServeError(f"--port {port} is not a TCP port: use 1..65535")
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)     # as uvicorn chooses
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port)); sock.listen(128)
-    except OSError as e:
-        sock.close()
-        if e.errno == errno.EADDRINUSE: raise ServeError(f"port {port} on {host} is in use (another qmind serve?): stop that, or pick another with --port") from None
-        raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e} (--host must be an address or name of this machine)") from None
-    return sock
-
-def _hosts(host: str) -> tuple:
-    "The Host names a server bound to `host` answers to."
-    return ("*",) if host in ("0.0.0.0", "::", "") else tuple(dict.fromkeys((*LOOPBACK_HOSTS, host.lower())))
-
-def serve(served: Served, settings: ServeSettings | None = None, host: str = "127.0.0.1", port: int = 8000,
-          sock: socket.socket | None = None) -> None:
-    "Run the server in the foreground until Ctrl-C: it answers at once (`/healthz`: warming) and says `ready` once warm."
-    import uvicorn
-    settings = replace(settings or ServeSettings(), hosts=_hosts(host))
-    sock = sock or bind(host, port)
-    url = serve_url(host, port)
-    if host not in LOOPBACK_HOSTS:
-        print(f"WARNING: binding {host}: anyone who can reach this machine can use the server (it has no authentication)")
-    print(f"qmind serve: {served.source} (step {served.step}, {served.model.size_name}) on {url}; choosing a backend first")
-    server = None
-    app = create_app(served, settings, ready=f"ready: open {url} and play (arrows or WASD; Ctrl-C stops the server)",
-                     warm_first=False, on_fail=lambda: setattr(server, "should_exit", True))
-    server = uvicorn.Server(_uvicorn_config(app, settings))
-    try: server.run(sockets=[sock])
-    except KeyboardInterrupt: pass               # Ctrl-C: uvicorn has already shut down cleanly
-    finally: sock.close()
-    if app.state.qmind.error: raise app.state.qmind.error
-
-class ServerThread:
-    "`with ServerThread(served, settings) as url:` a live, warm server on a free loopback port, stopped on exit."
-    def __init__(self, served: Served, settings: ServeSettings | None = None, port: int = 0, log=lambda *a: None):
-        import uvicorn
-        self.settings = settings or ServeSettings()
-        self.sock = bind("127.0.0.1", port)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.app = create_app(served, self.settings, log=log, warm_first=False)
-        self.server = uvicorn.Server(_uvicorn_config(self.app, self.settings, "warning"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        t0, st = time.monotonic(), self.app.state.qmind
-        while not (self.server.started and st.status != "warming"):
-            if not self.thread.is_alive() or time.monotonic() - t0 > 300: raise ServeError("the server did not start")
-            time.sleep(0.02)
-        if st.error: self.__exit__(); raise st.error
-        return self.url
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
-
-# %% ../nbs/70_serve.ipynb #a697e9f5
-def serve_main(argv: list[str]) -> int:
-    "`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend] [--max-batch] [--max-wait-ms] [--max-sessions] ...`"
-    import argparse
-    d = ServeSettings()
-    p = argparse.ArgumentParser(prog="qmind serve", description="Serve a checkpoint: POST /render, WebSocket /play, and the playable page at /.")
-    p.add_argument("--checkpoint", default=None, help="a checkpoint file or a run dir (its latest checkpoint), e.g. runs/quickstart "
-                                                      "(default: the model that ships with the package)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--steps", type=int, default=d.steps, help=f"DDIM steps when a request does not say (default {d.steps})")
-    p.add_argument("--backend", default=d.backend, choices=[*BACKENDS, "auto"], help="how the network runs (auto: the fastest of eager, bf16, onnx and, once its package is cached, compile; measured at startup)")
-    p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"micro-batch size limit (default {d.max_batch})")
-    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help=f"how long a batch waits to fill (default {d.max_wait_ms})")
-    p.add_argument("--max-sessions", type=int, default=d.max_sessions, help=f"concurrent /play sessions (default {d.max_sessions})")
-    p.add_argument("--max-renders", type=int, default=d.max_renders, help=f"/render requests in progress; more get 503 (default {d.max_renders})")
-    p.add_argument("--session-idle-s", type=float, default=d.session_idle_s, help=f"close a /play session that asks for no frame this long (default {d.session_idle_s:g})")
-    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a web page origin (e.g. http://localhost:3000) "
-                   "that may use the server besides its own page; repeatable")
-    p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:N")
-    a = p.parse_args(argv)
-    settings = ServeSettings(steps=a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions,
-                             max_renders=a.max_renders, session_idle_s=a.session_idle_s, allow_origins=tuple(a.allow_origin))
-    if not 1 <= a.port <= 65535: raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")
-    from qmind_render.train import pick_device
-    device = pick_device(a.device, key="--device")                    # a device this machine lacks: one line, before loading
-    sock = bind(a.host, a.port)                                       # a port in use: one line, before anything slow
-    print(f"qmind serve: listening on {serve_url(a.host, a.port)}; loading the model", flush=True)
-    try: served = on_model_thread(load_served, a.checkpoint, str(device))
-    except BaseException: sock.close(); raise
-    serve(served, settings, a.host, a.port, sock)
-    return 0
-
-# %% ../nbs/70_serve.ipynb #1ec2ffd4
-async def _client(url: str, deadline: float, query: str, lat: list, errors: list) -> int:
-    from websockets.asyncio.client import connect
-    n = 0
-    try:
-        async with connect(f"{url.replace('http', 'ws', 1)}/play?{query}", max_size=1 << 22, open_timeout=30) as ws:
-            json.loads(await ws.recv())                                   # hello
-            while time.monotonic() < deadline:
-                t0 = time.perf_counter()
-                await ws.send(json.dumps({"action": ("forward", "turn_left", "forward", "turn_right")[n % 4]}))
-                m = json.loads(await ws.recv())
-                if m.get("type") != "frame": raise RuntimeError(f"expected a frame, got {str(m)[:80]}")
-                lat.append((time.perf_counter() - t0) * 1e3); n += 1
-    except Exception as e: errors.append(f"{type(e).__name__}: {e}")
-    return n
-
-async def _load(url: str, clients: int, seconds: float, steps: int) -> dict:
-    import httpx
-    async with httpx.AsyncClient() as http: before = (await http.get(f"{url}/metrics")).json()
-    lat, errors = [], []
-    t0 = time.monotonic()
-    counts = await asyncio.gather(*(_client(url, t0 + seconds, f"seed={i}&steps={steps}&theme={i % 5}", lat, errors) for i in range(clients)))
-    wall = time.monotonic() - t0
-    async with httpx.AsyncClient() as http: after = (await http.get(f"{url}/metrics")).json()
-    sizes = Counter({int(k): v for k, v in after["batch_sizes"].items()}) - Counter({int(k): v for k, v in before["batch_sizes"].items()})
-    nb = sum(sizes.values())
-    pct = lambda q: round(float(np.percentile(lat, q)), 2) if lat else None
-    return {"clients": clients, "steps": steps, "seconds": round(wall, 2), "frames": sum(counts), "fps": round(sum(counts) / wall, 2),
-            "fps_per_client": round(sum(counts) / wall / clients, 2), "p50_ms": pct(50), "p99_ms": pct(99), "errors": errors,
-            "mean_batch": round(sum(k * v for k, v in sizes.items()) / nb, 2) if nb else None}
-
-def load_test(url: str, clients: int = 8, seconds: float = 5.0, steps: int = 2) -> dict:
-    "Play `clients` sessions against `url` for `seconds`: throughput, latency percentiles, errors, batch sizes."
-    if not 1 <= clients <= 256 or not 0 < seconds <= 600: raise ValueError(f"clients must be 1..256 and seconds 0..600, got {clients}, {seconds}")
-    with ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, _load(url, clients, seconds, steps)).result()
-
-# %% ../nbs/70_serve.ipynb #4e4fc11b
-def bench_serve(size: str = "small", steps: list = (1, 2, 4), clients: list = (1, 8), seconds: float = 6.0, repeats: int = 3,
-                backend: str = "auto", compile: bool = True, max_wait_ms: float = 2.0, device: str = "cpu") -> dict:
-    """Network time per backend; a frame's render time at batch 1 (network + DDIM, no server) with the fastest; then end-to-end
-    fps and latency through a live server for each step count and client count: the median of `repeats` load tests of
-    `seconds` each (each test's fps is kept too: on a shared 2-core VM they spread). `device=cuda` for the GPU figures."""
-    from qmind_render.engine import Game
-    served = on_model_thread(random_served, size, device=device)
-    log = lambda m: print(m, file=sys.stderr)                            # stdout is the result (--json)
-    nets = on_model_thread(candidate_nets, served, compile, log=log)
-    out = {"model": size, "device": device, "threads": torch.get_num_threads(), **on_model_thread(time_backends, served, nets)}
-    fastest = min(nets, key=lambda k: out[f"{k}_b1_ms"])
-    renderer, ch = Renderer(served, fastest, nets[fastest]), Game(seed=0).step("forward")
-    for k in steps:
-        frame = functools.partial(renderer.render, [render_item(ch, 0, 0, served.grid, served.spec, steps=k)])
-        out[f"steps{k}_render_b1_ms"] = round(on_model_thread(_interleaved, {"f": frame}, 10, _sync(served.device))["f"] * 1e3, 2)
-    out["render_backend"] = fastest
-    settings = ServeSettings(backend=backend, max_wait_ms=max_wait_ms, max_batch=max(clients), max_sessions=max(clients))
-    with ServerThread(served, settings, log=log) as url:
-        import httpx
-        out["backend"] = httpx.get(f"{url}/info").json()["backend"]
-        load_test(url, 1, 1.0, 1)                                            # warm up
-        for k in steps:
-            for c in clients:
-                runs = [load_test(url, c, seconds, k) for _ in range(repeats)]
-                if any(r["errors"] for r in runs): raise RuntimeError(f"load test with {c} clients at {k} steps: {[r['errors'][:3] for r in runs]}")
-                for f in ("fps", "p50_ms", "p99_ms", "mean_batch"): out[f"steps{k}_clients{c}_{f}"] = float(np.median([r[f] for r in runs]))
-                out[f"steps{k}_clients{c}_fps_runs"] = [r["fps"] for r in runs]
-            out[f"steps{k}_throughput_ratio"] = round(out[f"steps{k}_clients{max(clients)}_fps"] / out[f"steps{k}_clients{min(clients)}_fps"], 2)
-    return out
+        pics = colorize(ch, served.spec)
+        rows.append([pics["surface"], pics["depth"], skin(ch, g.themes[t], g.lightings[l]),
+                     *r.render([RenderItem(ch, t, l, seed=0, steps=k) for k in steps])])
+        names.append(f"{g.theme_names[t]}\n{g.materials[m]}\n{g.lighting_names[l]}")
+    cols = ["surface", "depth", "ground truth", *[f"model, {k} step{'s' * (k > 1)}" for k in steps]]
+    return grid_figure(mosaic(rows), names, cols, f"{served.name} (step {served.step}) on held-out factor cells: channels → ground truth → model",
+                       size=1.5)

@@ -25,7 +25,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from qmind_render.engine import Game
-from qmind_render.serve import encode_array, load_served, load_test, render_request
+from qmind_render.app import encode_array, render_request
+from qmind_render.serve import load_served
+from qmind_render.serve_bench import load_test
 
 from tests.conftest import free_port, launch_chromium, needs_chromium
 
@@ -414,7 +416,8 @@ def test_page_in_chromium(server, tmp_path):
             frames = lambda: int(page.evaluate("Number(document.body.dataset.frames || 0)"))
             served = lambda: httpx.get(f"{server}/metrics").json()["counts"].get("play frames", 0)
             page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
-            assert page.locator("#status").inner_text() == "playing"
+            assert page.locator("#status").inner_text() == "playing"                   # play.js ran, and play.css styles the page:
+            assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(21, 22, 26)"
             # the menu offers every step count the server accepts, and the server's --steps 3 is chosen
             assert page.eval_on_selector_all("#steps option", "os => os.map(o => o.value)") == [str(k) for k in range(1, 17)]
             assert page.input_value("#steps") == "3"
@@ -472,7 +475,7 @@ def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it
 
 def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
     from qmind_render.evaluate import evaluate
-    from qmind_render.model import load_shipped
+    from qmind_render.checkpoint import WeightsError, content_hash, load_shipped
     from qmind_render.serve import ServeError, ship
     with pytest.raises(ServeError, match=r"no evaluation of 0000003.pt .*run `qmind eval .*` first"):
         ship(run_dir, tmp_path / "never.pt")
@@ -486,6 +489,13 @@ def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
     model, _, about = load_shipped(out)
     ref = load_served(run_dir).model.state_dict()
     assert all((model.state_dict()[k] - v.float()).abs().max() <= v.float().abs().max() / 128 + 1e-8 for k, v in ref.items())   # bf16 rounding
+    # sealed as a checkpoint is: a copy with one weight changed is refused by load_shipped, as qmind serve loads it
+    assert blob["sha256"] == content_hash(blob) and not list(tmp_path.glob(".*"))       # no temporary file left
+    k = next(k for k, v in blob["ema"].items() if v.is_floating_point())
+    blob["ema"][k] = blob["ema"][k].clone(); blob["ema"][k].view(-1)[0] += 1
+    torch.save(blob, tmp_path / "edited.pt")
+    with pytest.raises(WeightsError, match="edited.pt is corrupt"):
+        load_shipped(tmp_path / "edited.pt")
 
 
 # ---------------------------------------------------------------- the benchmark's code path (numbers are not tested)
