@@ -23,7 +23,6 @@ from fastcore.basics import patch
 
 from .config import config_to_dict, load_config, save_config
 from .checkpoint import check_resume, checkpoint_name, pick_resume, restore_rng, rng_state, save_checkpoint, versions
-from .checkpoint import CheckpointError, load_checkpoint  # noqa: F401  (serve imports them from here until it moves)
 from .contracts import UserError
 from .data import fetch, git_commit, load_split, make_loader, open_store
 from .viz import sample_grid
