@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import os
 import random
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 from .config import config_from_dict, config_to_dict
 from .contracts import UserError, check_spec_version, contract_versions
 from .model import ConditionalUNet, Diffusion, build_model
+from .util import atomic_write
 
 # %% auto #0
 __all__ = ['RESUME_FIXED', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints', 'run_dir_of', 'find_checkpoint',
@@ -101,13 +101,9 @@ def move(x, device):
 
 def save_sealed(state: dict, path: str | Path) -> Path:
     "Write `state` (on the CPU), sealed, to `path` atomically; a failed write is a `CheckpointError` and leaves `path` as it was."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        torch.save(seal(move(state, "cpu")), tmp)
-        os.replace(tmp, path)
+    path, sealed = Path(path), seal(move(state, "cpu"))
+    try: atomic_write(path, write=lambda tmp: torch.save(sealed, tmp))
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         hint = " (the disk is full)" if e.errno == errno.ENOSPC else ""
         raise CheckpointError(f"could not write {path}{hint}: {e.strerror or e}; the previous checkpoint is untouched") from None
     return path

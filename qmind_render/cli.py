@@ -49,11 +49,11 @@ BENCHES: dict[str, str] = {
     "engine": "qmind_render.engine:bench_engine",
     "skinner": "qmind_render.skinner:bench_skinner",
     "data": "qmind_render.data:bench_data",
-    "model": "qmind_render.model:bench_model",
+    "model": "qmind_render.model_bench:bench_model",
     "sampler": "qmind_render.sampler:bench_sampler",
     "train": "qmind_render.train:bench_train",
     "eval": "qmind_render.evaluate:bench_eval",
-    "serve": "qmind_render.serve:bench_serve",
+    "serve": "qmind_render.serve_bench:bench_serve",
     "gpu": "qmind_render.gpu:bench_gpu",
 }
 

@@ -23,7 +23,7 @@ from .data import generate, list_datasets, make_split, open_store, save_split
 from .evaluate import bench_eval, psnr_curve, run
 from .model_bench import bench_throughput
 from .sampler import bench_sampler
-from .serve import bench_serve
+from .serve_bench import bench_serve
 from .train import Meter, _step, batches, pick_device, read_metrics, setup, train
 
 # %% auto #0
