@@ -376,14 +376,3 @@ def setup(session, store: str, owner: str | None = None, create_bucket: bool = F
     tags = job_tags(owner or default_owner(session))
     return [ensure_bucket(session, bucket, tags, create_bucket), ensure_abort_rule(session, bucket, prefix),
             *ensure_roles(session, bucket, prefix, tags)]
-
-# %% ../nbs/80_cloud.ipynb #a8c9253c
-_MOVED = {"backend_for": "cloud_cli", "BudgetGuard": "cloud_guard", "check_sweep": "cloud_guard",
-          "EC2Backend": "cloud_jobs", "SageMakerBackend": "cloud_jobs"}
-
-def __getattr__(name: str):
-    "Names that moved to the cloud chapter's later modules, for `sweep` until it imports them from there (then this goes)."
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(f"qmind_render.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,15 +23,16 @@ from fastcore.basics import patch
 from .checkpoint import checkpoint_name
 from .cloud import Backend, RunSpec, load_menu
 from .config import config_from_dict, config_to_dict, find_config, load_config
+from .util import atomic_write, format_cell, format_table
 
 # %% auto #0
 __all__ = ['DECK', 'BYTES_PER_PARAM', 'SLURM_RESOURCES', 'SLURM_STATES', 'CLOUD', 'SWEEP_HELP', 'METRICS', 'gpu_hours',
            'deck_sizing', 'saved_activation_bytes', 'measure_model', 'memory_gb', 'instance_rows', 'plan_cost',
-           'format_table', 'format_plan', 'cost_main', 'load_sweep', 'multirun', 'expand_sweep', 'run_finished',
-           'job_record', 'write_run_dir', 'execute_run', 'LocalBackend', 'sbatch_script', 'slurm', 'slurm_states',
-           'SlurmBackend', 'sweep_cost', 'prepare_datasets', 'sweep_summary', 'step_seconds', 'estimate_wall',
-           'make_backend', 'record_backend', 'watch', 'read_metrics_tail', 'sweep_main', 'sweep_results', 'aggregate',
-           'plot_sweep', 'md_table', 'write_report']
+           'format_plan', 'cost_main', 'load_sweep', 'multirun', 'expand_sweep', 'run_finished', 'job_record',
+           'write_run_dir', 'execute_run', 'LocalBackend', 'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend',
+           'sweep_cost', 'prepare_datasets', 'sweep_summary', 'step_seconds', 'estimate_wall', 'make_backend',
+           'record_backend', 'watch', 'read_metrics_tail', 'sweep_main', 'sweep_results', 'aggregate', 'plot_sweep',
+           'md_table', 'write_report', 'plot_cost']
 
 # %% ../nbs/85_sweep.ipynb #f14003f1
 DECK = {"gflop_per_frame": 50.0, "steps": 200_000, "batch": 64, "backward_factor": 3.0, "utilisation": 0.3,
@@ -125,19 +126,6 @@ def plan_cost(cfg, instance: str | None = None, budget: float | None = None, uti
             "deck": deck_sizing()}
 
 # %% ../nbs/85_sweep.ipynb #7b0db559
-def _fmt(v) -> str:
-    if v is None: return "-"
-    if isinstance(v, bool): return "yes" if v else "NO"
-    if isinstance(v, float): return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.3e}"
-    return str(v)
-
-def format_table(rows: list[dict], cols: list[str] | None = None) -> str:
-    "Rows of dicts as an aligned plain-text table."
-    cols = cols or list(rows[0]) if rows else cols or []
-    cells = [cols] + [[_fmt(r.get(c)) for c in cols] for r in rows]
-    w = [max(len(r[i]) for r in cells) for i in range(len(cols))]
-    return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in cells)
-
 def format_plan(p: dict) -> str:
     "The plan as text: the measured model, memory, the instance table, and the deck's arithmetic under its own assumptions."
     m = p["memory_gb"]
@@ -229,8 +217,7 @@ def run_finished(run_dir: Path, steps: int) -> bool:
     try: return Path(json.loads(p.read_text())["checkpoint"]).name == checkpoint_name(steps)
     except (ValueError, KeyError): return False
 
-def _write_json(path: Path, d: dict) -> None:
-    tmp = path.with_suffix(".tmp"); tmp.write_text(json.dumps(d, indent=1)); tmp.replace(path)
+def _write_json(path: Path, d: dict) -> None: atomic_write(path, json.dumps(d, indent=1))
 
 def job_record(backend: str, run: RunSpec, runs: Path, cwd: Path) -> dict:
     "What a run on a backend that shares this filesystem (local, Slurm) executes: notebook, parameters, run dir."
@@ -534,20 +521,20 @@ def estimate_wall(runs: list[RunSpec], backend: str = "local", jobs: int | None 
 CLOUD = {"ec2": "EC2Backend", "sagemaker": "SageMakerBackend"}
 
 def make_backend(name: str, runs=None, jobs: int | None = None, sweep: str = "sweep", resources: dict | None = None, **kw):
-    "`local`, `slurm`, or a cloud backend from `qmind_render.cloud` (keyword arguments go to its constructor)."
+    "`local`, `slurm`, or a cloud backend from `qmind_render.cloud_jobs` (keyword arguments go to its constructor)."
     if name == "local": return LocalBackend(runs, jobs or 1)
     if name == "slurm": return SlurmBackend(runs, resources=resources, throttle=jobs, sweep=sweep, **kw)
     if name not in CLOUD: raise ValueError(f"backend {name!r}: use local, slurm, ec2 or sagemaker")
-    from qmind_render import cloud
-    return getattr(cloud, CLOUD[name])(**{k: v for k, v in kw.items() if v is not None})
+    from qmind_render import cloud_jobs
+    return getattr(cloud_jobs, CLOUD[name])(**{k: v for k, v in kw.items() if v is not None})
 
 def record_backend(job: dict, runs=None):
     "The backend that can read a job record's status (`runs/<run>/job.json`)."
     b = job.get("backend")
     if b == "local": return LocalBackend(runs)
     if b == "slurm": return SlurmBackend(runs)
-    from qmind_render import cloud
-    return cloud.backend_for(job)
+    from qmind_render.cloud_cli import backend_for
+    return backend_for(job)
 
 def _cloud_kw(a) -> dict:
     kw = {"max_hours": a.max_hours, "owner": a.owner, "region": a.region}
@@ -665,7 +652,7 @@ def _status(runs: list[RunSpec], root) -> int:
 
 def _submit_cloud(be, runs: list[RunSpec], a) -> list[dict]:
     "Refuse the whole sweep up front when over budget; skip runs whose recorded job is live or done; record each job."
-    from qmind_render import cloud
+    from qmind_render.cloud_guard import BudgetGuard, check_sweep
     from qmind_render.train import runs_root
     for r in runs:   # the planner's estimate on the backend's own instance, when the menu has one
         row = plan_cost(config_from_dict(r.config), instance=be.instance, utilisation=a.utilisation)["instances"][0]
@@ -676,7 +663,7 @@ def _submit_cloud(be, runs: list[RunSpec], a) -> list[dict]:
         if prev and prev.get("backend") == be.name and (st := be.status(prev)) in ("queued", "running", "done"):
             jobs[r.name] = prev | {"state": st, "skipped": True}
         else: todo.append(r)
-    if todo and be.budget: cloud.check_sweep(be, todo, cloud.BudgetGuard(be.budget, be._session()), f"sweep {a.sweep}")
+    if todo and be.budget: check_sweep(be, todo, BudgetGuard(be.budget, be._session()), f"sweep {a.sweep}")
     for r in todo:
         jobs[r.name] = be.submit(r) | {"state": "queued"}
         p = runs_root(a.runs) / r.name / "job.json"; p.parent.mkdir(parents=True, exist_ok=True); _write_json(p, jobs[r.name])
@@ -820,10 +807,11 @@ def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], path: str | Pat
     return Path(path)
 
 # %% ../nbs/85_sweep.ipynb #1a74d6a3
+def _report_cell(v) -> str: return f"{v:.2f}" if isinstance(v, float) else format_cell(v)
+
 def md_table(rows: list[dict], cols: list[str]) -> str:
-    "Rows as a markdown table."
-    return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] +
-                     ["| " + " | ".join(f"{r[c]:.2f}" if isinstance(r.get(c), float) else _fmt(r.get(c)) for c in cols) + " |" for r in rows])
+    "Rows as a markdown table, numbers to two decimals (dB)."
+    return format_table(rows, cols, markdown=True, cell=_report_cell)
 
 def _pm(a: dict, m: str) -> str:
     return f"{a[m]:.2f}" if a["seeds"] == 1 else f"{a[m]:.2f} ± {a[m + '_std']:.2f} [{a[m + '_min']:.2f}, {a[m + '_max']:.2f}]"
@@ -848,3 +836,19 @@ def write_report(sweep: str | Path | dict, out: str | Path | None = None, root: 
     (out / "report.md").write_text("\n".join(lines))
     _write_json(out / "results.json", {"sweep": s, "runs": rows, "groups": agg})
     return {"report": out / "report.md", "png": png, "rows": rows, "groups": agg}
+
+# %% ../nbs/85_sweep.ipynb #5555fbfc
+def plot_cost(rows: list[dict], title: str = ""):
+    "A sweep's plan per instance (`sweep_cost`'s rows): GPU hours, and dollars on demand and on spot; a matplotlib `Figure`."
+    import numpy as np
+    from matplotlib.figure import Figure
+    rows = [r for r in rows if r["hours"] is not None]
+    v = lambda k: np.array([np.nan if r[k] is None else r[k] for r in rows], float)  # noqa: E731
+    x, names = np.arange(len(rows)), [f"{r['instance']}\n{r['gpu']}" for r in rows]
+    fig = Figure(figsize=(8, 3.2), layout="constrained"); hours, usd = fig.subplots(1, 2)
+    hours.bar(x, v("hours"), color="C0"); hours.set_ylabel("hours, all runs")
+    usd.bar(x - 0.2, v("usd_on_demand"), 0.4, label="on demand"); usd.bar(x + 0.2, v("usd_spot"), 0.4, label="spot")
+    usd.set_ylabel("US$, all runs"); usd.legend(fontsize=7)
+    for ax in (hours, usd): ax.set_xticks(x, names, fontsize=7); ax.grid(axis="y", alpha=0.3)
+    if title: fig.suptitle(title, fontsize=9)
+    return fig

@@ -15,7 +15,8 @@ import pytest
 
 from qmind_render.cloud import Backend, load_menu
 from qmind_render.config import load_config
-from qmind_render.sweep import (LocalBackend, aggregate, deck_sizing, expand_sweep, format_table, measure_model,
+from qmind_render.util import format_table
+from qmind_render.sweep import (LocalBackend, aggregate, deck_sizing, expand_sweep, measure_model,
                                 plan_cost, sweep_main)
 
 REPO = Path(__file__).resolve().parents[1]
