@@ -25,6 +25,7 @@ from .model_bench import bench_throughput
 from .sampler import bench_sampler
 from .serve_bench import bench_serve
 from .train import Meter, _step, batches, pick_device, read_metrics, setup, train
+from .util import atomic_write
 
 # %% auto #0
 __all__ = ['GOALS', 'loop_config', 'loop_throughput', 'profile_steps', 'bench_gpu', 'run_recipe', 'curve_figure', 'targets']
@@ -91,9 +92,7 @@ def _part(r: dict, name: str, fn: Callable, out: Path | None, log) -> None:
     except Exception as e: r[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
     if isinstance(r[name], dict): r[name]["part_s"] = round(time.perf_counter() - t0, 1)
     log(f"[bench gpu] {name}: {'failed: ' + r[name]['error'] if 'error' in r[name] else 'done'} ({time.perf_counter() - t0:.0f} s)")
-    if out:
-        tmp = Path(out).with_suffix(".tmp")
-        tmp.write_text(json.dumps(r, indent=1, default=str)); os.replace(tmp, out)
+    if out: atomic_write(out, json.dumps(r, indent=1, default=str))
 
 def _model_part(device: str, size: str, batches, compiles, peak_n: int) -> dict:
     keep = ("step_s", "frames_per_s", "achieved_tflops", "peak_bf16_tflops", "mfu", "train_gflop_per_step")

@@ -627,16 +627,3 @@ def masked_step(opt: torch.optim.Optimizer, finite: torch.Tensor) -> None:
     opt.found_inf = (~finite).float()                             # what GradScaler hands a fused optimiser
     try: opt.step()
     finally: opt.found_inf = None
-
-# %% ../nbs/40_model.ipynb #60e897e7
-_MOVED = {**{n: "checkpoint" for n in ("WeightsError", "content_hash", "seal", "is_sealed_ok", "shipped_path", "load_shipped")},
-          **{n: "model_bench" for n in ("bench_model", "bench_cpu", "bench_throughput", "matmul_peak_tflops", "diffusers_twin",
-                                        "train_step", "_median_time", "_sync", "_interleaved")},
-          **{n: "train" for n in ("overfit_one_batch", "quick_train")}}
-
-def __getattr__(name: str):
-    "Names that moved out of the model module (weights files, benchmarks, training loops), from their new homes."
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(f"qmind_render.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

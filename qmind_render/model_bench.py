@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import platform
-import statistics
 import time
 
 import torch
@@ -18,22 +17,12 @@ import torch.nn as nn
 
 from .model import (ConditionalUNet, Diffusion, build_model, diffusion_loss, make_optimizer, model_config, n_params,
                                 prepare_batch, synthetic_batch, train_flops)
+from .util import device_sync, interleaved, median_time
 
 # %% auto #0
 __all__ = ['train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'bench_throughput', 'bench_model']
 
 # %% ../nbs/46_model_bench.ipynb #b3928827
-def _median_time(fn, iters: int, warmup: int, sync=lambda: None) -> float:
-    for _ in range(warmup): fn()
-    sync(); out = []
-    for _ in range(iters):
-        t0 = time.perf_counter(); fn(); sync(); out.append(time.perf_counter() - t0)
-    return statistics.median(out)
-
-def _sync(device) -> callable:
-    device = torch.device(device)
-    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
 def train_step(model, opt, diffusion, x0, cond, generator=None, autocast: torch.dtype | None = None) -> torch.Tensor:
     "One forward + backward + optimiser step (the deck's five lines); returns the loss, detached (no host sync)."
     with torch.autocast(x0.device.type, autocast, enabled=autocast is not None):
@@ -72,18 +61,10 @@ def _stepper(model, x0, cond, autocast=None, seed: int = 0):
     opt = make_optimizer(model, lr=1e-4)                                 # the optimiser training builds
     return lambda: train_step(model, opt, d, x0, cond, g, autocast)
 
-def _interleaved(fns: dict, iters: int, sync=lambda: None) -> dict[str, float]:
-    "Median seconds per call of each function, measured round-robin so a change in machine load hits all alike."
-    times = {k: [] for k in fns}
-    for _ in range(iters):
-        for k, f in fns.items():
-            t0 = time.perf_counter(); f(); sync(); times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
-
 def _time_train(model, x0, cond, iters, warmup, autocast=None, compile=False, seed=0) -> float:
     "Median seconds of a training step (after `warmup` steps); `compile` compiles the model in place first, as training does."
     if compile: model.compile()
-    return _median_time(_stepper(model, x0, cond, autocast, seed), iters, warmup, _sync(x0.device))
+    return median_time(_stepper(model, x0, cond, autocast, seed), iters, warmup, device_sync(x0.device))
 
 # %% ../nbs/46_model_bench.ipynb #a1bfb2e6
 def _cpu_variants(size: str, batch: int, compile: bool):
@@ -112,7 +93,7 @@ def bench_cpu(size: str = "small", batch: int = 8, iters: int = 7, warmup: int =
     for k, f in fns.items():
         t0 = time.perf_counter(); f(); first[k] = time.perf_counter() - t0
         for _ in range(warmup - 1): f()
-    med = _interleaved(fns, iters)
+    med = interleaved(fns, iters)
     r = {"size": size, "batch": batch, "iters": iters, "params_ours": n_params(variants["ours"][0].net),
          "params_diffusers": n_params(variants["diffusers"][0].twin)}
     r |= {f"step_s_{k}": v for k, v in med.items()}
@@ -125,7 +106,7 @@ def bench_cpu(size: str = "small", batch: int = 8, iters: int = 7, warmup: int =
 def matmul_peak_tflops(device="cuda", n: int = 8192, dtype=torch.bfloat16, iters: int = 10) -> float:
     "Measured dense matmul throughput (TFLOP/s) of an n×n×n `dtype` product on `device`."
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    sec = _median_time(lambda: a @ b, iters, 3, _sync(device))
+    sec = median_time(lambda: a @ b, iters, 3, device_sync(device))
     return 2 * n ** 3 / sec / 1e12
 
 # %% ../nbs/46_model_bench.ipynb #171c5bf6

@@ -16,8 +16,9 @@ import torch
 from fastcore.basics import patch
 
 from .contracts import UserError
-from .model import (COND_KEYS, ConditionalUNet, Diffusion, _interleaved, _randn, _sync, build_model, check_tensor,
+from .model import (COND_KEYS, ConditionalUNet, Diffusion, _randn, build_model, check_tensor,
                                 ddim_sample, prepare_batch, synthetic_batch)
+from .util import device_sync, interleaved
 
 # %% auto #0
 __all__ = ['BUCKETS', 'fast_dtype', 'InferenceNet', 'SamplerError', 'GraphSampler', 'ddim_latency', 'bench_sampler']
@@ -152,7 +153,7 @@ def ddim_latency(sampler: GraphSampler, steps=(1, 2, 4), batches=(1,), iters: in
         cond, x = _inputs(sampler.model, B)
         fns |= {f"b{B}_s{K}_ms": functools.partial(sampler, cond, x, K) for K in steps}
     for f in fns.values(): f()                                               # capture (and compile) outside the timing
-    return {k: round(v * 1e3, 3) for k, v in _interleaved(fns, iters, _sync(sampler.device)).items()}
+    return {k: round(v * 1e3, 3) for k, v in interleaved(fns, iters, device_sync(sampler.device)).items()}
 
 # %% ../nbs/42_sampler.ipynb #1ba501da
 def bench_sampler(device: str = "cpu", size: str = "small", steps=(1, 2, 4), batches=(1, 8), iters: int = 20,
@@ -173,7 +174,7 @@ def bench_sampler(device: str = "cpu", size: str = "small", steps=(1, 2, 4), bat
     r = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "size": size, "dtype": str(dtype).replace("torch.", "")}
     samplers = {k: GraphSampler(model, d, dtype=dtype, buckets=batches, **kw) for k, kw in variants.items()}
     for k, s in samplers.items():                                         # the first calls: capture, compile
-        t1 = time.perf_counter(); [s(*_inputs(model, B), K) for B in batches for K in steps]; _sync(dev)()
+        t1 = time.perf_counter(); [s(*_inputs(model, B), K) for B in batches for K in steps]; device_sync(dev)()
         r[f"{k}_first_calls_s"] = round(time.perf_counter() - t1, 2)
     ac = dtype if dtype != torch.float32 else None
     fns = {}
@@ -182,7 +183,7 @@ def bench_sampler(device: str = "cpu", size: str = "small", steps=(1, 2, 4), bat
         for K in steps:
             fns[f"reference_b{B}_s{K}_ms"] = functools.partial(ddim_sample, model, cond, d, K, x_T=x, autocast=ac)
             fns |= {f"{k}_b{B}_s{K}_ms": functools.partial(s, cond, x, K) for k, s in samplers.items()}
-    r |= {k: round(v * 1e3, 3) for k, v in _interleaved(fns, iters, _sync(dev)).items()}
+    r |= {k: round(v * 1e3, 3) for k, v in interleaved(fns, iters, device_sync(dev)).items()}
     cond, x = _inputs(model, max(batches), seed=1)
     ref = ddim_sample(model, cond, d, max(steps), x_T=x, autocast=ac)
     for k, s in samplers.items():

@@ -26,7 +26,7 @@ from .checkpoint import (CheckpointError, find_checkpoint, load_checkpoint, load
 from .config import config_from_dict, load_config
 from .contracts import UserError, ChannelError, ChannelSpec, validate
 from .model import Diffusion, build_model, to_uint8
-from .model_bench import _interleaved, _sync
+from .util import device_sync, interleaved
 from .sampler import GraphSampler, InferenceNet, fast_dtype
 from .util import atomic_write
 
@@ -328,13 +328,13 @@ class Renderer:
 # %% ../nbs/70_serve.ipynb #61807ed7
 def time_backends(served: Served, nets: dict[str, Callable], batches=(1, 8), iters: int = 10, warmup: int = 2) -> dict:
     "Median ms per network evaluation for each backend and batch size (the model benchmark's round-robin timer; GPU-synchronised)."
-    dev, sync, out = served.device, _sync(served.device), {}
+    dev, sync, out = served.device, device_sync(served.device), {}
     for B in batches:
         args = _example_inputs(served, B, dev, seed=B)
         calls = {k: functools.partial(f, *args) for k, f in nets.items()}
         with torch.no_grad():
-            _interleaved(calls, warmup, sync)                             # warm-up rounds, not counted
-            out.update({f"{k}_b{B}_ms": round(v * 1e3, 2) for k, v in _interleaved(calls, iters, sync).items()})
+            interleaved(calls, warmup, sync)                             # warm-up rounds, not counted
+            out.update({f"{k}_b{B}_ms": round(v * 1e3, 2) for k, v in interleaved(calls, iters, sync).items()})
     return out
 
 def candidate_nets(served: Served, compile: bool | str = "cached", cache: str | Path | None = None, log=print) -> dict[str, Callable]:
@@ -363,18 +363,6 @@ def pick_backend(served: Served, max_batch: int = 8, log=print, cache: str | Pat
     best = min(score, key=score.get)
     log(f"backend: {best} (ms at batch 1 + per frame at batch {max_batch}: " + ", ".join(f"{k} {v:.1f}" for k, v in score.items()) + ")")
     return best, nets[best]
-
-# %% ../nbs/70_serve.ipynb #2b74ad83
-_MOVED = {**{n: "batcher" for n in ("Metrics", "model_thread", "on_model_thread", "MicroBatcher")},
-          **{n: "app" for n in ("ServeSettings", "encode_array", "decode_array", "render_request", "parse_json", "create_app", "serve_main")},
-          **{n: "serve_bench" for n in ("load_test", "bench_serve")}}
-
-def __getattr__(name: str):
-    "Names that moved to the batcher, the app and the load test, from their new homes."
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(f"qmind_render.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../nbs/70_serve.ipynb #52f8d048
 def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_000):

@@ -20,7 +20,7 @@ import torch
 
 from .app import ServerThread, ServeSettings
 from .batcher import on_model_thread
-from .model_bench import _interleaved, _sync
+from .util import device_sync, interleaved
 from .serve import Renderer, candidate_nets, random_served, render_item, time_backends
 
 # %% auto #0
@@ -77,7 +77,7 @@ def bench_serve(size: str = "small", steps: list = (1, 2, 4), clients: list = (1
     renderer, ch = Renderer(served, fastest, nets[fastest]), Game(seed=0).step("forward")
     for k in steps:
         frame = functools.partial(renderer.render, [render_item(ch, 0, 0, served.grid, served.spec, steps=k)])
-        out[f"steps{k}_render_b1_ms"] = round(on_model_thread(_interleaved, {"f": frame}, 10, _sync(served.device))["f"] * 1e3, 2)
+        out[f"steps{k}_render_b1_ms"] = round(on_model_thread(interleaved, {"f": frame}, 10, device_sync(served.device))["f"] * 1e3, 2)
     out["render_backend"] = fastest
     settings = ServeSettings(backend=backend, max_wait_ms=max_wait_ms, max_batch=max(clients), max_sessions=max(clients))
     with ServerThread(served, settings, log=log) as url:

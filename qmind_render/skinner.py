@@ -23,7 +23,6 @@ from numba import njit
 
 from .contracts import (UserError, ChannelError, check_compatible, load_spec, load_theme_schema, validate,
                                     validate_theme)
-from .viz import MATERIAL_RGB, SURFACE_RGB  # noqa: F401  (old home: data, train and serve still import them from here)
 from .viz import channel_strip, figure_of, mosaic
 
 # %% auto #0

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+
 from .contracts import UserError
+from .util import atomic_write
 
 # %% auto #0
 __all__ = ['DECK_TOPICS', 'NPM_PACKAGES', 'ASSET_FILES', 'talks_dir', 'talk_slug', 'Talk', 'find_talks', 'Topic', 'lineup',
@@ -322,7 +324,7 @@ def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = F
     check_offline(out)
     if kept is not None:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        tmp = kept.with_suffix(f".{os.getpid()}.tmp"); shutil.copyfile(out, tmp); os.replace(tmp, kept)
+        atomic_write(kept, src=out)
     return out
 
 # %% ../nbs/96_talks.ipynb #ccc440b8

@@ -11,12 +11,14 @@ import multiprocessing as mp
 import os
 import secrets
 import shutil
+import statistics
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['atomic_write', 'mp_context', 'pool_map', 'format_cell', 'format_table']
+__all__ = ['atomic_write', 'mp_context', 'pool_map', 'format_cell', 'format_table', 'device_sync', 'median_time', 'interleaved']
 
 # %% ../nbs/00_util.ipynb #9587c151
 def _temp_name(path: Path, suffix: str) -> Path:
@@ -79,3 +81,25 @@ def format_table(rows: list[dict], cols: list[str] | None = None, markdown: bool
         return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(b) + " |" for b in body])
     w = [max(len(x[i]) for x in [cols, *body]) for i in range(len(cols))]
     return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(x)).rstrip() for x in [cols, *body])
+
+# %% ../nbs/00_util.ipynb #b7ce9506
+def device_sync(device) -> Callable[[], None]:
+    "What waits for `device` to finish its queued work: `torch.cuda.synchronize` on a GPU, nothing elsewhere."
+    import torch
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+def median_time(fn: Callable, iters: int, warmup: int = 0, sync: Callable[[], None] = lambda: None) -> float:
+    "Median seconds per call of `fn` over `iters` calls, after `warmup` uncounted ones; `sync` after each call."
+    for _ in range(warmup): fn()
+    sync(); out = []
+    for _ in range(iters):
+        t0 = time.perf_counter(); fn(); sync(); out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+def interleaved(fns: dict[str, Callable], iters: int, sync: Callable[[], None] = lambda: None) -> dict[str, float]:
+    "Median seconds per call of each function, measured round-robin so a change in machine load hits all alike."
+    times = {k: [] for k in fns}
+    for _ in range(iters):
+        for k, f in fns.items():
+            t0 = time.perf_counter(); f(); sync(); times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}

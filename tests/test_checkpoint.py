@@ -51,8 +51,6 @@ def test_a_checkpoint_from_before_the_change_renders():
 
 
 def test_the_shipped_model_is_sealed_and_a_flipped_bit_is_refused(tmp_path):
-    from qmind_render import model
-    assert model.load_shipped is load_shipped                         # the old name still resolves, until its users move
     blob = torch.load(shipped_path(), weights_only=True)
     assert "sha256" in blob and is_sealed_ok(blob)
     w = next(v for v in blob["ema"].values() if v.numel() >= 64)
