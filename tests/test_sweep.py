@@ -15,9 +15,11 @@ import pytest
 
 from qmind_render.cloud import Backend, load_menu
 from qmind_render.config import load_config
+from qmind_render.cost import deck_sizing, measure_model, plan_cost
+from qmind_render.sweep import LocalBackend, expand_sweep
+from qmind_render.sweep_cli import sweep_main
+from qmind_render.sweep_report import aggregate
 from qmind_render.util import format_table
-from qmind_render.sweep import (LocalBackend, aggregate, deck_sizing, expand_sweep, measure_model,
-                                plan_cost, sweep_main)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["data.episodes=8", "data.frames_per_episode=16", "data.dataset=ds-sweep-tiny", "train.steps=8", "train.batch=4",
@@ -39,6 +41,15 @@ def test_backward_is_about_twice_forward():
     m = measure_model(load_config().model)
     assert 2.5 < m["train_forward_ratio"] < 3.5
     assert m["forward_flops"] > 0 and m["activation_bytes_per_sample"] > 0
+
+
+def test_measure_model_counts_the_step_of_the_configs_diffusion(monkeypatch):
+    import qmind_render.model as model
+    seen, count = [], model.train_flops
+    monkeypatch.setattr(model, "train_flops", lambda m, x0, cond, d: seen.append(d) or count(m, x0, cond, d))
+    cfg = load_config(None, ["model.prediction=eps", "model.schedule=linear", "model.timesteps=50"])
+    measure_model(cfg.model)
+    assert [(str(d.prediction), str(d.schedule), d.T) for d in seen] == [("eps", "linear", 50)]   # not Diffusion()'s defaults
 
 
 def test_plan_numbers_and_budget(monkeypatch):
@@ -139,7 +150,7 @@ def tiny_sweep(tmp_path_factory):
         sweep = tiny_dir(tmp, mp)
         mp.chdir(tmp)
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-c", "import sys; from qmind_render.sweep import sweep_main; "
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; from qmind_render.sweep_cli import sweep_main; "
                                  "sys.exit(sweep_main(sys.argv[1:]))", str(sweep), "--jobs", "2"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:   # each run's kernel gets SIGTERM once it has logged two steps (of 8)
@@ -265,7 +276,8 @@ def test_multirun_from_the_command_line_and_its_wall_time(monkeypatch, capsys):
 
 
 def test_wall_time_follows_the_steps(monkeypatch):
-    from qmind_render.sweep import estimate_wall, multirun
+    from qmind_render.cost import estimate_wall
+    from qmind_render.sweep import multirun
     monkeypatch.chdir(REPO)
     runs = expand_sweep(multirun("quickstart", ["train.steps=100,400"]))
     w = estimate_wall(runs, "local")

@@ -14,7 +14,8 @@ import pytest
 
 from qmind_render import cloud_cli
 from qmind_render.cli import main
-from qmind_render.sweep import SlurmBackend, expand_sweep, job_record, sbatch_script, sweep_main
+from qmind_render.sweep import SlurmBackend, expand_sweep, job_record, sbatch_script
+from qmind_render.sweep_cli import sweep_main
 from tests.conftest import free_port
 from tests.test_cloud import STORE, aws, moto_ami, ready, store, tags_of  # noqa: F401 (fixtures)
 from tests.test_sweep import tiny_dir
