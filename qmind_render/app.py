@@ -160,7 +160,7 @@ def _b64(a: np.ndarray) -> str: return base64.b64encode(np.ascontiguousarray(a, 
 class PlaySession:
     "One player: a game, a theme and lighting, a noise seed and a step count."
     def __init__(self, seed: int, theme: int, lighting: int, steps: int, noise_seed: int = 0):
-        from qmind_render.engine import Game
+        from qmind_render.game import Game
         from qmind_render.skinner import episode_materials
         self.game = Game(seed=seed, materials=episode_materials(seed))
         self.theme, self.lighting, self.steps, self.noise_seed = theme, lighting, steps, noise_seed

@@ -46,7 +46,7 @@ COMMANDS: dict[str, Command] = {
 
 # `qmind bench NAME`: functions returning a dict of measured numbers.
 BENCHES: dict[str, str] = {
-    "engine": "qmind_render.engine:bench_engine",
+    "engine": "qmind_render.episode:bench_engine",
     "skinner": "qmind_render.skinner:bench_skinner",
     "data": "qmind_render.data:bench_data",
     "model": "qmind_render.model_bench:bench_model",

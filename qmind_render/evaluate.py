@@ -228,7 +228,7 @@ def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
 # %% ../nbs/60_evaluate.ipynb #a86eb079
 def episode_video(loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, scale: int = 2) -> Path:
     "GIF of surface | ground truth | model for an unseen episode in a held-out cell (`viz.episode_frames`, `viz.write_gif`)."
-    from qmind_render.engine import render_episode
+    from qmind_render.episode import render_episode
     from qmind_render.skinner import load_grid, skin, stack_frames
     grid, (t, m, l) = load_grid(), loaded.split.held_out[0]
     seed = int(loaded.ds.manifest.seeds[1]) + 1000

@@ -367,7 +367,7 @@ def pick_backend(served: Served, max_batch: int = 8, log=print, cache: str | Pat
 # %% ../nbs/70_serve.ipynb #52f8d048
 def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_000):
     "A `Figure`: `frames` frames of unseen episodes in held-out cells, as surface and depth, the ground truth, and the model at each K."
-    from qmind_render.engine import render_episode
+    from qmind_render.episode import render_episode
     from qmind_render.skinner import skin
     from qmind_render.viz import colorize, grid_figure, mosaic
     g, held, r = served.grid, served.about.get("held_out") or [[0, 0, 0]], Renderer(served, "eager")

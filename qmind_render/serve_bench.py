@@ -68,7 +68,7 @@ def bench_serve(size: str = "small", steps: list = (1, 2, 4), clients: list = (1
     """Network time per backend; a frame's render time at batch 1 (network + DDIM, no server) with the fastest; then end-to-end
     fps and latency through a live server for each step count and client count: the median of `repeats` load tests of
     `seconds` each (each test's fps is kept too: on a shared 2-core VM they spread). `device=cuda` for the GPU figures."""
-    from qmind_render.engine import Game
+    from qmind_render.game import Game
     served = on_model_thread(random_served, size, device=device)
     log = lambda m: print(m, file=sys.stderr)                            # stdout is the result (--json)
     nets = on_model_thread(candidate_nets, served, compile, log=log)

@@ -168,7 +168,7 @@ def load_grid(path: str | Path | None = None) -> FactorGrid:
 # %% ../nbs/20_skinner.ipynb #d6ad6bed
 def engine_frame(seed: int, frame: int, materials=None) -> dict[str, np.ndarray]:
     "Frame number `frame` of episode `seed` from the engine (walls drawn from `materials`; None: all)."
-    from qmind_render.engine import render_episode
+    from qmind_render.episode import render_episode
     return next(itertools.islice(render_episode(seed, frame + 1, materials=materials), frame, None))
 
 # %% ../nbs/20_skinner.ipynb #5f17b4ae
@@ -653,7 +653,8 @@ def render_main(argv: list[str] | None = None) -> int:
     "`qmind render --seed S --frames N --out DIR [--theme T] [--lighting L]`; returns the exit status."
     import sys
 
-    from qmind_render.engine import render_episode, render_parser, write_episode
+    from qmind_render.episode import render_episode
+    from qmind_render.game import render_parser, write_episode
     p = render_parser()
     p.add_argument("--theme", default=None, help="theme name or id: also write skinned strips to OUT/skinned/")
     p.add_argument("--lighting", default="daylight", help="lighting setup name or id (default: daylight)")
@@ -678,7 +679,7 @@ def _bench_frames(n: int, source: str) -> dict[str, np.ndarray]:
     if source == "corridor":
         return stack_frames(corridor_frame(shift=0.37 * i, materials=[(i + k) % 5 for k in range(5)]) for i in range(n))
     if source == "engine":
-        from qmind_render.engine import render_batch
+        from qmind_render.episode import render_batch
         per = 64
         frames = list(render_batch(list(range(-(-n // per))), per))   # [n_seeds, ...] per step
         return {k: np.concatenate([f[k] for f in frames])[:n] for k in frames[0]}

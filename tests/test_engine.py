@@ -1,5 +1,5 @@
 """Engine checks a notebook can't hold: golden hashes, fresh processes and pools, long episodes,
-memory, exact-table robustness, the command line. The examples in nbs/10_engine.ipynb cover the rest."""
+memory, exact-table robustness, the command line. The examples in nbs/10_engine, 11_episode and 12_game cover the rest."""
 import functools
 import math
 import multiprocessing as mp
@@ -13,40 +13,42 @@ import numpy as np
 import pytest
 
 from qmind_render import engine as E
+from qmind_render import episode as EP
+from qmind_render import game as G
 from qmind_render.contracts import load_spec, validate
 
 SPEC = load_spec()
 SID = {c: SPEC.surface_id(c) for c in SPEC.classes}
 FRAME_BYTES = sum(SPEC.dtype(c).itemsize * int(np.prod(SPEC.shape(c))) for c in SPEC.names)
-hashes = functools.partial(E.episode_hashes, n_frames=24)
+hashes = functools.partial(EP.episode_hashes, n_frames=24)
 
 
 def digest(seed, materials=None):
-    return E.episode_hashes(seed, 24, materials)["all"]
+    return EP.episode_hashes(seed, 24, materials)["all"]
 
 
 # --- determinism ---------------------------------------------------------------------------
 
 def test_goldens_match():
     "Any change to what the engine emits fails here until the goldens are regenerated on purpose."
-    diffs = E.check_goldens()
+    diffs = EP.check_goldens()
     assert not diffs, ("engine output differs from tests/golden/engine_hashes.json:\n  " + "\n  ".join(diffs)
-                       + "\nIf the change is intended: bump ENGINE_VERSION, then python -m qmind_render.engine --regen-goldens")
+                       + "\nIf the change is intended: bump ENGINE_VERSION, then python -m qmind_render.episode --regen-goldens")
 
 
 def test_goldens_file_records_versions_and_cases(tmp_path):
-    g = __import__("json").loads(E.default_golden_path().read_text())
+    g = __import__("json").loads(EP.default_golden_path().read_text())
     assert g["engine_version"] == E.ENGINE_VERSION and g["channel_spec"] == SPEC.version and g["size"] == list(SPEC.size)
     assert [(c["seed"], c["frames"], c["materials"]) for c in g["cases"]] == \
-        [(s, n, list(m) if m else None) for s, n, m in E.GOLDEN_CASES]
+        [(s, n, list(m) if m else None) for s, n, m in EP.GOLDEN_CASES]
     # a changed hash under the same version is refused unless forced
     bad = dict(g, cases=[dict(g["cases"][0], sha256=dict(g["cases"][0]["sha256"], all="0" * 64))] + g["cases"][1:])
     p = tmp_path / "g.json"
     p.write_text(__import__("json").dumps(bad))
-    assert any("seed 0" in d for d in E.check_goldens(p))
-    with pytest.raises(ValueError, match="bump"): E.regen_goldens(p)
-    E.regen_goldens(p, force=True)
-    assert E.check_goldens(p) == []
+    assert any("seed 0" in d for d in EP.check_goldens(p))
+    with pytest.raises(ValueError, match="bump"): EP.regen_goldens(p)
+    EP.regen_goldens(p, force=True)
+    assert EP.check_goldens(p) == []
 
 
 def test_same_seed_same_bytes_in_process():
@@ -57,7 +59,7 @@ def test_same_seed_same_bytes_in_process():
 
 
 def test_same_bytes_across_fresh_processes():
-    code = "from qmind_render.engine import episode_hashes; print(episode_hashes(1003, 24)['all'])"
+    code = "from qmind_render.episode import episode_hashes; print(episode_hashes(1003, 24)['all'])"
     outs = []
     for hs in ("0", "12345"):  # different str-hash salts: nothing may depend on set or dict order
         env = {**os.environ, "PYTHONHASHSEED": hs}
@@ -76,17 +78,17 @@ def test_same_bytes_in_a_pool(method):
 
 def test_frames_do_not_depend_on_chunking():
     "A frame depends on its seed and index only: prefixes agree, and Game steps give the same frames."
-    long = list(E.render_episode(5, 2 * E.CHUNK + 3))
-    short = list(E.render_episode(5, E.CHUNK - 1))
-    game = E.Game(5)
+    long = list(EP.render_episode(5, 2 * EP.CHUNK + 3))
+    short = list(EP.render_episode(5, EP.CHUNK - 1))
+    game = G.Game(5)
     for a, b in zip(short, long): assert all(np.array_equal(a[k], b[k]) for k in a)
     for f in long: assert all(np.array_equal(v, f[k]) for k, v in game.step().items())
 
 
 def test_replaying_recorded_actions_gives_the_same_frames():
-    g, acts, frames = E.Game(9), [], []
+    g, acts, frames = G.Game(9), [], []
     for _ in range(60): frames.append(g.step()); acts.append(g.last_action)
-    r = E.Game(9)
+    r = G.Game(9)
     for a, f in zip(acts, frames): assert all(np.array_equal(v, f[k]) for k, v in r.step(a).items())
 
 
@@ -120,11 +122,23 @@ def test_no_kernel_uses_fastmath():
     assert [k for k, f in ks.items() if f.targetoptions.get("fastmath")] == []
 
 
+def test_the_stage_is_three_modules_and_every_kernel_is_in_engine():
+    "numba caches per source file and misses a changed callee in another file: all kernels stay in engine.py."
+    from numba.core.registry import CPUDispatcher
+    for mod in (EP, G):
+        assert not [k for k, v in vars(mod).items() if isinstance(v, CPUDispatcher) and v.py_func.__module__ == mod.__name__]
+    assert {"render_episode", "render_batch", "make_world", "bench_engine", "episode_hashes"} <= set(EP.__all__)
+    assert {"Game", "plot_map", "render_main"} <= set(G.__all__)
+    assert not {"render_episode", "Game", "make_world", "plot_map", "bench_engine"} & set(vars(E))   # one home per name
+    for mod in (E, EP, G): assert len(Path(mod.__file__).read_text().splitlines()) <= 600, mod.__name__
+
+
 _ASM_CHECK = """
 import sys
 from numba.core.registry import CPUDispatcher
 import qmind_render.engine as E
-list(E.render_episode(0, 2)); E.render_world(E.make_world(0))
+from qmind_render.episode import make_world, render_episode
+list(render_episode(0, 2)); E.render_world(make_world(0))
 bad = [k for k, f in vars(E).items() if isinstance(f, CPUDispatcher)
        for sig in f.signatures if any(op in f.inspect_asm(sig).lower() for op in ("vfmadd", "vfnmadd", "vfmsub"))]
 print("FMA in:", bad) if bad else print("no FMA")
@@ -144,7 +158,7 @@ def test_compiled_kernels_have_no_fused_multiply_add(tmp_path):
 def test_every_frame_of_several_episodes_validates():
     seen = set()
     for seed in (0, 5, 99):
-        for f in E.render_episode(seed, 300):
+        for f in EP.render_episode(seed, 300):
             validate(f, SPEC)
             seen |= set(np.unique(f["surface"]).tolist())
     assert seen == set(SID.values())  # ceiling, wall, floor and enemy all appear
@@ -153,13 +167,13 @@ def test_every_frame_of_several_episodes_validates():
 def test_other_sizes_validate():
     for size in ((8, 8), (40, 72), (120, 160)):
         spec = __import__("dataclasses").replace(SPEC, size=size)
-        for f in E.render_episode(3, 10, spec=spec): validate(f, spec)
+        for f in EP.render_episode(3, 10, spec=spec): validate(f, spec)
 
 
 def test_batch_frames_validate_and_equal_single_episodes():
     seeds = [3, 1, 4, 1]
-    singles = [list(E.render_episode(s, 30)) for s in seeds]
-    for t, fb in enumerate(E.render_batch(seeds, 30)):
+    singles = [list(EP.render_episode(s, 30)) for s in seeds]
+    for t, fb in enumerate(EP.render_batch(seeds, 30)):
         validate(fb, SPEC, batch=True)
         for b in range(len(seeds)): assert all(np.array_equal(fb[k][b], singles[b][t][k]) for k in fb)
 
@@ -168,7 +182,7 @@ def test_materials_restrict_the_walls():
     for mats in ([0], [1, 3], [4, 2, 4]):
         shown = set()
         for seed in range(4):
-            for f in E.render_episode(seed, 100, materials=mats):
+            for f in EP.render_episode(seed, 100, materials=mats):
                 shown |= set(np.unique(f["material"][f["surface"] == SID["wall"]]).tolist())
         assert shown == set(mats), (mats, shown)  # only those, and each of them is seen
 
@@ -241,7 +255,7 @@ def test_the_nearer_enemy_hides_the_farther():
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_the_policy_walks_without_getting_stuck(seed):
-    g, cells, still, longest, walked = E.Game(seed), set(), 0, 0, 0.0
+    g, cells, still, longest, walked = G.Game(seed), set(), 0, 0, 0.0
     for _ in range(1000):
         x0, y0, _ = g.player
         g.step()
@@ -257,32 +271,32 @@ def test_the_policy_walks_without_getting_stuck(seed):
 # --- bad input -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call,name", [
-    (lambda: E.render_episode(-1, 5), "seed"),
-    (lambda: E.render_episode(1.5, 5), "seed"),
-    (lambda: E.render_episode(True, 5), "seed"),
-    (lambda: E.render_episode("3", 5), "seed"),
-    (lambda: E.render_episode(1, -5), "n_frames"),
-    (lambda: E.render_episode(1, 2.0), "n_frames"),
-    (lambda: E.render_episode(1, 5, materials=[]), "materials"),
-    (lambda: E.render_episode(1, 5, materials=[5]), "materials"),
-    (lambda: E.render_episode(1, 5, materials=[1.0]), "materials"),
-    (lambda: E.render_episode(1, 5, materials="0"), "materials"),
-    (lambda: E.render_episode(1, 5, spec=__import__("dataclasses").replace(SPEC, size=(4, 4))), "spec"),
-    (lambda: E.render_episode(1, 5, spec=__import__("dataclasses").replace(SPEC, size=(64, 2048))), "spec"),
-    (lambda: E.render_batch([], 5), "seeds"),
-    (lambda: E.render_batch([1, -1], 5), "seeds"),
-    (lambda: E.render_batch(7, 5), "seeds"),
-    (lambda: E.Game(0).step("jump"), "action"),
-    (lambda: E.Game(0).step(7), "action"),
-    (lambda: E.Game(0).step(True), "action"),
-    (lambda: E.bench_engine(frames=0), "frames"),
+    (lambda: EP.render_episode(-1, 5), "seed"),
+    (lambda: EP.render_episode(1.5, 5), "seed"),
+    (lambda: EP.render_episode(True, 5), "seed"),
+    (lambda: EP.render_episode("3", 5), "seed"),
+    (lambda: EP.render_episode(1, -5), "n_frames"),
+    (lambda: EP.render_episode(1, 2.0), "n_frames"),
+    (lambda: EP.render_episode(1, 5, materials=[]), "materials"),
+    (lambda: EP.render_episode(1, 5, materials=[5]), "materials"),
+    (lambda: EP.render_episode(1, 5, materials=[1.0]), "materials"),
+    (lambda: EP.render_episode(1, 5, materials="0"), "materials"),
+    (lambda: EP.render_episode(1, 5, spec=__import__("dataclasses").replace(SPEC, size=(4, 4))), "spec"),
+    (lambda: EP.render_episode(1, 5, spec=__import__("dataclasses").replace(SPEC, size=(64, 2048))), "spec"),
+    (lambda: EP.render_batch([], 5), "seeds"),
+    (lambda: EP.render_batch([1, -1], 5), "seeds"),
+    (lambda: EP.render_batch(7, 5), "seeds"),
+    (lambda: G.Game(0).step("jump"), "action"),
+    (lambda: G.Game(0).step(7), "action"),
+    (lambda: G.Game(0).step(True), "action"),
+    (lambda: EP.bench_engine(frames=0), "frames"),
 ])
 def test_bad_input_is_a_value_error_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=name): call()
 
 
 def test_bad_input_fails_at_the_call_not_at_the_first_frame():
-    with pytest.raises(ValueError): E.render_episode(-1, 5)  # no next() needed
+    with pytest.raises(ValueError): EP.render_episode(-1, 5)  # no next() needed
 
 
 # --- memory --------------------------------------------------------------------------------
@@ -290,14 +304,14 @@ def test_bad_input_fails_at_the_call_not_at_the_first_frame():
 def test_a_long_episode_holds_only_a_few_frames():
     tracemalloc.start()
     try:
-        for _ in E.render_episode(2, 1000): pass
+        for _ in EP.render_episode(2, 1000): pass
         _, streaming = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        kept = list(E.render_episode(2, 200))
+        kept = list(EP.render_episode(2, 200))
         _, hoarding = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert streaming < 3 * E.CHUNK * FRAME_BYTES, streaming   # a chunk (or two) of frames, not 1,000
+    assert streaming < 3 * EP.CHUNK * FRAME_BYTES, streaming   # a chunk (or two) of frames, not 1,000
     assert hoarding > 150 * FRAME_BYTES and len(kept) == 200   # the measurement sees frames that are kept
 
 
@@ -306,7 +320,7 @@ def test_a_long_episode_holds_only_a_few_frames():
 def test_render_main_writes_pngs(tmp_path):
     from PIL import Image
     out = tmp_path / "render"
-    assert E.render_main(["--seed", "2", "--frames", "5", "--out", str(out), "--scale", "2"]) == 0
+    assert G.render_main(["--seed", "2", "--frames", "5", "--out", str(out), "--scale", "2"]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == [f"frame_{t:05d}.png" for t in range(5)] + ["map.png"]
     im = Image.open(out / "frame_00003.png")
@@ -316,16 +330,16 @@ def test_render_main_writes_pngs(tmp_path):
 
 
 def test_render_main_reports_bad_arguments(tmp_path, capsys):
-    assert E.render_main(["--seed", "-1", "--out", str(tmp_path)]) == 2
+    assert G.render_main(["--seed", "-1", "--out", str(tmp_path)]) == 2
     assert "seed" in capsys.readouterr().err
-    assert E.render_main(["--frames", "0", "--out", str(tmp_path)]) == 2
-    assert E.render_main(["--seed", "x", "--out", str(tmp_path)]) == 2   # argparse's own error
-    assert E.render_main(["--out"]) == 2
-    assert E.render_main(["--help"]) == 0
+    assert G.render_main(["--frames", "0", "--out", str(tmp_path)]) == 2
+    assert G.render_main(["--seed", "x", "--out", str(tmp_path)]) == 2   # argparse's own error
+    assert G.render_main(["--out"]) == 2
+    assert G.render_main(["--help"]) == 0
 
 
 def test_bench_engine_reports_numbers():
-    r = E.bench_engine(frames=64, repeats=2, batch=4)
+    r = EP.bench_engine(frames=64, repeats=2, batch=4)
     assert r["size"] == list(SPEC.size) and r["engine_version"] == E.ENGINE_VERSION
     for k in ("single", "batched"):
         assert r[k]["frames_per_s"] > 0 and len(r[k]["runs_frames_per_s"]) == 2
@@ -334,6 +348,6 @@ def test_bench_engine_reports_numbers():
 
 
 def test_module_entry_point_checks_goldens():
-    r = subprocess.run([sys.executable, "-m", "qmind_render.engine", "--check-goldens"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "qmind_render.episode", "--check-goldens"], capture_output=True, text=True,
                        timeout=300, cwd=Path(E.__file__).parents[1])
     assert r.returncode == 0 and "goldens agree" in r.stdout, r.stdout + r.stderr

@@ -24,7 +24,7 @@ from PIL import Image
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from qmind_render.engine import Game
+from qmind_render.game import Game
 from qmind_render.app import encode_array, render_request
 from qmind_render.serve import load_served
 from qmind_render.serve_bench import load_test

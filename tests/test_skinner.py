@@ -165,7 +165,7 @@ def test_all_cells_distinct_on_the_corridor():
 
 
 def test_all_cells_distinct_on_an_engine_frame():
-    pytest.importorskip("qmind_render.engine")
+    pytest.importorskip("qmind_render.episode")
     assert _closest(sk.engine_frame(11, 5)) > 8.0
 
 
@@ -261,9 +261,9 @@ def test_frame_cells_batch_and_mask_agree_with_frames():
 
 
 def test_frame_cells_on_engine_frames_match_the_material_channel():
-    engine = pytest.importorskip("qmind_render.engine")
+    episode = pytest.importorskip("qmind_render.episode")
     for seed in (2, 50):                                    # one single-material episode, one pair
-        frames = sk.stack_frames(engine.render_episode(seed, 12, materials=sk.episode_materials(seed)))
+        frames = sk.stack_frames(episode.render_episode(seed, 12, materials=sk.episode_materials(seed)))
         for i, cells in enumerate(sk.frame_cells_batch(frames, 1, 2)):
             walls = frames["surface"][i] == 1
             expect = sorted(set(np.unique(frames["material"][i][walls]).tolist()))

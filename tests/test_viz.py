@@ -10,6 +10,8 @@ import yaml
 from PIL import Image
 
 from qmind_render import engine as E
+from qmind_render import episode as EP
+from qmind_render import game as G
 from qmind_render import skinner as sk
 from qmind_render import viz
 from qmind_render.contracts import load_spec, random_frame
@@ -28,15 +30,15 @@ def test_qmind_render_output_draws_with_one_palette(tmp_path):
     strip = np.asarray(Image.open(out / "frame_00000.png"))
     skinned = np.asarray(Image.open(out / "skinned" / "frame_00000.png"))
     assert np.array_equal(skinned[:, : strip.shape[1]], strip)             # the same channels drawn the same way
-    f = next(E.render_episode(2, 1))
+    f = next(EP.render_episode(2, 1))
     H, W = SPEC.size
     panel = lambda i: strip[14:, i * (W + 2): i * (W + 2) + W]             # under the 14-pixel header
     pal = viz.palette()
     for c in np.unique(f["surface"]):
         assert colours(panel(1)[f["surface"] == c]) == {tuple(pal.surface[c])}
-    game = E.Game(2); game.step()
+    game = G.Game(2); game.step()
     st = game._runner.state
-    mp = E.map_image(st.grid[0], st.sector[0], st.light[0])
+    mp = EP.map_image(st.grid[0], st.sector[0], st.light[0])
     shown = [m for m in np.unique(f["material"]) if m != SPEC.material_none]
     assert shown
     for m in shown:                                                      # a material: one colour in strip and map
@@ -59,7 +61,7 @@ def test_palette_change_is_one_edit(tmp_path):
     batch = {"surface": f["surface"][None], "rgb": np.zeros((1, *spec.size, 3), np.uint8)}
     assert colours(viz.sample_grid(batch, spec=spec)[: spec.size[0]][f["surface"] == 3]) == {(4, 5, 6)}
     grid = np.full((4, 4), E.OPEN, np.uint8); grid[0] = 3
-    mp = E.map_image(grid, np.zeros((4, 4), np.int32), np.ones(1, np.float32), spec)
+    mp = EP.map_image(grid, np.zeros((4, 4), np.int32), np.ones(1, np.float32), spec)
     assert colours(mp[0]) == {(1, 2, 3)}
     del d["channels"]["material"]["colours"]
     p.write_text(yaml.safe_dump(d))
