@@ -30,7 +30,7 @@ COMMANDS: dict[str, Command] = {
     "version": Command("qmind_render.cli:version_main", "print the package, contract and library versions"),
     "config":  Command("qmind_render.config:config_main", "resolve an experiment config (file + key=value) and print it"),
     "render":  Command("qmind_render.skinner:render_main", "write an episode's channels, map and skinned frames as PNGs"),
-    "data":    Command("qmind_render.data:data_main", "generate, list, verify and inspect datasets (local or S3)"),
+    "data":    Command("qmind_render.data_cli:data_main", "generate, list, verify and inspect datasets (local or S3)"),
     "train":   Command("qmind_render.train:train_main", "train or resume a run (torchrun -m qmind_render.train for DDP)"),
     "eval":    Command("qmind_render.evaluate:eval_main", "evaluate a run on held-out and training cells; write a report"),
     "run":     Command("qmind_render.evaluate:run_main", "the main job: dataset (if missing) -> train -> eval -> report"),
@@ -48,7 +48,7 @@ COMMANDS: dict[str, Command] = {
 BENCHES: dict[str, str] = {
     "engine": "qmind_render.episode:bench_engine",
     "skinner": "qmind_render.skinner:bench_skinner",
-    "data": "qmind_render.data:bench_data",
+    "data": "qmind_render.data_cli:bench_data",
     "model": "qmind_render.model_bench:bench_model",
     "sampler": "qmind_render.sampler:bench_sampler",
     "train": "qmind_render.train:bench_train",

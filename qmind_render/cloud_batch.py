@@ -56,12 +56,13 @@ def generate_part(data: dict, index: int, per_index: int, workers: int | None = 
     from types import SimpleNamespace
 
     import qmind_render.data as D
+    import qmind_render.generate as G
     from qmind_render.skinner import load_grid
     ranges = plan_array(data, per_index)
     if not 0 <= index < len(ranges): raise CloudError(f"array index {index}: this plan has indices 0..{len(ranges) - 1}")
     r, ds, store = ranges[index], data["dataset"], D.open_store(data["store"])
     if store.exists(D.dataset_key(ds, "manifest.json")): raise D.DatasetExists(ds, "is already committed; datasets are immutable")
-    gen, fp = D.generator_record(SimpleNamespace(**data), load_grid().shape)
+    gen, fp = G.generator_record(SimpleNamespace(**data), load_grid().shape)
     if store.exists(part_key(ds, index)):                             # a retried index: done already, if by this plan
         rec = json.loads(store.get_bytes(part_key(ds, index)))
         if rec["generator"] == gen and rec["parts"] == len(ranges): return rec
@@ -69,9 +70,9 @@ def generate_part(data: dict, index: int, per_index: int, workers: int | None = 
     staging = Path(cache or D.default_cache_dir()) / ds / f"part-{index:05d}"
     staging.mkdir(parents=True, exist_ok=True)
     sub = SimpleNamespace(**{**data, "seed_start": r.seed_start, "episodes": r.episodes})
-    jobs = [dataclasses.replace(j, index=j.index + r.first_shard) for j in D.plan_shards(sub, staging, fp)]
+    jobs = [dataclasses.replace(j, index=j.index + r.first_shard) for j in G.plan_shards(sub, staging, fp)]
     infos = []
-    for info in pool_map(D.make_shard, jobs, workers):
+    for info in pool_map(G.make_shard, jobs, workers):
         store.put_file(staging / info.file, D.dataset_key(ds, info.file))
         (staging / info.file).unlink(); (staging / f".{info.file}.json").unlink(missing_ok=True)
         infos.append(info)

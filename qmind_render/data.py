@@ -1,4 +1,4 @@
-"""Versioned datasets: samples packed into shards, a manifest written last, local and S3 stores, a verified cache, leak-proof splits and a deterministic, resumable loader.
+"""Versioned datasets: samples packed into shards, a manifest written last and sealed, local and S3 stores, and a verified cache that every read goes through.
 
 Docs: https://qmind.github.io/qmind-render/data.html.md"""
 
@@ -7,14 +7,12 @@ Docs: https://qmind.github.io/qmind-render/data.html.md"""
 # %% ../nbs/30_data.ipynb #6ab5ac05
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import json
 import os
 import re
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -22,8 +20,8 @@ from typing import Iterable
 import numpy as np
 from fastcore.basics import patch
 
-from .contracts import UserError, ChannelSpec, check_spec_version, contract_versions, load_spec, project_dirs, validate
-from .util import atomic_write, pool_map
+from .contracts import UserError, ChannelSpec, check_spec_version, contract_versions, load_spec, validate
+from .util import atomic_write
 
 # %% auto #0
 __all__ = ['LABELS', 'DERIVED', 'MANIFEST_KEYS', 'EDITED', 'RECIPE', 'StoreError', 'Store', 'LocalStore', 'S3Store',
@@ -31,12 +29,8 @@ __all__ = ['LABELS', 'DERIVED', 'MANIFEST_KEYS', 'EDITED', 'RECIPE', 'StoreError
            'sha256_file', 'ShardInfo', 'shard_name', 'shard_index', 'write_shard', 'load_shard', 'random_samples',
            'Manifest', 'content_hash', 'manifest_fault', 'data_cmd', 'parse_manifest', 'check_manifest', 'git_commit',
            'dataset_key', 'DatasetExists', 'DatasetWriter', 'list_datasets', 'read_manifest', 'shard_fix',
-           'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'check_shards', 'verify_dataset',
-           'seal_manifest', 'Split', 'make_split', 'split_path', 'save_split', 'find_split', 'load_split', 'LeakError',
-           'assert_no_leak', 'apply_split', 'plan_batches', 'EpochPlans', 'ShardBatches', 'make_loader', 'summary',
-           'sample_sheet', 'frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards',
-           'generator_record', 'generate', 'data_main', 'rebuild_manifest', 'regenerate_shards', 'repair_dataset',
-           'bench_data']
+           'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'shard_files', 'check_shards',
+           'verify_dataset', 'seal_manifest']
 
 # %% ../nbs/30_data.ipynb #29d86866
 class StoreError(UserError, RuntimeError):
@@ -536,8 +530,20 @@ def read_shard(self: LocalDataset, i: int, fields: Iterable[str] | None = None) 
     except Exception as e:                                 # a corrupt zip, a truncated array, a vanished file
         raise DatasetError(self.id, f"unreadable at {p} ({type(e).__name__}: {e}); {self.fix}", info.file) from None
 
+# %% ../nbs/30_data.ipynb #cfaa0f12
+@patch(as_prop=True)
+def cells(self: LocalDataset) -> np.ndarray:
+    "Bool [n_samples, n_cells], read once from the shards' `cells` fields."
+    if not hasattr(self, "_cells"): self._cells = np.concatenate([self.read_shard(i, ["cells"])["cells"] for i in range(len(self.paths))])
+    return self._cells
+
+@patch(as_prop=True)
+def offsets(self: LocalDataset) -> np.ndarray:
+    "Global index of each shard's first sample (and the total at the end)."
+    return np.concatenate([[0], np.cumsum([s.n for s in self.manifest.shards])])
+
 # %% ../nbs/30_data.ipynb #7dfdf2d7
-def _shard_files(store: Store, dataset: str) -> list[str]:
+def shard_files(store: Store, dataset: str) -> list[str]:
     "Names of the shard files in the store under `dataset` (listed in its manifest or not)."
     names = (k.removeprefix(dataset_key(dataset)) for k in store.list(dataset_key(dataset)))
     return sorted(n for n in names if "/" not in n and n.startswith("shard-") and n.endswith(".npz"))
@@ -559,7 +565,7 @@ def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
                 if here is None: p.unlink(missing_ok=True)
     listed = {s.file for s in m.shards}
     problems += [DatasetError(m.id, "is in the store but not in the manifest (left from another generation?): delete it", f)
-                 for f in _shard_files(store, m.id) if f not in listed]
+                 for f in shard_files(store, m.id) if f not in listed]
     return problems
 
 def verify_dataset(store: Store, dataset: str, spec: ChannelSpec | None = None) -> list[str]:
@@ -572,482 +578,3 @@ def seal_manifest(store: Store, dataset: str, spec: ChannelSpec | None = None) -
     if problems := check_shards(store, m): raise DatasetError(dataset, f"not sealed: {len(problems)} problem(s), the first: {problems[0]}")
     store.put_bytes(m.to_json(), dataset_key(dataset, "manifest.json"))
     return m
-
-# %% ../nbs/30_data.ipynb #b699474b
-@dataclass(frozen=True)
-class Split:
-    "A holdout scheme: the held-out cells of a grid."
-    name: str
-    grid: Grid
-    held_out: tuple[tuple[int, int, int], ...]
-    seed: int = 0
-    version: int = 1
-    def mask(self) -> np.ndarray:
-        "Boolean [n_cells]: True for held-out cells."
-        m = np.zeros(self.grid.n_cells, bool)
-        m[[self.grid.index(*c) for c in self.held_out]] = True
-        return m
-
-# %% ../nbs/30_data.ipynb #fd3a1db5
-def _n_held_out(name: str, grid: Grid) -> int:
-    scheme, _, num = name.rpartition("_")
-    if not num.isdigit() or scheme not in ("random", "coverage"):
-        raise ValueError(f"unknown split scheme {name!r}: use random_K (K cells held out) or coverage_P (P% seen in training)")
-    k = int(num) if scheme == "random" else grid.n_cells - round(grid.n_cells * int(num) / 100)
-    if not 0 < k < grid.n_cells: raise ValueError(f"split {name!r} would hold out {k} of {grid.n_cells} cells")
-    return k
-
-def make_split(name: str, grid: Grid = Grid(), seed: int = 0) -> Split:
-    "Draw the held-out cells of `name`, keeping every factor value present in training."
-    k, rng = _n_held_out(name, grid), np.random.default_rng([seed, grid.n_cells])
-    for _ in range(10_000):
-        held = np.sort(rng.choice(grid.n_cells, size=k, replace=False))
-        train = np.array([grid.cell(i) for i in range(grid.n_cells) if i not in set(held.tolist())])
-        if all(len(np.unique(train[:, j])) == n for j, n in enumerate((grid.theme, grid.material, grid.light))):
-            return Split(name, grid, tuple(grid.cell(int(i)) for i in held), seed)
-    raise ValueError(f"split {name!r}: could not keep every factor value in training")
-
-# %% ../nbs/30_data.ipynb #8291111b
-def split_path(name: str, root: Path | str = ".") -> Path: return Path(root) / "sweeps" / "splits" / f"{name}.yaml"
-
-def save_split(split: Split, root: Path | str = ".") -> Path:
-    import yaml
-    d = {"name": split.name, "version": split.version, "seed": split.seed, "grid": asdict(split.grid),
-         "held_out": [list(c) for c in split.held_out]}
-    path = split_path(split.name, root)
-    atomic_write(path, ("# held-out (theme, material, light) cells; made by `qmind data split`\n"
-                        + yaml.safe_dump(d, sort_keys=False, default_flow_style=None)).encode())
-    return path
-
-def find_split(name: str, root: Path | str | None = None) -> Path:
-    "A split file: `name` itself if it is a path, else `sweeps/splits/<name>.yaml` in the first of `project_dirs(root)` that has it."
-    if name.endswith((".yaml", ".yml")) or "/" in name: return Path(name)
-    dirs = project_dirs(root)
-    return next((split_path(name, d) for d in dirs if split_path(name, d).is_file()), split_path(name, dirs[0]))
-
-def load_split(name: str, root: Path | str | None = None) -> Split:
-    "Read a split by name (`sweeps/splits/<name>.yaml`) or path; a missing file names the path and how to make it."
-    import yaml
-    path = find_split(name, root)
-    if not path.is_file(): raise FileNotFoundError(f"split file {path} not found (make it with `qmind data split {name}`)")
-    d = yaml.safe_load(path.read_text())
-    grid = Grid(**d["grid"])
-    return Split(d["name"], grid, tuple(tuple(c) for c in d["held_out"]), d.get("seed", 0), d.get("version", 1))
-
-# %% ../nbs/30_data.ipynb #8c3613d1
-class LeakError(UserError, AssertionError):
-    "A training sample contains a pixel of a held-out cell."
-
-def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data") -> None:
-    "Fail if any row of `cells` (bool [N, n_cells]) touches a held-out cell."
-    bad = cells[:, split.mask()].any(axis=1)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        c = split.grid.cell(int(np.flatnonzero(cells[i] & split.mask())[0]))
-        raise LeakError(f"{where}: sample {i} shows held-out cell {c} of split {split.name}")
-
-def apply_split(cells: np.ndarray, split: Split) -> dict[str, np.ndarray]:
-    "Indices of samples for training, held-out evaluation, and the mixed ones dropped."
-    held = cells[:, split.mask()].any(axis=1)
-    seen = cells[:, ~split.mask()].any(axis=1)
-    parts = {"train": np.flatnonzero(~held), "heldout": np.flatnonzero(held & ~seen), "dropped": np.flatnonzero(held & seen)}
-    assert_no_leak(cells[parts["train"]], split)
-    return parts
-
-# %% ../nbs/30_data.ipynb #c8b6fe07
-@patch(as_prop=True)
-def cells(self: LocalDataset) -> np.ndarray:
-    "Bool [n_samples, n_cells], read once from the shards' `cells` fields."
-    if not hasattr(self, "_cells"): self._cells = np.concatenate([self.read_shard(i, ["cells"])["cells"] for i in range(len(self.paths))])
-    return self._cells
-
-@patch(as_prop=True)
-def offsets(self: LocalDataset) -> np.ndarray:
-    "Global index of each shard's first sample (and the total at the end)."
-    return np.concatenate([[0], np.cumsum([s.n for s in self.manifest.shards])])
-
-# %% ../nbs/30_data.ipynb #7473ce43
-def plan_batches(offsets: np.ndarray, keep: np.ndarray, batch: int, seed: int, epoch: int,
-                 window: int = 4, shuffle: bool = True, drop_last: bool = True) -> list[np.ndarray]:
-    "Batches of global sample indices for one epoch. `keep`: the sorted global indices allowed (a split part)."
-    n_shards = len(offsets) - 1
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(n_shards) if shuffle else np.arange(n_shards)
-    shard_of = np.searchsorted(offsets, keep, side="right") - 1
-    stream = []
-    for w in range(0, n_shards, window):
-        idx = keep[np.isin(shard_of, order[w : w + window])]
-        stream.append(rng.permutation(idx) if shuffle else idx)
-    stream = np.concatenate(stream) if stream else np.zeros(0, np.int64)
-    n = len(stream) // batch if drop_last else -(-len(stream) // batch)
-    return [stream[i * batch : (i + 1) * batch] for i in range(n)]
-
-# %% ../nbs/30_data.ipynb #03f5196d
-class EpochPlans:
-    """The training plan of every epoch from `epoch` on as one sequence: item g is batch g % per_epoch of epoch g // per_epoch
-    (that epoch's plan made when first asked for), so one loader, and its worker processes, lasts a whole run."""
-    def __init__(self, offsets: np.ndarray, keep: np.ndarray, batch: int, seed: int, window: int = 4):
-        self.offsets, self.keep, self.batch, self.seed, self.window = offsets, keep, batch, seed, window
-        self.per_epoch = len(keep) // batch
-        self._epoch, self._plan = None, None
-    def __getitem__(self, g: int) -> np.ndarray:
-        e, b = divmod(int(g), self.per_epoch)
-        if e != self._epoch: self._epoch, self._plan = e, plan_batches(self.offsets, self.keep, self.batch, self.seed, e, self.window)
-        return self._plan[b]
-
-class ShardBatches:
-    "Map-style dataset whose item `b` is batch `b` of a plan (a list, or `EpochPlans`), gathered from a few shards held in memory."
-    def __init__(self, ds: LocalDataset, plan, split: Split | None = None, max_shards: int = 4, rank: int = 0, world: int = 1):
-        self.ds, self.plan, self.split, self.max_shards, self.rank, self.world = ds, plan, split, max_shards, rank, world
-        self._loaded: dict[int, dict] = {}
-    def __len__(self): return len(self.plan)
-    def _shard(self, i: int) -> dict:
-        if i not in self._loaded:
-            if len(self._loaded) >= self.max_shards: self._loaded.pop(next(iter(self._loaded)))
-            self._loaded[i] = self.ds.read_shard(i)
-        return self._loaded[i]
-
-# %% ../nbs/30_data.ipynb #56b60bd6
-@patch
-def __getitem__(self: ShardBatches, b: int) -> dict:
-    idx = self.plan[b]
-    return self.take(idx[len(idx) * self.rank // self.world : len(idx) * (self.rank + 1) // self.world], f"batch {b}")  # this rank's rows
-
-@patch
-def take(self: ShardBatches, idx: np.ndarray, where: str = "samples") -> dict:
-    "The samples at global indices `idx`, in that order, as tensors; shards are read once and kept (up to `max_shards`)."
-    import torch
-    shard = np.searchsorted(self.ds.offsets, idx, side="right") - 1
-    parts, order = [], []
-    for s in np.unique(shard):
-        sel = np.flatnonzero(shard == s)
-        rows = idx[sel] - self.ds.offsets[s]
-        parts.append({k: v[rows] for k, v in self._shard(int(s)).items()}); order.append(sel)
-    inv = np.argsort(np.concatenate(order), kind="stable")
-    out = {k: np.concatenate([p[k] for p in parts])[inv] for k in parts[0]}
-    if self.split is not None: assert_no_leak(out["cells"], self.split, f"dataset {self.ds.id}, {where}")
-    return {k: torch.from_numpy(v) for k, v in out.items()}
-
-# %% ../nbs/30_data.ipynb #73aa93d5
-def make_loader(ds: LocalDataset, split: Split, part: str = "train", batch: int = 64, seed: int = 0,
-                epoch: int = 0, start: int = 0, workers: int = 0, window: int = 4, pin_memory: bool | None = None,
-                rank: int = 0, world: int = 1, batches: int | None = None):
-    """A DataLoader over `part` ('train' | 'heldout') of `ds` under `split`, from batch `start` of `epoch`: the rest of that
-    epoch, or (training part) `batches` batches running on into the next epochs, each shuffled anew, from one loader.
-    `batch` is the global batch; with `world` > 1 (data parallel) rank `rank` gets its slice of every batch,
-    so the data a step sees does not depend on how many processes share it. Workers prefetch; batches are pinned for a GPU."""
-    import torch
-    if split.grid != ds.manifest.grid_:
-        raise ValueError(f"split {split.name} is for grid {split.grid}, dataset {ds.id} has {ds.manifest.grid_}")
-    if batch % world: raise ValueError(f"batch {batch} does not split evenly over {world} processes")
-    keep = apply_split(ds.cells, split)[part]
-    if part == "train":
-        plan = EpochPlans(ds.offsets, keep, batch, seed, window)
-        if plan.per_epoch == 0:
-            raise ValueError(f"dataset {ds.id} under split {split.name} has {len(keep)} training samples, fewer than one batch "
-                             f"of {batch}: lower train.batch or make a bigger dataset")
-        first = epoch * plan.per_epoch + start
-        order = range(first, first + plan.per_epoch - start if batches is None else first + batches)
-    else:
-        plan = plan_batches(ds.offsets, keep, batch, seed, epoch, window, shuffle=False, drop_last=False)
-        order = range(start, len(plan))
-    items = ShardBatches(ds, plan, split if part == "train" else None, max_shards=window, rank=rank, world=world)
-    pin = torch.cuda.is_available() if pin_memory is None else pin_memory
-    return torch.utils.data.DataLoader(items, batch_size=None, sampler=order, num_workers=workers, pin_memory=pin,
-                                       prefetch_factor=4 if workers else None)
-
-# %% ../nbs/30_data.ipynb #0b655139
-def summary(ds: LocalDataset, split: Split | None = None) -> dict:
-    "Facts about a fetched dataset (and what `split` keeps of it)."
-    m, per_cell = ds.manifest, ds.cells.sum(axis=0)
-    out = {"id": m.id, "content_id": m.content_id, "channel_spec": m.channel_spec, "theme_schema": m.theme_schema, "git": m.git,
-           "seeds": m.seeds, "grid": m.grid, "samples": m.n_samples, "shards": len(m.shards),
-           "bytes_per_sample": round(sum(s.bytes for s in m.shards) / max(m.n_samples, 1), 1),
-           "frames_per_cell": {"min": int(per_cell.min()), "median": float(np.median(per_cell)), "max": int(per_cell.max())},
-           "cells_per_frame": round(float(ds.cells.sum(axis=1).mean()), 2)}
-    if split is not None: out[f"split {split.name}"] = {k: len(v) for k, v in apply_split(ds.cells, split).items()}
-    return out
-
-# %% ../nbs/30_data.ipynb #a849834b
-def sample_sheet(ds: LocalDataset, n: int = 8, shard: int = 0):
-    "A PIL image, twice the size: `n` samples spread over one shard, each a column of surface, skinned frame and material."
-    from qmind_render.viz import palette, picture, sample_grid
-    a = ds.read_shard(shard, ["rgb", "surface", "material"])
-    return picture(sample_grid(a, [palette().material[a["material"]]], n=n, gap=2), scale=2)
-
-# %% ../nbs/30_data.ipynb #87b98f6d
-def frame_factors(seed: int, n_frames: int, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-    "The (theme, lighting) ids of each frame of episode `seed`: all T×L pairs in turn, offset per episode."
-    T, _, L = shape
-    k = (np.arange(n_frames) + 7 * seed) % (T * L)
-    return (k // L).astype(np.int16), (k % L).astype(np.int16)
-
-# %% ../nbs/30_data.ipynb #33f25183
-@dataclass(frozen=True)
-class ShardJob:
-    "Everything a worker needs to make one shard (picklable, so it crosses process boundaries)."
-    index: int
-    seeds: tuple[int, ...]
-    frames: int
-    staging: str
-    fingerprint: str
-
-def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
-    "One episode's engine channels and factor labels (not yet skinned)."
-    from qmind_render.engine import render_episode
-    from qmind_render.skinner import episode_materials
-    theme, lighting = frame_factors(seed, n_frames, grid.shape)
-    frames = list(render_episode(seed, n_frames, materials=episode_materials(seed, spec.n_materials), spec=spec))
-    out = {c: np.stack([f[c] for f in frames]) for c in spec.names}
-    out.update(theme=theme, lighting=lighting, seed=np.full(n_frames, seed, np.int64), frame=np.arange(n_frames, dtype=np.int32))
-    return out
-
-def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
-    "Add the skinned frames and the factor cells, painting all frames of one (theme, lighting) in one call."
-    from qmind_render.skinner import cell_mask, skin
-    theme, lighting = arrays["theme"], arrays["lighting"]
-    rgb = np.empty((len(theme), *spec.size, 3), np.uint8)
-    for t, l in sorted(set(zip(theme.tolist(), lighting.tolist()))):
-        sel = np.flatnonzero((theme == t) & (lighting == l))
-        rgb[sel] = skin({c: arrays[c][sel] for c in spec.names}, grid.themes[t], grid.lightings[l])
-    cells = cell_mask({"material": arrays["material"], "surface": arrays["surface"]}, theme, lighting, grid.shape)
-    return {**arrays, "rgb": rgb, "cells": cells}
-
-# %% ../nbs/30_data.ipynb #60dd4396
-@functools.lru_cache(maxsize=1)
-def _grid():
-    "The factor grid, loaded once per worker process."
-    from qmind_render.skinner import load_grid
-    return load_grid()
-
-def make_shard(job: ShardJob) -> ShardInfo:
-    "Worker: render, skin and write one shard into the staging folder, with its record."
-    spec, grid = load_spec(), _grid()
-    eps = [episode_channels(s, job.frames, grid, spec) for s in job.seeds]
-    arrays = skin_samples({k: np.concatenate([e[k] for e in eps]) for k in eps[0]}, grid, spec)
-    name = shard_name(job.index)
-    info = write_shard(arrays, Path(job.staging) / name)
-    atomic_write(Path(job.staging) / f".{name}.json", json.dumps({**asdict(info), "fingerprint": job.fingerprint}).encode())
-    return info
-
-def _reusable(job: ShardJob) -> ShardInfo | None:
-    rec = Path(job.staging) / f".shard-{job.index:05d}.npz.json"
-    if not rec.is_file(): return None
-    d = json.loads(rec.read_text())
-    p = Path(job.staging) / d["file"]
-    if d.pop("fingerprint") != job.fingerprint or not p.is_file() or p.stat().st_size != d["bytes"]: return None
-    return ShardInfo(**d)
-
-# %% ../nbs/30_data.ipynb #f0983799
-def plan_shards(cfg, staging: Path, fingerprint: str) -> list[ShardJob]:
-    "Consecutive seeds grouped into shards of about `cfg.shard_size` samples."
-    per = max(1, cfg.shard_size // cfg.frames_per_episode)
-    seeds = list(range(cfg.seed_start, cfg.seed_start + cfg.episodes))
-    return [ShardJob(i, tuple(seeds[j : j + per]), cfg.frames_per_episode, str(staging), fingerprint)
-            for i, j in enumerate(range(0, len(seeds), per))]
-
-def generator_record(cfg, shape) -> tuple[dict, str]:
-    "What makes a dataset's bytes (recipe, engine and skinner versions, grid, commit), and its fingerprint."
-    from qmind_render import engine, skinner
-    gen = {"seed_start": cfg.seed_start, "episodes": cfg.episodes, "frames_per_episode": cfg.frames_per_episode,
-           "shard_size": cfg.shard_size, "engine": engine.ENGINE_VERSION, "skinner": skinner.SKINNER_VERSION,
-           "grid": list(shape), "git": git_commit()}
-    return gen, hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:16]
-
-# %% ../nbs/30_data.ipynb #95755921
-def generate(cfg, workers: int | None = None, cache: Path | None = None, progress: bool = True) -> Manifest:
-    "Build dataset `cfg.dataset` in store `cfg.store` from a config's `data` section; resumable."
-    from tqdm.auto import tqdm
-
-    from qmind_render.skinner import load_grid
-    store, spec, fgrid = open_store(cfg.store), load_spec(), load_grid()
-    writer = DatasetWriter(store, cfg.dataset, spec, Grid(*fgrid.shape))
-    staging = store.local_path(dataset_key(cfg.dataset)) or Path(cache or default_cache_dir()) / cfg.dataset
-    staging.mkdir(parents=True, exist_ok=True)
-    gen, fp = generator_record(cfg, fgrid.shape)
-    jobs = plan_shards(cfg, staging, fp)
-    bar = tqdm(total=cfg.episodes * cfg.frames_per_episode, unit="sample", disable=not progress,
-               desc=f"generating {cfg.dataset}", smoothing=0.1)
-    todo = []
-    for j in jobs:
-        info = _reusable(j)
-        if info is None: todo.append(j)
-        else: writer.put(staging / info.file, info); bar.update(info.n)
-    import qmind_render.data as lib  # the module's make_shard, picklable by name in any worker
-    for info in pool_map(lib.make_shard, todo, workers, bar, count=lambda info: info.n):
-        writer.put(staging / info.file, info)
-    bar.close()
-    m = writer.commit((cfg.seed_start, cfg.seed_start + cfg.episodes), gen)
-    for j in jobs: (staging / f".{shard_name(j.index)}.json").unlink(missing_ok=True)
-    return m
-
-# %% ../nbs/30_data.ipynb #8406cf37
-def _data_parser():
-    import argparse
-    p = argparse.ArgumentParser(prog="qmind data", description="Build, list, check, repair and look at datasets.")
-    sub = p.add_subparsers(dest="cmd", metavar="ACTION", required=True)
-    from qmind_render.config import add_config_args
-    g = sub.add_parser("gen", help="generate a dataset from a config's data section (one process per core)")
-    add_config_args(g, "key=value, e.g. data.dataset=ds-v002 data.episodes=500")
-    g.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
-    for name, hlp in [("ls", "list the datasets in a store (a broken one with what is wrong)"),
-                      ("verify", "check the manifest against its content hash and re-hash every shard"),
-                      ("repair", "make bad shards again from the manifest's recipe, or rebuild an edited manifest, byte for byte"),
-                      ("show", "print a dataset's summary and write a sample sheet")]:
-        s = sub.add_parser(name, help=hlp)
-        if name != "ls": s.add_argument("dataset", help="dataset ID, e.g. ds-quickstart")
-        s.add_argument("--store", default=None, help="store URI (default: $QMIND_STORE or ./qmind-store)")
-    sub.choices["verify"].add_argument("--seal", action="store_true", help="seal a manifest written before sealing, if all checks out")
-    sub.choices["show"].add_argument("--split", default=None, help="also report what this split keeps")
-    sub.choices["show"].add_argument("--out", default=None, help="sample sheet PNG (default: <dataset>-samples.png)")
-    s = sub.add_parser("split", help="write sweeps/splits/NAME.yaml (random_K or coverage_P)")
-    s.add_argument("name"); s.add_argument("--seed", type=int, default=0); s.add_argument("--force", action="store_true")
-    return p
-
-# %% ../nbs/30_data.ipynb #dc186f25
-def _ls(store: Store) -> int:
-    "One line per dataset; a broken one says what is wrong and what to do, and the others are still listed."
-    found = list_datasets(store)
-    for d in found:
-        try:
-            m = read_manifest(store, d)
-            print(f"{d:<20} {m.n_samples:>8} samples {len(m.shards):>5} shards  id {m.content_id}  channel_spec {m.channel_spec}  git {m.git}")
-        except DatasetError as e: print(f"{d:<20} BROKEN: {e.detail}")
-    if not found: print(f"no datasets in {store.uri} yet: make one with `qmind data gen quickstart` (or `qmind run quickstart`)")
-    return 0
-
-def _verify(store: Store, dataset: str, seal: bool) -> int:
-    if seal:
-        m = seal_manifest(store, dataset)
-        print(f"{dataset}: every shard matches; manifest sealed, id {m.content_id}"); return 0
-    m = read_manifest(store, dataset)
-    problems = check_shards(store, m)
-    for p in problems: print(p)
-    print(f"{dataset}: " + (f"OK, id {m.content_id}: the manifest matches its content hash and every shard its record" if not problems
-                            else f"{len(problems)} problem(s), each above with what to do"))
-    return 1 if problems else 0
-
-# %% ../nbs/30_data.ipynb #5ea8cd6a
-def data_main(argv: list[str]) -> int:
-    "`qmind data gen|ls|verify|repair|show|split ...`"
-    p = _data_parser()
-    a, extra = p.parse_known_args(argv)           # key=value after an option (gen quickstart --workers 2 data.episodes=8)
-    if extra and (a.cmd != "gen" or any("=" not in x or x.startswith("-") for x in extra)): p.error(f"unrecognized arguments: {' '.join(extra)}")
-    if extra: a.overrides = [*a.overrides, *extra]
-    if a.cmd == "gen":
-        from qmind_render.config import config_from_args
-        m = generate(config_from_args(a).data, workers=a.workers)
-        print(f"dataset {m.id}: {m.n_samples} samples in {len(m.shards)} shards, id {m.content_id}")
-        return 0
-    if a.cmd == "split":
-        if split_path(a.name).exists() and not a.force:
-            raise ValueError(f"{split_path(a.name)} exists (splits are versioned with experiments; --force to rewrite)")
-        print(save_split(make_split(a.name, seed=a.seed)))
-        return 0
-    store = open_store(a.store)
-    if a.cmd == "ls": return _ls(store)
-    if a.cmd == "verify": return _verify(store, a.dataset, a.seal)
-    if a.cmd == "repair":
-        done = repair_dataset(store, a.dataset)
-        for line in done: print(line)
-        fixed = sum(": left alone" not in line for line in done)
-        print(f"{a.dataset}: " + (f"repaired {fixed} file(s)" if fixed else "nothing to repair: the manifest and every shard check out"))
-        return 0
-    ds = fetch(store, a.dataset)
-    print(json.dumps(summary(ds, load_split(a.split) if a.split else None), indent=1))
-    out = Path(a.out or f"{a.dataset}-samples.png"); sample_sheet(ds).save(out); print(f"sample sheet: {out}")
-    return 0
-
-# %% ../nbs/30_data.ipynb #bd9aaf9f
-def rebuild_manifest(store: Store, dataset: str, why: DatasetError) -> Manifest:
-    "Rebuild an edited manifest from the shard files in the store; write it only if it hashes to the content hash it records."
-    give_up = "restore manifest.json from a copy, or write the dataset again under a new ID"
-    key = dataset_key(dataset, "manifest.json")
-    try: d = json.loads(store.get_bytes(key))
-    except ValueError: d = None
-    if not isinstance(d, dict) or not isinstance(d.get("content_sha256"), str):
-        raise DatasetError(dataset, f"{why.detail.split('; ')[0]}, and it records no content hash to rebuild it against: {give_up}")
-    shards = []
-    with tempfile.TemporaryDirectory() as td:
-        for f in _shard_files(store, dataset):
-            p = store.local_path(dataset_key(dataset, f))
-            if p is None: store.get_file(dataset_key(dataset, f), p := Path(td) / f)
-            try: n = len(load_shard(p, ["seed"])["seed"])
-            except Exception as e: raise DatasetError(dataset, f"unreadable ({type(e).__name__}), so the manifest cannot be rebuilt: {give_up}", f) from None
-            shards.append({"file": f, "n": n, "bytes": p.stat().st_size, "sha256": sha256_file(p)})
-    d = {k: v for k, v in d.items() if k != "n_samples"} | {"shards": shards}
-    if content_hash(d) != d["content_sha256"]:
-        raise DatasetError(dataset, f"{why.detail.split('; ')[0]}, and the {len(shards)} shard files in {store.uri} do not rebuild "
-                                    f"the manifest it records ({d['content_sha256'][:12]}…): {give_up}")
-    m = parse_manifest(json.dumps(d).encode(), dataset, store=store)
-    store.put_bytes(m.to_json(), key)
-    return m
-
-# %% ../nbs/30_data.ipynb #0551bb24
-def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
-    "Make shards `files` of `m` again from its recipe; each replaces the store's copy only if it hashes to its record."
-    from types import SimpleNamespace
-
-    from qmind_render import engine, skinner
-    g, bad = m.generator, ", ".join(files)
-    if not all(k in g for k in RECIPE):
-        raise DatasetError(m.id, f"{bad} bad, and its manifest has no generation recipe to make them again: write the dataset again under a new ID")
-    now = {"engine": engine.ENGINE_VERSION, "skinner": skinner.SKINNER_VERSION, "grid": list(_grid().shape)}
-    if changed := [f"{k} {g[k]} (now {v})" for k, v in now.items() if g[k] != v]:
-        raise DatasetError(m.id, f"{bad} bad, and it was made with {', '.join(changed)}, so they cannot be made again byte for byte: "
-                                 "write the dataset again under a new ID")
-    records, done = {s.file: s for s in m.shards}, []
-    with tempfile.TemporaryDirectory() as td:
-        jobs = {shard_name(j.index): j for j in plan_shards(SimpleNamespace(**g), Path(td), "repair")}
-        for f in files:
-            if f not in jobs: raise DatasetError(m.id, "is not in the plan of its recipe: write the dataset again under a new ID", f)
-            info = make_shard(jobs[f])
-            if info != records[f]:
-                raise DatasetError(m.id, f"made again from the recipe it hashes to {info.sha256[:12]}…, not the manifest's "
-                                         f"{records[f].sha256[:12]}… (this code, git {git_commit()}, does not make the bytes git "
-                                         f"{m.git} made): write the dataset again under a new ID", f)
-            store.put_file(Path(td) / f, dataset_key(m.id, f))
-            done.append(f"{f}: made again from the recipe; sha256 {info.sha256[:12]}… matches the manifest")
-    return done
-
-# %% ../nbs/30_data.ipynb #2c4284a3
-def repair_dataset(store: Store, dataset: str) -> list[str]:
-    "Put `dataset` back as its sealed manifest says (rebuild an edited manifest, make bad shards again), or say why not; return what was done."
-    key, done = dataset_key(dataset, "manifest.json"), []
-    if not store.exists(key): read_manifest(store, dataset)              # not there: says so, and how to make it
-    try: m = parse_manifest(store.get_bytes(key), dataset, sealed=False, store=store)
-    except DatasetError as e:
-        m = rebuild_manifest(store, dataset, e)
-        done.append(f"manifest.json: rebuilt from the shards in the store; it hashes to its recorded {m.content_id}…")
-    check_manifest(m)
-    problems = check_shards(store, m)
-    listed = {s.file for s in m.shards}
-    if bad := [e.shard for e in problems if e.shard in listed]: done += regenerate_shards(store, m, bad)
-    done += [f"{e.shard}: left alone, {e.detail}" for e in problems if e.shard not in listed]
-    return done
-
-# %% ../nbs/30_data.ipynb #7922b778
-def bench_data(episodes: int = 8, frames: int = 125, repeats: int = 3, batch: int = 64) -> dict:
-    "Generation and loading throughput on one core, and bytes per sample (medians of `repeats`)."
-    from types import SimpleNamespace
-
-    from qmind_render.skinner import load_grid
-    spec, grid = load_spec(), load_grid()
-    with tempfile.TemporaryDirectory() as td:
-        job = ShardJob(0, tuple(range(episodes)), frames, td, "bench")
-        make_shard(job)                                    # warm-up: JIT compilation, caches
-        gen = [_timed(lambda: make_shard(job)) for _ in range(repeats)]
-        cfg = SimpleNamespace(dataset="ds-bench", store=f"{td}/store", seed_start=0, episodes=episodes * 4,
-                              frames_per_episode=frames, shard_size=episodes * frames)
-        m = generate(cfg, workers=1, cache=Path(td) / "cache", progress=False)
-        ds = fetch(open_store(cfg.store), "ds-bench", Path(td) / "cache")
-        split = make_split("random_15", Grid(*grid.shape))
-        load = [_timed(lambda: sum(len(b["rgb"]) for b in make_loader(ds, split, batch=batch))) for _ in range(repeats)]
-        n_train = len(apply_split(ds.cells, split)["train"]) // batch * batch
-    n = episodes * frames
-    return {"generate_samples_per_s": n / float(np.median(gen)), "load_samples_per_s": n_train / float(np.median(load)),
-            "bytes_per_sample": sum(s.bytes for s in m.shards) / m.n_samples,
-            "deck_bytes_per_sample": 13 * spec.size[0] * spec.size[1], "samples_generated": n, "samples_loaded": n_train}
-
-def _timed(fn) -> float:
-    t = time.perf_counter(); fn(); return time.perf_counter() - t

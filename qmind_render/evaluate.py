@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 from .checkpoint import CheckpointError, checkpoints, find_checkpoint, load_checkpoint, load_model
 from .config import load_config
-from .data import DatasetError, apply_split, fetch, load_split, open_store
+from .data import DatasetError, fetch, open_store
+from .splits import apply_split, load_split
 from .model import Diffusion, build_model, prepare_batch, to_uint8
 from .sampler import GraphSampler
 from .viz import episode_frames, heatmap, sample_grid, write_gif
@@ -132,7 +133,7 @@ def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
 
 def gather(ds, idx: np.ndarray, shards=None) -> dict:
     "The samples at global indices `idx`, as one batch of tensors; pass a `ShardBatches` as `shards` to read each shard once."
-    from qmind_render.data import ShardBatches
+    from qmind_render.loader import ShardBatches
     return (shards or ShardBatches(ds, [], max_shards=len(ds.paths))).take(np.asarray(idx))
 
 # %% ../nbs/60_evaluate.ipynb #ba1d96d8
@@ -269,7 +270,7 @@ def _part(ld: Loaded, sampler: GraphSampler, batch: dict, steps: list, base: Mea
 def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | None = None, log=print, device: str | None = None) -> dict:
     "Evaluate a run dir or checkpoint on `device` (default `eval.device`); write eval.json, report.md and pictures to `<run>/eval/` (or `out`)."
     t0 = time.monotonic()
-    from qmind_render.data import ShardBatches
+    from qmind_render.loader import ShardBatches
     ld = load_for_eval(target, overrides, device)
     out = Path(out or ld.ckpt_path.parent.parent / "eval"); out.mkdir(parents=True, exist_ok=True)
     steps, per, shards = list(ld.cfg.eval.ddim_steps), ld.cfg.eval.frames_per_cell, ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths))
@@ -326,7 +327,7 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
 # %% ../nbs/60_evaluate.ipynb #af32b950
 def psnr_curve(run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 2, device: str | None = None) -> list[dict]:
     "Held-out and training-cell PSNR of every checkpoint in `run_dir`, with its step and minutes of training."
-    from qmind_render.data import ShardBatches
+    from qmind_render.loader import ShardBatches
     rows, shards = [], None
     for ck in checkpoints(run_dir):
         ld = load_for_eval(ck, [], device)
@@ -388,7 +389,8 @@ def _headline(res: dict) -> str:
 # %% ../nbs/60_evaluate.ipynb #44004bc4
 def run(config=None, overrides: list[str] = (), root: str | Path | None = None, workers: int | None = None, log=print) -> dict:
     "The main job: dataset (if missing) -> train -> eval -> report."
-    from qmind_render.data import generate, list_datasets
+    from qmind_render.data import list_datasets
+    from qmind_render.generate import generate
     from qmind_render.train import runs_root, train
     t0, cfg = time.monotonic(), load_config(config, list(overrides))
     store = open_store(cfg.data.store)

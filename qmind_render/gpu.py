@@ -19,7 +19,9 @@ from typing import Callable
 import torch
 
 from .config import load_config
-from .data import generate, list_datasets, make_split, open_store, save_split
+from .data import list_datasets, open_store
+from .generate import generate
+from .splits import make_split, save_split
 from .evaluate import bench_eval, psnr_curve, run
 from .model_bench import bench_throughput
 from .sampler import bench_sampler

@@ -101,7 +101,7 @@ def _metrics(ev: dict) -> dict:
 
 def ship(run_dir: str | Path, out: str | Path | None = None, trained_on: str | None = None, reproduce: str = REPRODUCE) -> Path:
     "Write `run_dir`'s last checkpoint, evaluated, as the shipped model (bf16 EMA weights and provenance) to `out`: sealed, atomically."
-    from qmind_render.data import load_split
+    from qmind_render.splits import load_split
     try: path = find_checkpoint(run_dir); ck = load_checkpoint(path)
     except CheckpointError as e: raise ServeError(str(e)) from None
     ev_path = Path(run_dir) / "eval" / "eval.json"

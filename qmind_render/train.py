@@ -24,7 +24,9 @@ from fastcore.basics import patch
 from .config import config_to_dict, load_config, save_config
 from .checkpoint import check_resume, checkpoint_name, pick_resume, restore_rng, rng_state, save_checkpoint, versions
 from .contracts import UserError
-from .data import fetch, git_commit, load_split, make_loader, open_store
+from .data import fetch, git_commit, open_store
+from .loader import make_loader
+from .splits import load_split
 from .viz import sample_grid
 from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, make_optimizer, masked_step,
                                 prepare_batch, to_uint8)
@@ -485,7 +487,8 @@ def quick_train(model: torch.nn.Module, diffusion: Diffusion, x0: torch.Tensor, 
 def bench_train(steps: int = 60, batch: int = 32, size: str = "tiny", log_every: int = 10, precision: str = "bf16") -> dict:
     "Loop overhead (data, logging, bookkeeping) as a fraction of step time, on this machine's CPU (medians)."
     import tempfile
-    from qmind_render.data import generate, make_split, save_split
+    from qmind_render.generate import generate
+    from qmind_render.splits import make_split, save_split
     with tempfile.TemporaryDirectory() as td:
         os.environ.setdefault("QMIND_CACHE", f"{td}/cache")
         split = save_split(make_split("random_15"), td)                 # its own split file: runs from any folder

@@ -98,7 +98,7 @@ def test_options_anywhere_and_project_files_from_any_folder(tmp_path):
     assert r.returncode == 0 and r.stdout.startswith(f"no datasets in {tmp_path / 'empty'}")
     r = qmind("data", "gen", "quickstart", "--workers", "1", "data.episodes=x", cwd=tmp_path)   # the override reached the config
     assert r.returncode == 2 and "bad value for 'data.episodes'" in r.stderr
-    from qmind_render.data import find_split
+    from qmind_render.splits import find_split
     import os
     here = os.getcwd()
     try:

@@ -10,9 +10,11 @@ import pytest
 
 from qmind_render.cli import main
 from qmind_render.contracts import load_spec
-from qmind_render.data import (RECIPE, DatasetError, DatasetWriter, Grid, dataset_key, fetch, generate, make_loader,
-                               make_split, open_store, random_samples, read_manifest, repair_dataset, seal_manifest,
-                               verify_dataset)
+from qmind_render.data import (RECIPE, DatasetError, DatasetWriter, Grid, dataset_key, fetch, open_store, random_samples,
+                               read_manifest, seal_manifest, verify_dataset)
+from qmind_render.generate import generate, repair_dataset
+from qmind_render.loader import make_loader
+from qmind_render.splits import make_split
 
 SPEC, GRID = load_spec(), Grid()
 MANIFEST = "manifest.json"

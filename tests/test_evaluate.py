@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.data import apply_split, fetch, load_split, open_store
+from qmind_render.data import fetch, open_store
+from qmind_render.splits import apply_split, load_split
 from qmind_render.evaluate import (EvalError, accuracy, as_float, evaluate, factor_labels, gather, load_for_eval,
                                    train_classifier)
 

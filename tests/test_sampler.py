@@ -73,7 +73,7 @@ def test_cuda_graph_of_the_compiled_network():
 def test_cuda_training_step_never_makes_the_host_wait(tmp_path):
     import os
 
-    from qmind_render.data import generate
+    from qmind_render.generate import generate
     from qmind_render.train import Meter, _step, batches, setup
     os.environ.setdefault("QMIND_CACHE", str(tmp_path / "cache"))
     o = [f"data.store={tmp_path}/store", "data.dataset=ds-sync", "data.episodes=8", "data.frames_per_episode=16", "train.batch=8",

@@ -41,7 +41,7 @@ MAX_RENDERS = 2
 def run_dir(tmp_path_factory):
     "A real (short) training run of the tiny model: the checkpoint the server loads."
     from qmind_render.config import load_config
-    from qmind_render.data import generate
+    from qmind_render.generate import generate
     from qmind_render.train import train
     tmp = tmp_path_factory.mktemp("serve")
     cfg = load_config("quickstart", [f"data.store={tmp}/store", "data.dataset=ds-serve", "data.episodes=6", "data.frames_per_episode=8",

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from qmind_render.config import load_config
-from qmind_render.data import generate
+from qmind_render.generate import generate
 from qmind_render.checkpoint import CheckpointError, checkpoints, load_checkpoint, save_checkpoint, seal
 from qmind_render.train import NonFiniteError, maybe_restore, read_metrics, save, setup, train
 
