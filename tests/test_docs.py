@@ -90,12 +90,12 @@ def _fetch(url):
 
 def test_build_has_a_page_per_notebook_and_pictures(site):
     folder, rep = site
-    assert {"index.md", "contracts.md", "engine.md", "skinner.md", "cli.md", "docs.md", "experiments/train.md"} <= set(rep["page_list"])
+    assert {"index.md", "contracts.md", "engine.md", "episode.md", "skinner.md", "cli.md", "docs.md", "experiments/train.md"} <= set(rep["page_list"])
     for rel in rep["page_list"]: assert (folder / rel.replace(".md", ".html")).is_file(), rel
     assert (folder / "talks" / "index.html").is_file()
     assert (folder / "search" / "search_index.json").is_file()
     assert rep["images"] > 0 and rep["executed"] >= 2, rep
-    html = (folder / "engine.html").read_text()
+    html = (folder / "episode.html").read_text()
     assert 'id="render_episode"' in html  # nbdev's show_doc entry, under nbdev's anchor
 
 
@@ -182,13 +182,13 @@ def posixpath_join(base: str, href: str) -> str:
 
 
 def test_search_finds_a_function(url, page):
-    "Type a function's name into the theme's own search box: the engine chapter comes up and opens at the function."
+    "Type a function's name into the theme's own search box: the episode chapter comes up and opens at the function."
     page.goto(f"{url}/index.html")
     page.locator("input.md-search__input").click()
     page.keyboard.type("render_episode")
-    hit = page.locator(".md-search-result__item a[href*='engine.html'][href$='#render_episode']").first
+    hit = page.locator(".md-search-result__item a[href*='episode.html'][href$='#render_episode']").first
     hit.wait_for(timeout=20_000)
     hit.click()
-    page.wait_for_url("**/engine.html*#render_episode")
+    page.wait_for_url("**/episode.html*#render_episode")
     assert page.locator("[id='render_episode']").first.is_visible()
     assert not page.off_host and not page.errors
