@@ -71,3 +71,11 @@ def test_parameters_tag_survives_nbdev_clean_and_papermill_uses_it(tmp_path):
     subprocess.run([sys.executable, "-m", "papermill", str(nb_path), str(out), "-p", "lr", "0.5", "--cwd",
                     str(tmp_path), "-k", "python3"], check=True, timeout=180, capture_output=True)
     assert (tmp_path / "result.txt").read_text() == "0.5"
+
+
+def test_every_notebook_is_valid_nbformat():
+    "nbformat's own validation (cell ids included): an empty id passes nbdev-clean but stops the docs build."
+    import nbformat
+    for p in sorted((ROOT / "nbs").rglob("*.ipynb")):
+        if ".ipynb_checkpoints" in p.parts: continue
+        nbformat.validate(nbformat.read(p, as_version=4))
