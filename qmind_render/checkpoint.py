@@ -226,7 +226,7 @@ def ema_weights(ck: dict) -> dict:
 
 def load_model(ck: dict, model_cfg=None, device="cpu", what: str = "the checkpoint") -> tuple[ConditionalUNet, Diffusion]:
     "The EMA model of `ck` (eval mode, float32, on `device`) and its diffusion, as `model_cfg` (default: the checkpoint's) describes them."
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     check_versions(ck, what)
     mcfg = model_cfg if model_cfg is not None else config_from_dict(ck["config"]).model
     model = build_model(mcfg, grid=load_grid())

@@ -57,7 +57,7 @@ def generate_part(data: dict, index: int, per_index: int, workers: int | None = 
 
     import qmind_render.data as D
     import qmind_render.generate as G
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     ranges = plan_array(data, per_index)
     if not 0 <= index < len(ranges): raise CloudError(f"array index {index}: this plan has indices 0..{len(ranges) - 1}")
     r, ds, store = ranges[index], data["dataset"], D.open_store(data["store"])
@@ -85,7 +85,7 @@ def generate_part(data: dict, index: int, per_index: int, workers: int | None = 
 def commit_parts(data: dict):
     "The final step: check every array index's part, then write the manifest (idempotent when already committed)."
     import qmind_render.data as D
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     ds, store = data["dataset"], D.open_store(data["store"])
     parts = _data_parts(store, ds)
     if not parts: raise D.DatasetError(ds, f"no part records under {store.uri}/datasets/{ds}/parts/: did the array job run?")

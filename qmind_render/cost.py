@@ -157,7 +157,7 @@ def step_seconds(cfg, threads: int | None = None, batch_cap: int = 8, iters: int
 
     from qmind_render.model import Diffusion, build_model, make_optimizer, prepare_batch, synthetic_batch
     from qmind_render.model_bench import train_step
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     old = torch.get_num_threads()
     torch.set_num_threads(int(threads or old))
     try:

@@ -105,7 +105,7 @@ def bench_data(episodes: int = 8, frames: int = 125, repeats: int = 3, batch: in
     "Generation and loading throughput on one core, and bytes per sample (medians of `repeats`)."
     from types import SimpleNamespace
 
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     spec, grid = load_spec(), load_grid()
     with tempfile.TemporaryDirectory() as td:
         job = ShardJob(0, tuple(range(episodes)), frames, td, "bench")

@@ -230,7 +230,8 @@ def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
 def episode_video(loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, scale: int = 2) -> Path:
     "GIF of surface | ground truth | model for an unseen episode in a held-out cell (`viz.episode_frames`, `viz.write_gif`)."
     from qmind_render.episode import render_episode
-    from qmind_render.skinner import load_grid, skin, stack_frames
+    from qmind_render.grid import load_grid
+    from qmind_render.skinner import skin, stack_frames
     grid, (t, m, l) = load_grid(), loaded.split.held_out[0]
     seed = int(loaded.ds.manifest.seeds[1]) + 1000
     ch = stack_frames(list(render_episode(seed, frames, materials=[m])))
@@ -299,7 +300,7 @@ def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | No
 def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> dict:
     from PIL import Image
 
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     g = load_grid()
     vals = np.concatenate([v for v, _ in cells_psnr[k]]), np.concatenate([c for _, c in cells_psnr[k]])
     heatmap(per_cell(*vals), (g.theme_names, list(g.materials), g.lighting_names), ld.split.held_out,
@@ -427,7 +428,7 @@ def bench_eval(frames: int = 1000, steps=(1, 2, 4), size: str = "small", device:
     "Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts, and to fit the classifiers."
     from qmind_render.model import synthetic_batch
     from qmind_render.sampler import fast_dtype
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     from qmind_render.train import pick_device
     dev, steps = pick_device(device, key="device"), [int(k) for k in np.atleast_1d(steps)]
     batch = batch or eval_batch(dev)

@@ -70,7 +70,7 @@ def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]
 @functools.lru_cache(maxsize=1)
 def _grid():
     "The factor grid, loaded once per worker process."
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     return load_grid()
 
 def make_shard(job: ShardJob) -> ShardInfo:
@@ -112,7 +112,7 @@ def generate(cfg, workers: int | None = None, cache: Path | None = None, progres
     "Build dataset `cfg.dataset` in store `cfg.store` from a config's `data` section; resumable."
     from tqdm.auto import tqdm
 
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     store, spec, fgrid = open_store(cfg.store), load_spec(), load_grid()
     writer = DatasetWriter(store, cfg.dataset, spec, Grid(*fgrid.shape))
     staging = store.local_path(dataset_key(cfg.dataset)) or Path(cache or default_cache_dir()) / cfg.dataset

@@ -105,7 +105,7 @@ def _palette(parts: dict, spec: ChannelSpec) -> np.ndarray:
 # %% ../nbs/40_model.ipynb #09c3f5e5
 def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
     "Per-theme and per-lighting numbers the encoders look up by id (float32, all in [0, 1])."
-    from qmind_render.skinner import lighting_vector, load_grid
+    from qmind_render.grid import lighting_vector, load_grid
     grid, spec, schema = grid or load_grid(), spec or load_spec(), load_theme_schema()
     parts = [_theme_parts(t, schema) for t in grid.themes]
     pattern = [p for p in schema.param_paths if p.startswith("pattern.")]

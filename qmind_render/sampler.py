@@ -161,7 +161,7 @@ def bench_sampler(device: str = "cpu", size: str = "small", steps=(1, 2, 4), bat
     """`qmind bench sampler [device=cuda] [size=base]`: frame latency (ms) by batch and DDIM steps for the reference `ddim_sample`
     (autocast), the sampler's eager loop and, on CUDA, its graph and (`compile`, default on CUDA) the graph of the compiled network."""
     from qmind_render.config import load_config
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     dev, t0 = torch.device(device), time.perf_counter()
     cfg = load_config(None, [f"model.size={size}"])
     torch.manual_seed(0)

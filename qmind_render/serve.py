@@ -67,7 +67,7 @@ class ServeError(UserError, ValueError):
 def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Served:
     "The EMA model of a checkpoint file or a run dir's latest checkpoint; None: the model that ships with the package."
     if checkpoint is None: return _shipped_served(device)
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     try:
         path = find_checkpoint(checkpoint); ck = load_checkpoint(path)        # sealed, read with weights_only
         model, diffusion = load_model(ck, device=device, what=f"checkpoint {path}")
@@ -75,7 +75,7 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
     return Served(model, diffusion, config_from_dict(ck["config"]), load_grid(), str(path), int(ck["step"]))
 
 def _shipped_served(device: str = "cpu") -> Served:
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     try: model, diffusion, about = load_shipped()                          # sealed and versions checked there
     except FileNotFoundError as e: raise ServeError(f"{e}; or serve a run you trained: --checkpoint runs/quickstart") from None
     return Served(model.to(device), diffusion, config_from_dict(about["config"]), load_grid(),
@@ -83,7 +83,7 @@ def _shipped_served(device: str = "cpu") -> Served:
 
 def random_served(size: str = "small", seed: int = 0, overrides: list[str] = (), device: str = "cpu") -> Served:
     "An untrained model of `size` (the output layer randomised too, so frames are not constant): for benchmarks and tests."
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     cfg = load_config(None, [f"model.size={size}", *overrides])
     torch.manual_seed(seed)
     model = build_model(cfg.model, grid=load_grid())

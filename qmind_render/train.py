@@ -213,7 +213,7 @@ def _data(cfg):
     return fetch(open_store(cfg.data.store), cfg.data.dataset), load_split(cfg.data.holdout)
 
 def _model(cfg, dist: Dist, device: torch.device):
-    from qmind_render.skinner import load_grid
+    from qmind_render.grid import load_grid
     torch.manual_seed(cfg.seed)                                  # initial weights: a function of the seed
     model = build_model(cfg.model, grid=load_grid()).to(device)
     compile = cfg.train.compile if cfg.train.compile is not None else device.type == "cuda"

@@ -17,7 +17,7 @@ from qmind_render.model import (COND_ENCS, MATERIAL_ENCS, SIZES, ConditionalUNet
                                 diffusion_loss, forward_flops, make_ema, model_config, n_params, prepare_batch, synthetic_batch)
 from qmind_render.model_bench import bench_cpu, bench_throughput
 from qmind_render.train import overfit_one_batch
-from qmind_render.skinner import load_grid
+from qmind_render.grid import load_grid
 
 SPEC, GRID = load_spec(), load_grid()
 TABLES = condition_tables(GRID, SPEC)

@@ -11,7 +11,7 @@ import torch
 from qmind_render.config import load_config
 from qmind_render.model import Diffusion, build_model, ddim_sample, prepare_batch, synthetic_batch
 from qmind_render.sampler import GraphSampler, SamplerError
-from qmind_render.skinner import load_grid
+from qmind_render.grid import load_grid
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

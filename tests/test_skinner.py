@@ -19,10 +19,11 @@ import yaml
 
 from qmind_render import skinner as sk
 from qmind_render.contracts import ChannelError, ThemeError
+from qmind_render.grid import LightingError, grid_path, load_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "skinner_hashes.json"
-GRID = sk.load_grid()
+GRID = load_grid()
 
 
 def golden_inputs() -> dict:
@@ -178,7 +179,7 @@ def test_distinctness_test_fails_when_lighting_is_ignored(monkeypatch):
 # --- refusals -----------------------------------------------------------------------------------
 
 def _grid_with(tmp_path, edit) -> Path:
-    d = yaml.safe_load(sk.grid_path().read_text())
+    d = yaml.safe_load(grid_path().read_text())
     edit(d)
     p = tmp_path / "grid.yaml"
     p.write_text(yaml.safe_dump(d))
@@ -202,26 +203,26 @@ def _set(path):
     (("themes", 0, "pattern", "scale"), 0.1, ThemeError, "pattern.scale"),
     (("themes", 4, "palette", "ceiling"), [1, 2], ThemeError, "palette.ceiling"),
     (("themes", 2, "name"), "Hell Level", ThemeError, "name"),
-    (("lighting", 0, "temperature"), 500, sk.LightingError, "temperature"),
-    (("lighting", 2, "fog", "colour"), [0, 0, -1], sk.LightingError, "fog.colour[2]"),
-    (("lighting", 3, "glow"), 1.0, sk.LightingError, "<record>"),
+    (("lighting", 0, "temperature"), 500, LightingError, "temperature"),
+    (("lighting", 2, "fog", "colour"), [0, 0, -1], LightingError, "fog.colour[2]"),
+    (("lighting", 3, "glow"), 1.0, LightingError, "<record>"),
 ])
 def test_malformed_record_is_refused_naming_the_field(tmp_path, path, value, error, field):
     with pytest.raises(error) as e:
-        sk.load_grid(_grid_with(tmp_path, _set(path)(value)))
+        load_grid(_grid_with(tmp_path, _set(path)(value)))
     assert e.value.field == field and f"field '{field}'" in str(e.value)
 
 
 def test_missing_lighting_field_is_named(tmp_path):
-    with pytest.raises(sk.LightingError, match="'falloff' is a required property"):
-        sk.load_grid(_grid_with(tmp_path, _set(("lighting", 1, "falloff"))(...)))
+    with pytest.raises(LightingError, match="'falloff' is a required property"):
+        load_grid(_grid_with(tmp_path, _set(("lighting", 1, "falloff"))(...)))
 
 
 def test_skin_refuses_malformed_records_and_channels():
     f, th, li = sk.corridor_frame(), GRID.theme(0), GRID.lighting(0)
     with pytest.raises(ThemeError, match="pattern.noise"):
         sk.skin(f, {**th, "pattern": {**th["pattern"], "noise": -1}}, li)
-    with pytest.raises(sk.LightingError, match="ambient"):
+    with pytest.raises(LightingError, match="ambient"):
         sk.skin(f, th, {**li, "ambient": 2})
     for name, bad, rule in [
         ("uv", f["uv"].astype(np.float32), "dtype"),
@@ -288,8 +289,16 @@ def test_bench_skinner_reports_numbers():
     json.dumps(r)  # the CLI prints it as JSON
 
 
+def test_the_factor_grid_has_its_own_home():
+    import qmind_render.grid as fg
+    moved = {"load_grid", "FactorGrid", "LightingError", "validate_lighting", "lighting_vector", "light_colour",
+             "grid_path", "LIGHTING_SCHEMA"}
+    assert moved <= set(fg.__all__) and not moved & set(sk.__all__)   # one home per name
+
+
 if __name__ == "__main__" and "--update-golden" in sys.argv:
     GOLDEN.parent.mkdir(parents=True, exist_ok=True)
     GOLDEN.write_text(json.dumps({"skinner_version": sk.SKINNER_VERSION, "grid_version": GRID.version,
                                   "hashes": current_hashes()}, indent=1, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}")
+
