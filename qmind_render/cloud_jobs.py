@@ -28,9 +28,9 @@ from .cloud_guard import BudgetGuard, CAP_TAG, ESTIMATE_TAG, max_cost
 
 # %% auto #0
 __all__ = ['USER_DATA_LIMIT', 'DLAMI_PARAMETER', 'render_template', 'render_user_data', 'code_version', 's3_exists', 'stage_code',
-           'load_watchdog', 'watchdog_main', 'LaunchFailed', 'EC2Backend', 'check_dataset', 'resolve_image', 'abandon',
-           'launch_instance', 'put_record', 'read_status_json', 'finished_state', 'SageMakerBackend',
-           'training_job_name', 'sagemaker_train_main']
+           'load_watchdog', 'watchdog_main', 'LaunchFailed', 'CappedJobs', 'EC2Backend', 'check_dataset',
+           'resolve_image', 'abandon', 'launch_instance', 'put_record', 'read_status_json', 'finished_state',
+           'SageMakerBackend', 'training_job_name', 'sagemaker_train_main']
 
 # %% ../nbs/82_cloud_jobs.ipynb #4366e3e2
 USER_DATA_LIMIT = 16 * 1024    # EC2's limit on user data, before base64
@@ -120,8 +120,22 @@ def _default_region(region: str | None = None) -> str:
     return region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or menu_source()["region"]
 
 # %% ../nbs/82_cloud_jobs.ipynb #01115414
+class CappedJobs:
+    """What a job on one `instance` for at most `max_hours` costs: the guard charges its cap, the on-demand price (spot
+    never bills above it) × the hours after which the instance powers off (EC2) or the job is stopped (SageMaker)."""
+    def estimate(self, run: RunSpec) -> float:
+        "What the run should cost: the planner's estimate, else its cap. Shown and tagged; the guard charges `max_usd`."
+        if run.estimate_usd is not None: return round(float(run.estimate_usd), 2)
+        return self.max_usd(run)
+
+    def max_usd(self, run: RunSpec | None = None) -> float:
+        "What the guard charges for `run`: its cap."
+        return max_cost(instance_type(self.instance).on_demand_usd_h, self.max_hours)
+
+    def cap_basis(self) -> str: return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
+
 @dataclass
-class EC2Backend:
+class EC2Backend(CappedJobs):
     "Each run on its own EC2 instance, which uploads its run dir and terminates itself when the job ends."
     instance: str = "g6.xlarge"
     market: str = "spot"                        # "spot" | "on-demand"
@@ -142,16 +156,6 @@ class EC2Backend:
     session: object = field(default=None, repr=False)
     name: str = field(default="ec2", init=False)
 
-    def estimate(self, run: RunSpec) -> float:
-        "What the run should cost: the planner's estimate, else its cap. Shown and tagged; the guard charges `max_usd`."
-        if run.estimate_usd is not None: return round(float(run.estimate_usd), 2)
-        return self.max_usd(run)
-
-    def max_usd(self, run: RunSpec | None = None) -> float:
-        "What the guard charges: on-demand price (spot never bills above it) × max hours, when the instance powers off."
-        return max_cost(instance_type(self.instance).on_demand_usd_h, self.max_hours)
-
-    def cap_basis(self) -> str: return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
 
 # %% ../nbs/82_cloud_jobs.ipynb #5ad305f9
 @patch
@@ -321,7 +325,7 @@ def cancel(self: EC2Backend, job: dict) -> None:
 
 # %% ../nbs/82_cloud_jobs.ipynb #868ef02a
 @dataclass
-class SageMakerBackend:
+class SageMakerBackend(CappedJobs):
     "Each run as a SageMaker training job: managed spot, checkpoints synced to the run dir, a maximum runtime."
     instance: str = "ml.g5.xlarge"
     spot: bool = True
@@ -336,16 +340,6 @@ class SageMakerBackend:
     session: object = field(default=None, repr=False)
     name: str = field(default="sagemaker", init=False)
 
-    def estimate(self, run: RunSpec) -> float:
-        "What the run should cost: the planner's estimate, else its cap. Shown and tagged; the guard charges `max_usd`."
-        if run.estimate_usd is not None: return round(float(run.estimate_usd), 2)
-        return self.max_usd(run)
-
-    def max_usd(self, run: RunSpec | None = None) -> float:
-        "What the guard charges: on-demand price × max hours, the runtime SageMaker stops it at (managed spot bills less)."
-        return max_cost(instance_type(self.instance).on_demand_usd_h, self.max_hours)
-
-    def cap_basis(self) -> str: return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
 
 def training_job_name(run_name: str, suffix: str) -> str:
     "A SageMaker job name (unique forever in an account, at most 63 characters) for one attempt at a run."
