@@ -27,7 +27,7 @@ from .util import atomic_write
 __all__ = ['LABELS', 'DERIVED', 'MANIFEST_KEYS', 'EDITED', 'RECIPE', 'StoreError', 'Store', 'LocalStore', 'S3Store',
            'default_store_uri', 'open_store', 'sample_fields', 'Grid', 'DatasetError', 'check_arrays', 'shard_bytes',
            'sha256_file', 'ShardInfo', 'shard_name', 'shard_index', 'write_shard', 'load_shard', 'random_samples',
-           'Manifest', 'content_hash', 'manifest_fault', 'data_cmd', 'parse_manifest', 'check_manifest', 'git_commit',
+           'Manifest', 'manifest_hash', 'manifest_fault', 'data_cmd', 'parse_manifest', 'check_manifest', 'git_commit',
            'dataset_key', 'DatasetExists', 'DatasetWriter', 'list_datasets', 'read_manifest', 'shard_fix',
            'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'shard_files', 'check_shards',
            'verify_dataset', 'seal_manifest']
@@ -281,18 +281,18 @@ class Manifest:
     @property
     def grid_(self) -> Grid: return Grid(**self.grid)
     @property
-    def content_sha256(self) -> str: return content_hash(asdict(self))
+    def content_sha256(self) -> str: return manifest_hash(asdict(self))
     @property
     def content_id(self) -> str: return self.content_sha256[:12]
     def to_json(self) -> bytes:
         "The sealed manifest: its fields, `n_samples` and `content_sha256`."
         d = asdict(self)
-        d.update(n_samples=self.n_samples, content_sha256=content_hash(d))
+        d.update(n_samples=self.n_samples, content_sha256=manifest_hash(d))
         return (json.dumps(d, indent=1, sort_keys=True) + "\n").encode()
 
 DERIVED = ("content_sha256", "n_samples")
 
-def content_hash(d: dict) -> str:
+def manifest_hash(d: dict) -> str:
     "sha256 of a manifest's canonical JSON, without its derived fields."
     body = {k: v for k, v in d.items() if k not in DERIVED}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -350,8 +350,8 @@ def parse_manifest(data: bytes, dataset: str, sealed: bool = True, store: Store 
     if stored is None and sealed:
         raise DatasetError(dataset, "manifest has no content hash (it was written before manifests were sealed), so it is not "
                                     f"trusted: check every shard and seal it with {data_cmd('verify', dataset, store, ' --seal')}")
-    if stored is not None and stored != content_hash(d):
-        raise DatasetError(dataset, f"manifest does not match its content hash ({content_hash(d)[:12]}…, recorded {str(stored)[:12]}…): {EDITED}; {fix}")
+    if stored is not None and stored != manifest_hash(d):
+        raise DatasetError(dataset, f"manifest does not match its content hash ({manifest_hash(d)[:12]}…, recorded {str(stored)[:12]}…): {EDITED}; {fix}")
     d.pop("n_samples", None)
     d["shards"] = [ShardInfo(**s) for s in d["shards"]]
     return Manifest(**{k: v for k, v in d.items() if k in Manifest.__dataclass_fields__})

@@ -18,7 +18,7 @@ import numpy as np
 
 from .contracts import ChannelSpec, load_spec
 from .data import (RECIPE, DatasetError, DatasetWriter, Grid, LocalDataset, Manifest, ShardInfo, Store,
-                               check_manifest, check_shards, content_hash, dataset_key, default_cache_dir, git_commit,
+                               check_manifest, check_shards, manifest_hash, dataset_key, default_cache_dir, git_commit,
                                load_shard, open_store, parse_manifest, read_manifest, sha256_file, shard_files, shard_name,
                                write_shard)
 from .splits import Split, apply_split
@@ -171,7 +171,7 @@ def rebuild_manifest(store: Store, dataset: str, why: DatasetError) -> Manifest:
             except Exception as e: raise DatasetError(dataset, f"unreadable ({type(e).__name__}), so the manifest cannot be rebuilt: {give_up}", f) from None
             shards.append({"file": f, "n": n, "bytes": p.stat().st_size, "sha256": sha256_file(p)})
     d = {k: v for k, v in d.items() if k != "n_samples"} | {"shards": shards}
-    if content_hash(d) != d["content_sha256"]:
+    if manifest_hash(d) != d["content_sha256"]:
         raise DatasetError(dataset, f"{why.detail.split('; ')[0]}, and the {len(shards)} shard files in {store.uri} do not rebuild "
                                     f"the manifest it records ({d['content_sha256'][:12]}…): {give_up}")
     m = parse_manifest(json.dumps(d).encode(), dataset, store=store)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from qmind_render.contracts import load_spec
-from qmind_render.data import (DatasetError, content_hash, DatasetExists, DatasetWriter, Grid, S3Store, StoreError, dataset_key, fetch,
+from qmind_render.data import (DatasetError, manifest_hash, DatasetExists, DatasetWriter, Grid, S3Store, StoreError, dataset_key, fetch,
                                list_datasets, open_store, random_samples, read_manifest, verify_dataset)
 
 SPEC, GRID = load_spec(), Grid()
@@ -92,7 +92,7 @@ def test_incompatible_manifest_names_both_versions(store, tmp_path):
     key = dataset_key("ds-t", "manifest.json")
     m = json.loads(store.get_bytes(key))
     m["channel_spec"] = "0.2.0"
-    m["content_sha256"] = content_hash(m)          # a genuine manifest from another spec version, not an edited one
+    m["content_sha256"] = manifest_hash(m)          # a genuine manifest from another spec version, not an edited one
     store.put_bytes(json.dumps(m).encode(), key)
     with pytest.raises(DatasetError, match=r"ds-t.*0\.2\.0.*0\.1\.0"):
         fetch(store, "ds-t", tmp_path / "cache")
