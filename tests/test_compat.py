@@ -1,6 +1,6 @@
 """What was written before a change still works after it: a dataset and a run checkpoint made by the code at
 fbaef71 (tests/golden/compat: `qmind data gen ... data.dataset=ds-compat data.episodes=2 data.frames_per_episode=8`
-and `qmind train ... name=compat train.steps=2 train.batch=2`) are fetched, verified, resumed and evaluated."""
+and `qmind train ... name=compat train.steps=2 train.batch=2 train.warmup=1 train.sample_every=0 train.keep_last=1`) are fetched, verified, resumed and evaluated."""
 import shutil
 from pathlib import Path
 
