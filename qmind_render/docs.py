@@ -145,9 +145,18 @@ def library_fingerprint(root: Path) -> str:
         if Path(d).is_dir(): _hash_tree(h, Path(d))
     return h.hexdigest()
 
+_FRESH_TORCH_SEED: list[int] = []  # torch's seed in a process that has not seeded it: what every page starts from
+
+def _fresh_rng() -> None:
+    "Torch's global generator as a fresh process has it, so a worker's second page draws what it would draw first."
+    import torch
+    if not _FRESH_TORCH_SEED: _FRESH_TORCH_SEED.append(torch.initial_seed())
+    torch.manual_seed(_FRESH_TORCH_SEED[0])
+
 def _render_job(job: dict) -> dict:
-    "Execute (if asked) and process one notebook into `job['dst']`, unless the cache has it. Runs in its own process."
+    "Execute (if asked) and process one notebook into `job['dst']`, unless the cache has it. Runs in a worker process."
     t0, src, dst = time.perf_counter(), Path(job["src"]), Path(job["dst"])
+    _fresh_rng()
     cached = Path(job["cache"]) / f"{job['key']}.ipynb" if job["cache"] else None
     result = {"rel": job["rel"], "executed": False, "cached": False, "error": None, "skipped_cells": []}
     try:
@@ -164,26 +173,58 @@ def _render_job(job: dict) -> dict:
             if cached:
                 atomic_write(cached.with_suffix(".json"), json.dumps(result["skipped_cells"]))
                 atomic_write(cached, src=dst)
-    except (Exception, SystemExit) as e: result["error"] = f"{type(e).__name__}: {e}"
+    except (Exception, SystemExit) as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+        dst.with_suffix(".executed.ipynb").unlink(missing_ok=True)
     return {**result, "seconds": time.perf_counter() - t0}
 
-_WORKER = "import json, sys; from qmind_render.docs import _render_job; print(json.dumps(_render_job(json.load(sys.stdin))))"
+_RESULT = "qmind-docs-result: "   # marks the worker's answer among whatever a notebook prints
+_WORKER = ("import json, sys\nfrom qmind_render.docs import _RESULT, _render_job\n"
+           "for line in sys.stdin: print(_RESULT + json.dumps(_render_job(json.loads(line))), flush=True)")
 
 _RUNNING: set = set()  # worker processes of the build in progress, killed if it is interrupted
 
-def _run_job(job: dict) -> dict:
-    "Run `_render_job` in a fresh Python process (one notebook per process, as nbdev-test and nbdev-proc-nbs isolate them)."
-    import subprocess
-    proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=job["root"])
-    _RUNNING.add(proc)
-    try: out, err = proc.communicate(json.dumps(job))
-    finally: _RUNNING.discard(proc)
-    lines = out.strip().splitlines()
-    try: return json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
+class _Worker:
+    "A Python process that renders the notebooks it is given (a JSON job per line on stdin), one after another."
+    def __init__(self, root: str):
+        import subprocess
+        self.err = tempfile.TemporaryFile(mode="w+")   # a file, not a pipe: a chatty notebook can't fill it and stall
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.err, text=True, cwd=root)
+        _RUNNING.add(self.proc)
+
+    def run(self, job: dict) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n"); self.proc.stdin.flush()
+            for line in self.proc.stdout:
+                if (i := line.find(_RESULT)) >= 0: return json.loads(line[i + len(_RESULT):])
+        except OSError: pass                        # it died before reading the job
+        self.proc.wait(); self.err.seek(0)
+        Path(job["dst"]).with_suffix(".executed.ipynb").unlink(missing_ok=True)    # what it was working on
         return {"rel": job["rel"], "seconds": 0.0, "executed": False, "cached": False, "skipped_cells": [],
-                "error": f"the worker exited with status {proc.returncode}:\n{err[-3000:]}"}
+                "error": f"the worker exited with status {self.proc.returncode}:\n{self.err.read()[-3000:]}"}
+
+    @property
+    def alive(self) -> bool: return self.proc.poll() is None
+
+    def close(self):
+        if self.alive:
+            try: self.proc.stdin.close()
+            except OSError: pass
+            self.proc.wait()
+        _RUNNING.discard(self.proc); self.err.close()
+
+def _run_job(job: dict, workers: threading.local, started: list) -> dict:
+    """Render one notebook in a worker process. A notebook to execute gets a fresh process of its own (as `nbdev-test`
+    isolates them); one only processed (its definitions and `show_doc` calls run, its examples don't) goes to this
+    thread's long-lived worker, so the library is imported once per worker rather than once per page."""
+    if job["execute"]:
+        w = _Worker(job["root"])
+        try: return w.run(job)
+        finally: w.close()
+    if getattr(workers, "w", None) is None or not workers.w.alive:
+        workers.w = _Worker(job["root"]); started.append(workers.w)
+    return workers.w.run(job)
 
 def render_notebooks(pages: list[Page], out: Path, root: Path, execute: str | None = "*", jobs: int = 2,
                      cache: Path | None = None, skip_flags: tuple[str, ...] = ("slow",), log=None) -> list[dict]:
@@ -200,9 +241,9 @@ def render_notebooks(pages: list[Page], out: Path, root: Path, execute: str | No
         key = hashlib.sha256(p.src.read_bytes() + f"{fp}{ex}{sorted(skip_flags)}".encode()).hexdigest()[:32]
         return {"src": str(p.src), "dst": str(Path(out).absolute() / p.rel.replace(".md", ".ipynb")), "rel": rel, "execute": ex,
                 "root": str(root), "cache": str(Path(cache).absolute()) if cache else None, "key": key, "skip_flags": list(skip_flags)}
-    results, pool = [], ThreadPoolExecutor(max(1, jobs))
+    results, pool, workers, started = [], ThreadPoolExecutor(max(1, jobs)), threading.local(), []
     try:
-        for fut in as_completed([pool.submit(_run_job, job(p)) for p in pages]):
+        for fut in as_completed([pool.submit(_run_job, job(p), workers, started) for p in pages]):
             results.append(r := fut.result())
             if log: log(f"  {r['rel']:<28} {r['seconds']:6.1f} s  "
                         f"{'FAILED' if r['error'] else 'cached' if r['cached'] else 'executed' if r['executed'] else 'processed'}"
@@ -211,7 +252,9 @@ def render_notebooks(pages: list[Page], out: Path, root: Path, execute: str | No
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in list(_RUNNING): proc.kill()
         raise
-    pool.shutdown()
+    finally:
+        pool.shutdown()
+        for w in started: w.close()
     if failed := [r for r in results if r["error"]]:
         raise RuntimeError(f"{len(failed)} notebook(s) failed while building the docs:\n\n" +
                            "\n\n".join(f"--- {r['rel']}\n{r['error']}" for r in failed))
