@@ -17,8 +17,8 @@ from .data import Grid
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['Split', 'make_split', 'split_path', 'save_split', 'find_split', 'load_split', 'LeakError', 'assert_no_leak',
-           'apply_split']
+__all__ = ['SPLIT_SCHEMA', 'Split', 'make_split', 'split_path', 'save_split', 'find_split', 'SplitError', 'split_problem',
+           'load_split', 'LeakError', 'assert_no_leak', 'apply_split']
 
 # %% ../nbs/31_splits.ipynb #b699474b
 @dataclass(frozen=True)
@@ -73,14 +73,42 @@ def find_split(name: str, root: Path | str | None = None) -> Path:
     dirs = project_dirs(root)
     return next((split_path(name, d) for d in dirs if split_path(name, d).is_file()), split_path(name, dirs[0]))
 
+class SplitError(UserError, ValueError):
+    "A split file that is not a split; the message names the file and what is wrong with it."
+
+_CELLS = ("theme", "material", "light")
+SPLIT_SCHEMA = {"type": "object", "required": ["name", "grid", "held_out"], "properties": {
+    "name": {"type": "string", "minLength": 1}, "version": {"type": "integer", "minimum": 1}, "seed": {"type": "integer", "minimum": 0},
+    "grid": {"type": "object", "required": list(_CELLS), "additionalProperties": False,
+             "properties": {k: {"type": "integer", "minimum": 1} for k in _CELLS}},
+    "held_out": {"type": "array", "items": {"type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "integer", "minimum": 0}}}}}
+
+def split_problem(d) -> str | None:
+    "What makes `d` (a split file's YAML) not a split: its shape (`SPLIT_SCHEMA`), or a held-out cell outside its grid; None: nothing."
+    from qmind_render.contracts import jsonschema
+    if not isinstance(d, dict): return f"it holds {type(d).__name__} {str(d)[:40]!r}, not a mapping"
+    err = jsonschema().exceptions.best_match(jsonschema().Draft202012Validator(SPLIT_SCHEMA).iter_errors(d))
+    if err is not None: return f"{'.'.join(map(str, err.absolute_path)) or 'the file'}: {err.message[:120]}"
+    sizes = [d["grid"][k] for k in _CELLS]
+    bad = next((i for i, c in enumerate(d["held_out"]) if any(v >= n for v, n in zip(c, sizes))), None)
+    if bad is not None: return f"held_out.{bad}: cell {d['held_out'][bad]} is outside the grid {dict(zip(_CELLS, sizes))}"
+    return None
+
 def load_split(name: str, root: Path | str | None = None) -> Split:
-    "Read a split by name (`sweeps/splits/<name>.yaml`) or path; a missing file names the path and how to make it."
+    """Read a split by name (`sweeps/splits/<name>.yaml`) or path. A missing file names the path and how to make it; a file
+    that is not a split (not YAML, another shape, a cell outside its grid) is a `SplitError` naming the file and the problem."""
     import yaml
     path = find_split(name, root)
     if not path.is_file(): raise FileNotFoundError(f"split file {path} not found (make it with `qmind data split {name}`)")
-    d = yaml.safe_load(path.read_text())
-    grid = Grid(**d["grid"])
-    return Split(d["name"], grid, tuple(tuple(c) for c in d["held_out"]), d.get("seed", 0), d.get("version", 1))
+    try: d = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        at = getattr(e, "problem_mark", None)
+        why = f"not YAML ({getattr(e, 'problem', None) or type(e).__name__}{f' at line {at.line + 1}' if at else ''})"
+        d = None
+    else: why = split_problem(d)
+    if why: raise SplitError(f"split file {path} is not a split: {why}. A split is name, grid {{theme, material, light}} and "
+                             f"held_out [[t, m, l], ...]; `qmind data split NAME` writes one")
+    return Split(d["name"], Grid(**d["grid"]), tuple(tuple(int(v) for v in c) for c in d["held_out"]), d.get("seed", 0), d.get("version", 1))
 
 # %% ../nbs/31_splits.ipynb #8c3613d1
 class LeakError(UserError, AssertionError):

@@ -209,8 +209,9 @@ class Run:
 
 # %% ../nbs/50_train.ipynb #04a0c962
 def _data(cfg):
-    "The fetched, verified dataset (its errors say what to do) and the split."
-    return fetch(open_store(cfg.data.store), cfg.data.dataset), load_split(cfg.data.holdout)
+    "The split (a small file, checked first) and the fetched, verified dataset; their errors say what to do."
+    split = load_split(cfg.data.holdout)
+    return fetch(open_store(cfg.data.store), cfg.data.dataset), split
 
 def _model(cfg, dist: Dist, device: torch.device):
     from qmind_render.grid import load_grid

@@ -184,6 +184,19 @@ def test_out_of_memory_names_the_settings_and_keeps_the_checkpoint(data, monkeyp
     assert last.stem == "0000004" and load_checkpoint(last)["step"] == 4
 
 
+def test_a_malformed_split_file_is_one_line_and_writes_nothing(data, tmp_path, capsys):
+    from qmind_render.cli import main
+    cases = [("hostname", "vm\n", "it holds str 'vm', not a mapping"),
+             ("syntax.yaml", "name: x\n  grid: [\n", "not YAML (mapping values are not allowed here at line 2)"),
+             ("cells.yaml", 'name: x\ngrid: {theme: 5, material: 5, light: 4}\nheld_out: "abc"\n', "held_out: 'abc' is not of type 'array'")]
+    for i, (name, text, said) in enumerate(cases):
+        (tmp_path / name).write_text(text)
+        assert main(["train", *args(data, f"split{i}", 2, f"data.holdout={tmp_path / name}"), "--runs", str(data / "runs")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"split file {tmp_path / name} is not a split: {said}" in err, err
+        assert not (data / "runs" / f"split{i}").exists()
+
+
 def test_a_device_the_machine_lacks_is_one_line(data):
     if torch.cuda.is_available(): pytest.skip("this machine has CUDA")
     r = subprocess.run(CLI + ["train", *args(data, "nocuda", 2, "train.device=cuda")], env=env(data), capture_output=True,
