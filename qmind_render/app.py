@@ -518,7 +518,7 @@ def serve_main(argv: list[str]) -> int:
     p.add_argument("--session-idle-s", type=float, default=d.session_idle_s, help=f"close a /play session that asks for no frame this long (default {d.session_idle_s:g})")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a web page origin (e.g. http://localhost:3000) "
                    "that may use the server besides its own page; repeatable")
-    p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:N")
+    p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, mps, cuda or cuda:N")
     a = p.parse_args(argv)
     settings = ServeSettings(steps=a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions,
                              max_renders=a.max_renders, session_idle_s=a.session_idle_s, allow_origins=tuple(a.allow_origin))

@@ -16,7 +16,7 @@ import numpy as np
 
 from .contracts import load_spec
 from .data import DatasetError, Grid, Store, check_shards, fetch, list_datasets, open_store, read_manifest, seal_manifest
-from .generate import ShardJob, generate, make_shard, repair_dataset, sample_sheet, summary
+from .generate import ShardJob, check_workers, generate, make_shard, repair_dataset, sample_sheet, summary
 from .loader import make_loader
 from .splits import apply_split, load_split, make_split, save_split, split_path
 
@@ -78,7 +78,7 @@ def data_main(argv: list[str]) -> int:
     if extra: a.overrides = [*a.overrides, *extra]
     if a.cmd == "gen":
         from qmind_render.config import config_from_args
-        m = generate(config_from_args(a).data, workers=a.workers)
+        m = generate(config_from_args(a).data, workers=check_workers(a.workers))
         print(f"dataset {m.id}: {m.n_samples} samples in {len(m.shards)} shards, id {m.content_id}")
         return 0
     if a.cmd == "split":

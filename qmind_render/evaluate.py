@@ -391,9 +391,10 @@ def _headline(res: dict) -> str:
 def run(config=None, overrides: list[str] = (), root: str | Path | None = None, workers: int | None = None, log=print) -> dict:
     "The main job: dataset (if missing) -> train -> eval -> report."
     from qmind_render.data import list_datasets
-    from qmind_render.generate import generate
-    from qmind_render.train import runs_root, train
+    from qmind_render.generate import check_workers, generate
+    from qmind_render.train import make_runs_root, runs_root, train
     t0, cfg = time.monotonic(), load_config(config, list(overrides))
+    make_runs_root(root); check_workers(workers)              # a bad --runs or --workers: one line before anything is made
     store = open_store(cfg.data.store)
     if cfg.data.dataset in list_datasets(store): log(f"[1/3] dataset {cfg.data.dataset}: in {store.uri}, reusing it")
     else:

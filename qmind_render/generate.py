@@ -26,7 +26,8 @@ from .util import atomic_write, pool_map
 
 # %% auto #0
 __all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards', 'generator_record',
-           'generate', 'summary', 'sample_sheet', 'rebuild_manifest', 'regenerate_shards', 'repair_dataset']
+           'check_workers', 'generate', 'summary', 'sample_sheet', 'rebuild_manifest', 'regenerate_shards',
+           'repair_dataset']
 
 # %% ../nbs/33_generate.ipynb #87b98f6d
 def frame_factors(seed: int, n_frames: int, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -108,6 +109,11 @@ def generator_record(cfg, shape) -> tuple[dict, str]:
     return gen, hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:16]
 
 # %% ../nbs/33_generate.ipynb #95755921
+def check_workers(n: int | None, option: str = "--workers") -> int | None:
+    "A process count from a command line: None (one per core) or at least 1; anything else a `ValueError` naming `option`."
+    if n is not None and n < 1: raise ValueError(f"{option} {n}: must be at least 1 (leave it out for one process per core)")
+    return n
+
 def generate(cfg, workers: int | None = None, cache: Path | None = None, progress: bool = True) -> Manifest:
     "Build dataset `cfg.dataset` in store `cfg.store` from a config's `data` section; resumable."
     from tqdm.auto import tqdm

@@ -32,26 +32,48 @@ from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_em
                                 prepare_batch, to_uint8)
 
 # %% auto #0
-__all__ = ['runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor', 'wandb_mode', 'Tracker',
-           'read_metrics', 'Progress', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore',
-           'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample',
-           'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'overfit_one_batch', 'quick_train', 'bench_train']
+__all__ = ['DEVICES', 'RunsError', 'runs_root', 'make_runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed',
+           'seed_step', 'lr_factor', 'wandb_mode', 'Tracker', 'read_metrics', 'Progress', 'fixed_samples', 'Guard',
+           'Run', 'setup', 'state_dict', 'restore', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter',
+           'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'train', 'train_main',
+           'overfit_one_batch', 'quick_train', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
+class RunsError(UserError, OSError):
+    "The folder run dirs go in can't be made or written; the message names where the folder came from."
+
 def runs_root(root: str | Path | None = None) -> Path:
     "Where run dirs live: `root`, else `$QMIND_RUNS`, else `./runs`."
     return Path(root or os.environ.get("QMIND_RUNS") or "runs")
 
+def make_runs_root(root: str | Path | None = None) -> Path:
+    "`runs_root(root)`, made if missing; a `RunsError` naming the option (`--runs`, `$QMIND_RUNS`) when it can't be made or written."
+    path = runs_root(root)
+    said = f"--runs {root}" if root else f"$QMIND_RUNS={path}" if os.environ.get("QMIND_RUNS") else f"the runs folder {path}"
+    try: path.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise RunsError(f"{said}: can't make it ({e.strerror or e}); pick a folder you can write with --runs DIR") from None
+    if not os.access(path, os.W_OK | os.X_OK): raise RunsError(f"{said}: not writable; pick a folder you can write with --runs DIR")
+    return path
+
+DEVICES = "auto, cpu, mps, cuda or cuda:N"           # what train.device, eval.device and --device take
+
 def pick_device(name: str = "auto", local_rank: int = 0, key: str = "train.device") -> torch.device:
-    "`auto`: this rank's GPU when there is one, else the CPU; a device this machine lacks is a `ValueError` naming `key`."
+    """`auto`: this rank's GPU when there is one, else the CPU. A device this machine lacks (CUDA, Apple's MPS, any other
+    accelerator torch knows) is a `ValueError` naming `key`, asked of its torch backend (`torch.cuda`, `torch.mps`, ...)."""
     if name == "auto": return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     try: dev = torch.device(name)
-    except (RuntimeError, TypeError): raise ValueError(f"{key}={name!r} is not a device: use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{key}={name}, but this machine has no CUDA device (torch {torch.__version__}): "
+    except (RuntimeError, TypeError): raise ValueError(f"{key}={name!r} is not a device: use {DEVICES}") from None
+    if dev.type == "cpu": return dev
+    backend = getattr(torch, dev.type, None)
+    if not (hasattr(backend, "is_available") and hasattr(backend, "device_count")):
+        raise ValueError(f"{key}={name}: not a device this project runs on; use {DEVICES}")
+    kind = dev.type.upper()
+    if not backend.is_available():
+        raise ValueError(f"{key}={name}, but this machine has no {kind} device (torch {torch.__version__}): "
                          f"use {key}=auto (the GPU where there is one) or {key}=cpu")
-    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"{key}={name}, but this machine has {torch.cuda.device_count()} CUDA device(s): use cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    n = backend.device_count()
+    if (dev.index or 0) >= n:
+        raise ValueError(f"{key}={name}, but this machine has {n} {kind} device(s): use {dev.type}:0..{dev.type}:{n - 1}")
     return dev
 
 @dataclass(frozen=True)
@@ -232,7 +254,7 @@ def setup(cfg, root: str | Path | None = None) -> Run:
     if device.type == "cuda": torch.backends.cudnn.benchmark = True
     if dist.world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    run_dir = runs_root(root) / cfg.name
+    run_dir = make_runs_root(root) / cfg.name              # nothing is written into the run dir before the resume check
     ds, split = _data(cfg)
     model, net = _model(cfg, dist, device)
     t = cfg.train

@@ -107,3 +107,12 @@ def test_split_files_are_versioned_not_overwritten(work, tmp_path):
     assert r.returncode == 2 and "--force" in r.stderr
     bad = qmind("data", "split", "half_and_half", cwd=d)
     assert bad.returncode == 2 and "random_K" in bad.stderr
+
+
+@pytest.mark.parametrize("workers", ["-3", "0"])
+def test_a_process_count_below_one_is_refused_naming_the_option(work, capsys, monkeypatch, workers):
+    from qmind_render.cli import main
+    monkeypatch.setenv("QMIND_CACHE", str(work / "cache"))
+    assert main(["data", "gen", *TINY, f"data.store={work / 'store'}", "--workers", workers]) == 2
+    assert capsys.readouterr().err == f"qmind data: error: --workers {workers}: must be at least 1 (leave it out for one process per core)\n"
+    assert not (work / "store").exists()

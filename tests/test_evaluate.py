@@ -111,3 +111,12 @@ def test_classifiers_learn_real_labels_and_not_shuffled_ones(work, ran):
     net_s = train_classifier(as_float(tr["rgb"]), shuffled, sizes, steps=300)
     acc_s = accuracy(net_s, as_float(te["rgb"]), y_te)
     assert acc_s["theme"] < 0.45 and acc_s["lighting"] < 0.5, acc_s   # chance: 0.2 and 0.25
+
+
+def test_a_device_the_machine_lacks_is_one_line(work, ran, capsys, monkeypatch):
+    from qmind_render.cli import main
+    if torch.mps.is_available(): pytest.skip("this machine has MPS")
+    monkeypatch.setenv("QMIND_CACHE", str(work / "cache"))
+    assert main(["eval", str(work / "runs" / "small"), "eval.device=mps"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "qmind eval: error: eval.device=mps, but this machine has no MPS device" in err, err

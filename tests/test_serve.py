@@ -379,11 +379,13 @@ def test_serve_cli_errors(tmp_path, run_dir):
     (["--port", "99999"], "--port 99999 is not a TCP port"),
     (["--session-idle-s", "0"], "session_idle_s must be in 0.1..86400"),
     (["--allow-origin", "evil.example"], "'evil.example' is not an origin"),
+    (["--device", "mps"], "--device=mps, but this machine has no MPS device"),
     (["--port", "TAKEN"], "is in use (another qmind serve?)"),
 ])
 def test_serve_options_are_refused_before_anything_slow(capsys, args, msg):
     "Checked before the model loads: the checkpoint does not exist, and it is the option that is named, in one line, exit 2."
     from qmind_render.cli import main
+    if args == ["--device", "mps"] and torch.mps.is_available(): pytest.skip("this machine has MPS")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0)); taken.listen()
         args = [str(taken.getsockname()[1]) if a == "TAKEN" else a for a in args]

@@ -184,6 +184,25 @@ def test_out_of_memory_names_the_settings_and_keeps_the_checkpoint(data, monkeyp
     assert last.stem == "0000004" and load_checkpoint(last)["step"] == 4
 
 
+@pytest.mark.parametrize("device, kind", [("mps", torch.mps), ("cuda:3", torch.cuda)])
+def test_every_device_the_config_takes_is_checked_in_one_line(data, capsys, device, kind, monkeypatch):
+    "train.device=mps and cuda:N as much as cuda: the machine is asked, and the answer is one line naming the key, before anything runs."
+    from qmind_render.cli import main
+    if kind.is_available() and kind.device_count() > 3: pytest.skip(f"this machine has {device}")
+    monkeypatch.setenv("QMIND_RUNS", str(data / "runs"))
+    assert main(["train", *args(data, f"dev-{device[:3]}", 2, f"train.device={device}")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"qmind train: error: train.device={device}, but this machine has "), err
+    assert not (data / "runs" / f"dev-{device[:3]}").exists()
+
+
+def test_a_runs_folder_that_cant_be_made_names_the_option(data, capsys):
+    from qmind_render.cli import main
+    assert main(["train", *args(data, "r", 2), "--runs", "/proc/nope"]) == 2
+    err = capsys.readouterr().err
+    assert err == "qmind train: error: --runs /proc/nope: can't make it (No such file or directory); pick a folder you can write with --runs DIR\n"
+
+
 def test_a_malformed_split_file_is_one_line_and_writes_nothing(data, tmp_path, capsys):
     from qmind_render.cli import main
     cases = [("hostname", "vm\n", "it holds str 'vm', not a mapping"),
