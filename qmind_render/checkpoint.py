@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -22,11 +23,11 @@ from .model import ConditionalUNet, Diffusion, build_model
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['RESUME_FIXED', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints', 'run_dir_of', 'find_checkpoint',
-           'WeightsError', 'content_hash', 'seal', 'is_sealed_ok', 'move', 'save_sealed', 'save_checkpoint',
-           'read_checkpoint', 'load_checkpoint', 'versions', 'check_versions', 'resume_from', 'newest_good',
-           'pick_resume', 'check_resume', 'rng_state', 'restore_rng', 'ema_weights', 'load_model', 'shipped_path',
-           'load_shipped']
+__all__ = ['RESUME_USE', 'RESUME_FIXED', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints', 'run_dir_of',
+           'find_checkpoint', 'WeightsError', 'content_hash', 'seal', 'seal_problem', 'is_sealed_ok', 'check_seal',
+           'move', 'save_sealed', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint', 'reseal', 'versions',
+           'check_versions', 'resume_from', 'newest_good', 'pick_resume', 'check_resume', 'rng_state', 'restore_rng',
+           'ema_weights', 'load_model', 'shipped_path', 'load_shipped']
 
 # %% ../nbs/48_checkpoint.ipynb #5e80d7f3
 class CheckpointError(UserError, RuntimeError):
@@ -87,9 +88,29 @@ def seal(state: dict) -> dict:
     "`state` with the hash of its content, as `sha256`."
     return {**state, "sha256": content_hash(state)}
 
+def seal_problem(state: dict) -> str | None:
+    "What is wrong with `state`'s seal: `unsealed` (it has none), `malformed` (not a sha256), `mismatch` (the content changed); None: nothing."
+    if "sha256" not in state: return "unsealed"
+    s = state["sha256"]
+    if not isinstance(s, str) or not re.fullmatch(r"[0-9a-f]{64}", s): return "malformed"
+    return None if s == content_hash(state) else "mismatch"
+
 def is_sealed_ok(state: dict) -> bool:
-    "Does `state` match its seal? (A file written before seals existed has none, and passes.)"
-    return "sha256" not in state or state["sha256"] == content_hash(state)
+    "Does `state` carry a seal, and match it?"
+    return seal_problem(state) is None
+
+def check_seal(state: dict, path, error: type = CheckpointError, fix: str = "") -> None:
+    """Refuse the weights file `path` (as `error`, its message ending with `fix`) when its seal is malformed or does not match;
+    one written before seals existed passes, with one warning line on stderr saying its content can't be verified."""
+    problem = seal_problem(state)
+    if problem == "unsealed":
+        print(f"qmind: warning: {path} has no seal (written before checkpoints were sealed), so its content can't be verified; "
+              f"once you trust it: python -c \"from qmind_render.checkpoint import reseal; reseal('{path}')\"", file=sys.stderr)
+    elif problem == "malformed":
+        raise error(f"{path} has a malformed seal (sha256 is {str(state['sha256'])[:20]!r}, not 64 hex digits): the file was "
+                    f"damaged or edited{fix}")
+    elif problem == "mismatch":
+        raise error(f"{path} is corrupt: its content does not match the hash it was written with (a flipped bit or an edit){fix}")
 
 # %% ../nbs/48_checkpoint.ipynb #f460cd9f
 def move(x, device):
@@ -125,19 +146,26 @@ def read_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupt, truncated, or not written by qmind train: "
                               f"{type(e).__name__})") from None
     if not isinstance(ck, dict) or "model" not in ck: raise CheckpointError(f"{path} is not a checkpoint written by qmind train")
-    if not is_sealed_ok(ck):
-        raise CheckpointError(f"{path} is corrupt: its content does not match the hash it was written with (a flipped bit or an edit)")
+    check_seal(ck, path)
     return ck
 
-def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
-    "Read a checkpoint with `weights_only=True` and check its seal; a bad file is a `CheckpointError` naming it and what else exists."
+def load_checkpoint(path: str | Path, map_location="cpu", use: str = "") -> dict:
+    """Read a checkpoint with `weights_only=True` and check its seal. A bad file is a `CheckpointError` naming it, the run's other
+    checkpoints and, with `use`, how the caller's command takes one (`{path}` and `{name}` stand for the newest of them)."""
     path = Path(path)
     try: ck = read_checkpoint(path)
     except CheckpointError as e:
-        others = [p.name for p in checkpoints(run_dir_of(path)) if p != path]
-        hint = f"; earlier checkpoints: {', '.join(others)} (resume one with train.resume=NAME)" if others else ""
+        others = [p for p in checkpoints(run_dir_of(path)) if p != path]
+        hint = f"; its run's other checkpoints: {', '.join(p.name for p in others)}" if others else ""
+        if others and use: hint += f" ({use.format(path=others[-1], name=others[-1].name)})"
         raise CheckpointError(f"{e}{hint}") from None
     return ck if str(map_location) == "cpu" else move(ck, map_location)
+
+def reseal(path: str | Path) -> Path:
+    "Seal a weights file written before seals existed, as it is now (check it first: the seal vouches for these bytes from now on)."
+    ck = torch.load(path, map_location="cpu", weights_only=True)
+    if "sha256" in ck: check_seal(ck, path); return Path(path)      # sealed already: it must match, and nothing is written
+    return save_sealed(ck, path)
 
 # %% ../nbs/48_checkpoint.ipynb #6779ca82
 def versions() -> dict:
@@ -152,6 +180,8 @@ def check_versions(ck: dict, what: str) -> None:
     except ValueError as e: raise CheckpointError(str(e)) from None
 
 # %% ../nbs/48_checkpoint.ipynb #5852761f
+RESUME_USE = "resume from it with train.resume={name}"          # what training says to do about a bad checkpoint
+
 def resume_from(run_dir: str | Path, resume: str) -> Path | None:
     "The checkpoint `train.resume=resume` names: `never`, `latest` (the newest, if any), a name in the run's checkpoints, or a path."
     run_dir, found = Path(run_dir), checkpoints(run_dir)
@@ -183,7 +213,7 @@ def pick_resume(run_dir: str | Path, resume: str, set_aside: bool = True) -> tup
     "The (path, checkpoint) `train.resume` asks for, read and verified; `latest` falls back past corrupt files; None: start afresh."
     if resume == "latest": return newest_good(run_dir, set_aside)
     path = resume_from(run_dir, resume)
-    return (path, load_checkpoint(path)) if path else None
+    return (path, load_checkpoint(path, use=RESUME_USE)) if path else None
 
 # %% ../nbs/48_checkpoint.ipynb #fd9b0e7a
 RESUME_FIXED = ("seed", "data.dataset", "data.holdout", "model", "train.batch", "train.grad_accum", "train.lr",
@@ -245,8 +275,6 @@ def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffu
     if not path.is_file():
         raise FileNotFoundError(f"no shipped model at {path}: this install has none; train one (qmind run shipped && qmind ship runs/shipped)")
     blob = torch.load(path, map_location="cpu", weights_only=True)
-    if not is_sealed_ok(blob):
-        raise WeightsError(f"{path} is corrupt: its content does not match the hash it was written with; reinstall the "
-                           f"package, or write a new one with qmind ship")
+    check_seal(blob, path, WeightsError, "; reinstall the package, or write a new one with qmind ship")
     model, diffusion = load_model(blob, what=f"the shipped model {path}")
     return model, diffusion, {k: v for k, v in blob.items() if k != "ema"}

@@ -109,7 +109,7 @@ def load_for_eval(target: str | Path, overrides: list[str] = (), device: str | N
     from qmind_render.train import pick_device
     try: path = find_checkpoint(target)
     except CheckpointError as e: raise EvalError(str(e)) from None
-    ck = load_checkpoint(path)
+    ck = load_checkpoint(path, use="evaluate it with qmind eval {path}")
     cfg = load_config(dict(ck["config"]), list(overrides))
     dev = pick_device(device or cfg.eval.device, key="eval.device")
     try: ds = fetch(open_store(cfg.data.store), cfg.data.dataset)

@@ -69,7 +69,7 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
     if checkpoint is None: return _shipped_served(device)
     from qmind_render.grid import load_grid
     try:
-        path = find_checkpoint(checkpoint); ck = load_checkpoint(path)        # sealed, read with weights_only
+        path = find_checkpoint(checkpoint); ck = load_checkpoint(path, use="serve it with --checkpoint {path}")   # sealed, weights_only
         model, diffusion = load_model(ck, device=device, what=f"checkpoint {path}")
     except CheckpointError as e: raise ServeError(str(e)) from None
     return Served(model, diffusion, config_from_dict(ck["config"]), load_grid(), str(path), int(ck["step"]))

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.checkpoint import (CheckpointError, checkpoint_name, checkpoints, ema_weights, find_checkpoint, is_sealed_ok,
-                                     load_checkpoint, load_model, load_shipped, run_dir_of, shipped_path, step_of, versions)
+from qmind_render.checkpoint import (CheckpointError, WeightsError, checkpoint_name, checkpoints, ema_weights, find_checkpoint,
+                                     is_sealed_ok, load_checkpoint, load_model, load_shipped, reseal, run_dir_of, shipped_path, step_of,
+                                     versions)
 from qmind_render.config import config_to_dict, load_config
 from qmind_render.model import build_model, ddim_sample, make_ema, prepare_batch, synthetic_batch
 from qmind_render.grid import load_grid
@@ -60,3 +61,28 @@ def test_the_shipped_model_is_sealed_and_a_flipped_bit_is_refused(tmp_path):
     (bad := tmp_path / "shipped.pt").write_bytes(bytes(b))
     with pytest.raises(ValueError, match="shipped.pt is corrupt: its content does not match the hash"):
         load_shipped(bad)
+
+
+def test_a_file_without_a_seal_loads_with_one_warning_line_and_a_damaged_seal_is_refused(tmp_path, capsys):
+    "Written before seals existed (here: the golden checkpoint and the shipped model, their seals taken off): each loads, saying once that it can't be verified."
+    ck = torch.load(find_checkpoint(GOLDEN), weights_only=True)
+    del ck["sha256"]
+    old = tmp_path / "checkpoints" / "0000002.pt"
+    old.parent.mkdir()
+    torch.save(ck, old)
+    load_model(load_checkpoint(old), what=f"checkpoint {old}")
+    assert capsys.readouterr().err.splitlines() == [
+        f"qmind: warning: {old} has no seal (written before checkpoints were sealed), so its content can't be verified; once you "
+        f"trust it: python -c \"from qmind_render.checkpoint import reseal; reseal('{old}')\""]
+    reseal(old)
+    assert is_sealed_ok(torch.load(old, weights_only=True)) and load_checkpoint(old)["step"] == 2 and capsys.readouterr().err == ""
+    torch.save({**ck, "sha256": 1234}, old)
+    with pytest.raises(CheckpointError, match=r"0000002.pt has a malformed seal \(sha256 is '1234', not 64 hex digits\)"):
+        load_checkpoint(old)
+    blob = torch.load(shipped_path(), weights_only=True)
+    torch.save({k: v for k, v in blob.items() if k != "sha256"}, tmp_path / "unsealed.pt")
+    load_shipped(tmp_path / "unsealed.pt")
+    assert capsys.readouterr().err.count("unsealed.pt has no seal") == 1
+    torch.save({**blob, "sha256": "not a hash"}, tmp_path / "damaged.pt")
+    with pytest.raises(WeightsError, match="damaged.pt has a malformed seal.*reinstall the package"):
+        load_shipped(tmp_path / "damaged.pt")

@@ -120,3 +120,18 @@ def test_a_device_the_machine_lacks_is_one_line(work, ran, capsys, monkeypatch):
     assert main(["eval", str(work / "runs" / "small"), "eval.device=mps"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "qmind eval: error: eval.device=mps, but this machine has no MPS device" in err, err
+
+
+def test_a_corrupt_checkpoint_is_one_line_with_evals_own_advice(work, ran, tmp_path, capsys):
+    "A run whose latest checkpoint is corrupt: one line, exit 2, naming the file `qmind eval` can take instead (not train.resume)."
+    import shutil
+
+    from qmind_render.cli import main
+    run = tmp_path / "r4" / "checkpoints"
+    run.mkdir(parents=True)
+    shutil.copy(work / "runs" / "small" / "checkpoints" / "0000030.pt", run / "0000020.pt")
+    (run / "0000030.pt").write_bytes((run / "0000020.pt").read_bytes()[:5000])
+    assert main(["eval", str(run.parent)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "0000030.pt is not a readable checkpoint" in err, err
+    assert f"other checkpoints: 0000020.pt (evaluate it with qmind eval {run / '0000020.pt'})" in err and "train.resume" not in err, err

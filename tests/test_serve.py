@@ -394,6 +394,21 @@ def test_serve_options_are_refused_before_anything_slow(capsys, args, msg):
     assert err.count("\n") == 1 and msg in err and "no such run dir" not in err, err
 
 
+def test_a_corrupt_latest_checkpoint_says_what_serve_takes(run_dir, tmp_path, capsys):
+    "Not the training advice (train.resume=NAME): the file to give --checkpoint instead."
+    import shutil
+
+    from qmind_render.cli import main
+    ck = tmp_path / "r4" / "checkpoints"
+    ck.mkdir(parents=True)
+    shutil.copy(run_dir / "checkpoints" / "0000003.pt", ck / "0000002.pt")
+    (ck / "0000004.pt").write_bytes(b"truncated")
+    assert main(["serve", "--checkpoint", str(ck.parent), "--port", str(free_port()), "--backend", "eager"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "0000004.pt is not a readable checkpoint" in err, err
+    assert f"other checkpoints: 0000002.pt (serve it with --checkpoint {ck / '0000002.pt'})" in err and "train.resume" not in err, err
+
+
 def test_onnx_renders_like_eager(run_dir, channels):
     from qmind_render.serve import Renderer, render_item
     sv = load_served(run_dir)

@@ -322,7 +322,8 @@ def test_a_flipped_bit_is_refused_in_one_line_and_latest_falls_back(data):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("qmind train: error: ") and len(r.stderr.strip().splitlines()) == 1
-    assert "0000004.pt is corrupt: its content does not match the hash" in r.stderr and "0000002.pt" in r.stderr
+    assert "0000004.pt is corrupt: its content does not match the hash" in r.stderr
+    assert "other checkpoints: 0000002.pt (resume from it with train.resume=0000002.pt)" in r.stderr     # training's own advice
     res = train(load_config(None, args(data, "flip", 6)), data / "runs")
     assert res["step"] == 6 and (run / "checkpoints" / "0000004.pt.corrupt").is_file()
     assert [p.name for p in checkpoints(run)] == ["0000002.pt", "0000004.pt", "0000006.pt"]
