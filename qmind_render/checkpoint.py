@@ -223,8 +223,9 @@ def _get(d: dict, key: str):
     for k in key.split("."): d = d[k]
     return d
 
-def check_resume(ckpt: dict, cfg, path: Path) -> None:
-    "Refuse a checkpoint from an incompatible config or contract version, naming what differs."
+def check_resume(ckpt: dict, cfg, path: Path, dataset_sha256: str | None = None) -> None:
+    """Refuse a checkpoint from an incompatible config or contract version, or (given this run's dataset's `dataset_sha256`)
+    one trained on other content under the same dataset name, naming what differs."""
     now, then = config_to_dict(cfg), ckpt["config"]
     diff = [k for k in RESUME_FIXED if _get(now, k) != _get(then, k)]
     if diff:
@@ -232,6 +233,12 @@ def check_resume(ckpt: dict, cfg, path: Path) -> None:
         raise CheckpointError(f"{path} was made with {k}={_get(then, k)!r}, this run has {_get(now, k)!r}"
                               f"{f' (also differs: {diff[1:]})' if diff[1:] else ''}: start a new run name instead")
     check_versions(ckpt, f"checkpoint {path}")
+    made = ckpt.get("dataset_sha256")                   # every checkpoint since content hashes records it
+    if dataset_sha256 and made and made != dataset_sha256:
+        ds = cfg.data.dataset
+        raise CheckpointError(f"{path} was trained on dataset {ds} with content id {made[:12]}, but {ds} in {cfg.data.store} has "
+                              f"content id {dataset_sha256[:12]}: another dataset under the same name. Start a new run name, or "
+                              f"point data.store at the store that holds {made[:12]}")
 
 # %% ../nbs/48_checkpoint.ipynb #6835d1f0
 def rng_state() -> dict:

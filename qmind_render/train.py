@@ -287,7 +287,7 @@ def maybe_restore(run: Run) -> None:
     got = pick_resume(run.dir, run.cfg.train.resume, set_aside=run.dist.main)
     if got is None: return
     path, ckpt = got
-    check_resume(ckpt, run.cfg, path)
+    check_resume(ckpt, run.cfg, path, run.ds.manifest.content_sha256)      # the same dataset *content*, too
     restore(run, ckpt, path)
 
 # %% ../nbs/50_train.ipynb #9413031d

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from qmind_render.config import load_config
+from qmind_render.data import fetch, open_store
 from qmind_render.generate import generate
 from qmind_render.checkpoint import CheckpointError, checkpoints, load_checkpoint, save_checkpoint, seal
 from qmind_render.train import NonFiniteError, maybe_restore, read_metrics, save, setup, train
@@ -201,6 +202,20 @@ def test_a_runs_folder_that_cant_be_made_names_the_option(data, capsys):
     assert main(["train", *args(data, "r", 2), "--runs", "/proc/nope"]) == 2
     err = capsys.readouterr().err
     assert err == "qmind train: error: --runs /proc/nope: can't make it (No such file or directory); pick a folder you can write with --runs DIR\n"
+
+
+def test_a_resume_onto_other_dataset_content_is_refused(data):
+    "The same dataset name made again with other content in another store: the checkpoint's dataset_sha256 says it is not what it trained on."
+    train(load_config(None, args(data, "content", 2)), data / "runs", progress=False)
+    other = load_config(None, [f"data.store={data}/other-store", "data.dataset=ds-t", "data.episodes=4", "data.frames_per_episode=8"])
+    generate(other.data, workers=1, progress=False)
+    ck = checkpoints(data / "runs" / "content")[-1]
+    made = load_checkpoint(ck)["dataset_sha256"][:12]
+    now = fetch(open_store(other.data.store), "ds-t").manifest.content_id
+    with pytest.raises(CheckpointError, match=rf"0000002.pt was trained on dataset ds-t with content id {made}, but ds-t in "
+                                              rf"{data}/other-store has content id {now}: another dataset.*new run name"):
+        train(load_config(None, args(data, "content", 4, f"data.store={data}/other-store")), data / "runs", progress=False)
+    assert [p.name for p in checkpoints(data / "runs" / "content")] == ["0000002.pt"]
 
 
 def test_a_malformed_split_file_is_one_line_and_writes_nothing(data, tmp_path, capsys):
