@@ -11,11 +11,13 @@ import asyncio
 import base64
 import errno
 import io
+import ipaddress
 import json
 import logging
 import math
 import re
 import socket
+import struct
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -35,12 +37,18 @@ from .serve import (AOT_MAX_BATCH, BACKENDS, MAX_STEPS, RenderItem, Renderer, Re
                                 factor_id, int_field, load_served, make_net, pick_backend, render_item)
 
 # %% auto #0
-__all__ = ['LOOPBACK_HOSTS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'PAGE_FILES', 'ServeSettings', 'parse_json', 'encode_array',
-           'decode_array', 'render_request', 'parse_play_message', 'parse_play_query', 'PlaySession', 'page_file',
-           'play_page', 'create_app', 'serve_url', 'bind', 'serve', 'ServerThread', 'serve_main']
+__all__ = ['LOOPBACK_HOSTS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'PAGE_FILES', 'WILDCARD_HOSTS', 'ServeSettings', 'parse_json',
+           'encode_array', 'decode_array', 'render_request', 'parse_play_message', 'parse_play_query', 'PlaySession',
+           'page_file', 'play_page', 'create_app', 'serve_url', 'bind', 'machine_names', 'serve', 'ServerThread',
+           'serve_main']
 
 # %% ../nbs/72_app.ipynb #f5eba099
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+def _is_host_name(h: str) -> bool:
+    "Is `h` a DNS name or an IP address, as a Host header names a server (without its port)?"
+    try: ipaddress.ip_address(h); return True
+    except ValueError: return bool(re.fullmatch(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?", h)) and len(h) <= 253
 
 @dataclass
 class ServeSettings:
@@ -53,13 +61,15 @@ class ServeSettings:
     max_renders: int = 16               # /render requests in progress (reading, queued, rendering); more get 503 + Retry-After
     session_idle_s: float = 120.0       # a /play session that asks for no frame this long is closed (1001); pings do not count
     allow_origins: tuple = ()           # web page origins allowed besides the server's own page, e.g. "http://localhost:3000"
-    hosts: tuple = LOOPBACK_HOSTS       # the Host names it answers to (DNS rebinding); "*": any (bound to every interface)
+    hosts: tuple = LOOPBACK_HOSTS       # the Host names it answers to (DNS rebinding): loopback and its --host, or this machine's own
+    allow_hosts: tuple = ()             # Host names it answers to besides those (--allow-host), e.g. a name in /etc/hosts for this machine
     max_body_bytes: int = 256 * 1024    # /render request bodies (one 64x64 frame's channels in base64 is ~70 KB)
     max_message_bytes: int = 4096       # /play client messages (a key press is ~30 bytes)
     seed: int = 0                       # the /play sessions' starting-noise seed
 
     def __post_init__(self):
         self.allow_origins, self.hosts = tuple(o.rstrip("/") for o in self.allow_origins), tuple(h.lower() for h in self.hosts)
+        self.allow_hosts = tuple(h.lower().removeprefix("[").removesuffix("]") for h in self.allow_hosts)
         def within(name, lo, hi, kind=int):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int) or not lo <= v <= hi:
@@ -70,6 +80,8 @@ class ServeSettings:
         if self.backend not in (*BACKENDS, "auto"): raise ServeError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}, auto")
         for o in self.allow_origins:
             if not re.fullmatch(r"https?://[^/\s]+", o): raise ServeError(f"allow_origins: {o!r} is not an origin like http://localhost:3000")
+        for h in self.allow_hosts:
+            if not _is_host_name(h): raise ServeError(f"allow_hosts: {h!r} is not a host name or address (e.g. my-box.lan or 192.168.1.20; no port)")
 
     @property
     def step_choices(self) -> list[int]: return list(range(1, MAX_STEPS + 1))    # every value a request may ask for
@@ -234,7 +246,8 @@ class _State:
         return {"model": sv.model.size_name, "source": sv.name, "step": sv.step, "backend": self.renderer.backend if self.renderer else None,
                 "heldout_psnr": sv.about.get("metrics", {}).get("heldout"), "trained": sv.about.get("trained"),
                 "steps": s.steps, "step_choices": s.step_choices, "themes": sv.grid.theme_names, "lightings": sv.grid.lighting_names,
-                "frame_size": list(sv.spec.size), "channel_spec": sv.spec.version, "settings": asdict(s)}
+                "frame_size": list(sv.spec.size), "channel_spec": sv.spec.version,
+                "settings": {k: v for k, v in asdict(s).items() if k not in ("hosts", "allow_hosts")}}   # not the machine's addresses
 
 def _error(e: RequestError, retry_after: int | None = None) -> Response:
     "`{error, where}` as JSON, ASCII-escaped: a response that cannot fail to encode."
@@ -280,8 +293,10 @@ def _refusal(headers: Headers, s: ServeSettings) -> tuple[str, str] | None:
     host = headers.get("host", "")
     try: name = urlsplit(f"//{host}").hostname or ""
     except ValueError: name = ""
-    if "*" not in s.hosts and name not in s.hosts:
-        return "Host", f"{host[:60]!r} is not a name this server answers to ({', '.join(s.hosts)})"
+    if name not in s.hosts and name not in s.allow_hosts:
+        known = [*s.hosts, *s.allow_hosts]
+        return "Host", (f"{host[:60]!r} is not a name this server answers to ({', '.join(known[:5])}{', ...' if len(known) > 5 else ''}; "
+                        f"qmind serve --allow-host NAME adds one)")
     origin = headers.get("origin")
     if origin is not None and origin.rstrip("/") not in (f"http://{host}", f"https://{host}", *s.allow_origins):
         return "Origin", f"a page from {origin[:60]!r} may not use this server (qmind serve --allow-origin ORIGIN allows one)"
@@ -451,9 +466,33 @@ def bind(host: str, port: int) -> socket.socket:
         raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e} (--host must be an address or name of this machine)") from None
     return sock
 
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+def _interface_addresses() -> list[str]:
+    "Every interface's IPv4 address (`SIOCGIFADDR`) and IPv6 addresses (`/proc/net/if_inet6`), where the OS offers them (Linux)."
+    out = []
+    try: import fcntl
+    except ImportError: return out
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try: out.append(socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[20:24]))
+            except OSError: pass                                     # an interface without an IPv4 address
+    try: out += [str(ipaddress.IPv6Address(bytes.fromhex(l.split()[0]))) for l in Path("/proc/net/if_inet6").read_text().splitlines()]
+    except (OSError, ValueError, IndexError): pass
+    return out
+
+def machine_names() -> tuple[str, ...]:
+    "This machine's names and addresses, lower-case: loopback, its host name and FQDN and what they resolve to, its interfaces' addresses."
+    names = [*LOOPBACK_HOSTS, socket.gethostname(), socket.getfqdn()]
+    for n in names[3:5]:
+        try: names += [ai[4][0] for ai in socket.getaddrinfo(n, None)]
+        except OSError: pass                                         # a host name that does not resolve
+    names += _interface_addresses()
+    return tuple(dict.fromkeys(n.lower().split("%")[0] for n in names if n))
+
 def _hosts(host: str) -> tuple:
-    "The Host names a server bound to `host` answers to."
-    return ("*",) if host in ("0.0.0.0", "::", "") else tuple(dict.fromkeys((*LOOPBACK_HOSTS, host.lower())))
+    "The Host names a server bound to `host` answers to: loopback and `host`; bound to every interface, this machine's own."
+    return machine_names() if host in WILDCARD_HOSTS else tuple(dict.fromkeys((*LOOPBACK_HOSTS, host.lower())))
 
 def serve(served: Served, settings: ServeSettings | None = None, host: str = "127.0.0.1", port: int = 8000,
           sock: socket.socket | None = None) -> None:
@@ -463,7 +502,8 @@ def serve(served: Served, settings: ServeSettings | None = None, host: str = "12
     sock = sock or bind(host, port)
     url = serve_url(host, port)
     if host not in LOOPBACK_HOSTS:
-        print(f"WARNING: binding {host}: anyone who can reach this machine can use the server (it has no authentication)")
+        print(f"WARNING: binding {host}: anyone who can reach this machine can use the server (it has no authentication); it answers "
+              f"to {', '.join(settings.hosts[:4])}{', ...' if len(settings.hosts) > 4 else ''}{''.join(f', {h}' for h in settings.allow_hosts)}")
     print(f"qmind serve: {served.source} (step {served.step}, {served.model.size_name}) on {url}; choosing a backend first")
     server = None
     app = create_app(served, settings, ready=f"ready: open {url} and play (arrows or WASD; Ctrl-C stops the server)",
@@ -518,10 +558,15 @@ def serve_main(argv: list[str]) -> int:
     p.add_argument("--session-idle-s", type=float, default=d.session_idle_s, help=f"close a /play session that asks for no frame this long (default {d.session_idle_s:g})")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a web page origin (e.g. http://localhost:3000) "
                    "that may use the server besides its own page; repeatable")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a name (or address) the server answers to besides "
+                   "its own, e.g. a name in /etc/hosts for this machine or a reverse proxy's; repeatable. Browsers send the name they "
+                   "reached it by (Host), and any other is refused, so a page whose name was pointed here (DNS rebinding) can't use it. "
+                   "Its own: 127.0.0.1, localhost, ::1 and --host; bound to 0.0.0.0 or ::, this machine's host names and addresses")
     p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, mps, cuda or cuda:N")
     a = p.parse_args(argv)
     settings = ServeSettings(steps=a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions,
-                             max_renders=a.max_renders, session_idle_s=a.session_idle_s, allow_origins=tuple(a.allow_origin))
+                             max_renders=a.max_renders, session_idle_s=a.session_idle_s, allow_origins=tuple(a.allow_origin),
+                             allow_hosts=tuple(a.allow_host))
     if not 1 <= a.port <= 65535: raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")
     from qmind_render.train import pick_device
     device = pick_device(a.device, key="--device")                    # a device this machine lacks: one line, before loading

@@ -379,6 +379,7 @@ def test_serve_cli_errors(tmp_path, run_dir):
     (["--port", "99999"], "--port 99999 is not a TCP port"),
     (["--session-idle-s", "0"], "session_idle_s must be in 0.1..86400"),
     (["--allow-origin", "evil.example"], "'evil.example' is not an origin"),
+    (["--allow-host", "box.lan:8000"], "'box.lan:8000' is not a host name or address"),
     (["--device", "mps"], "--device=mps, but this machine has no MPS device"),
     (["--port", "TAKEN"], "is in use (another qmind serve?)"),
 ])
