@@ -37,10 +37,10 @@ from .serve import (AOT_MAX_BATCH, BACKENDS, MAX_STEPS, RenderItem, Renderer, Re
                                 factor_id, int_field, load_served, make_net, pick_backend, render_item)
 
 # %% auto #0
-__all__ = ['LOOPBACK_HOSTS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'PAGE_FILES', 'WILDCARD_HOSTS', 'ServeSettings', 'parse_json',
-           'encode_array', 'decode_array', 'render_request', 'parse_play_message', 'parse_play_query', 'PlaySession',
-           'page_file', 'play_page', 'create_app', 'serve_url', 'bind', 'machine_names', 'serve', 'ServerThread',
-           'serve_main']
+__all__ = ['LOOPBACK_HOSTS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'PAGE_FILES', 'HTTP_METHODS', 'WILDCARD_HOSTS', 'ServeSettings',
+           'parse_json', 'encode_array', 'decode_array', 'render_request', 'parse_play_message', 'parse_play_query',
+           'PlaySession', 'page_file', 'play_page', 'create_app', 'serve_url', 'bind', 'machine_names', 'serve',
+           'ServerThread', 'serve_main']
 
 # %% ../nbs/72_app.ipynb #f5eba099
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -315,6 +315,8 @@ class _Guard:
         await send({"type": "websocket.close", "code": 1008, "reason": _reason(f"{why[0]}: {why[1]}")})
 
 # %% ../nbs/72_app.ipynb #6eb352e1
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")     # /metrics keys these by name
+
 def create_app(served: Served, settings: ServeSettings | None = None, log=print, ready: str | None = None,
                warm_first: bool = True, on_fail: Callable | None = None):
     """The FastAPI app serving `served`: `/` (and `/static/` for the page's files), `/info`, `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready`
@@ -341,7 +343,8 @@ def create_app(served: Served, settings: ServeSettings | None = None, log=print,
     async def count(request: Request, call_next):
         resp = await call_next(request)
         route = request.scope.get("route")
-        st.metrics.count(f"http {request.method} {getattr(route, 'path', 'unmatched')} {resp.status_code}")
+        method = request.method if request.method in HTTP_METHODS else "other"       # made-up methods: one key, not one each
+        st.metrics.count(f"http {method} {getattr(route, 'path', 'unmatched')} {resp.status_code}")
         return resp
 
     @app.get("/", response_class=HTMLResponse)
