@@ -17,7 +17,7 @@ from .cloud import CloudError, MARKETS, PROJECT, RunSpec, all_pages, default_own
 # %% auto #0
 __all__ = ['ESTIMATE_TAG', 'CAP_TAG', 'THRESHOLDS', 'KEEP_TAGS', 'CLEANUP_AGE', 'QUOTAS', 'OverBudget', 'max_cost', 'check_cap',
            'committed_usd', 'budget_status', 'BudgetGuard', 'check_sweep', 'budget_request', 'ensure_budget',
-           'cost_review_request', 'parse_cost_groups', 'cost_review', 'Orphan', 'keep_tag', 'parse_age',
+           'cost_review_request', 'parse_cost_groups', 'cost_review', 'Orphan', 'keep_tag', 'parse_age', 'stopped_at',
            'classify_orphans', 'project_stores', 'unfinished_uploads', 'find_orphans', 'delete_orphans', 'cleanup',
            'vcpus_needed', 'quota_rows', 'in_use_vcpus', 'quota_report', 'request_increase']
 
@@ -205,6 +205,12 @@ def _span(d: dt.timedelta) -> str:
     return next((f"{s / n:g}{u}" for n, u in ((3600, "h"), (60, "m")) if s >= n and s % n == 0), f"{s:g}s")
 
 # %% ../nbs/81_cloud_guard.ipynb #1a30fefb
+def stopped_at(instance: dict) -> dt.datetime:
+    "When a stopped instance stopped, from EC2's `StateTransitionReason` ('User initiated (YYYY-MM-DD HH:MM:SS GMT)'); else its launch time."
+    m = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)", instance.get("StateTransitionReason") or "")
+    if not m: return instance["LaunchTime"]
+    return dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
+
 def classify_orphans(volumes: list[dict], snapshots: list[dict], instances: list[dict], images: list[dict],
                      uploads: list[dict] = (), now: dt.datetime | None = None, older_than: dt.timedelta = CLEANUP_AGE) -> list[Orphan]:
     "The project's orphans among `describe_*` results and unfinished `uploads`, each marked with why cleanup would leave it."
@@ -212,7 +218,7 @@ def classify_orphans(volumes: list[dict], snapshots: list[dict], instances: list
     live = {v["VolumeId"] for v in volumes}              # every volume in the region, not only ours
     in_ami = {bd["Ebs"]["SnapshotId"] for im in images for bd in im.get("BlockDeviceMappings", []) if bd.get("Ebs", {}).get("SnapshotId")}
     ours = lambda r: _tags(r).get("project") == PROJECT
-    found = [(i, "instance", i["InstanceId"], None, i["LaunchTime"], f"stopped {i['InstanceType']}: its volumes still bill")
+    found = [(i, "instance", i["InstanceId"], None, stopped_at(i), f"stopped {i['InstanceType']}: its volumes still bill")
              for i in instances if ours(i) and i["State"]["Name"] == "stopped"]
     found += [(v, "volume", v["VolumeId"], v["Size"], v["CreateTime"], "attached to nothing")
               for v in volumes if ours(v) and v["State"] == "available"]

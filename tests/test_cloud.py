@@ -596,6 +596,24 @@ def test_cleanup_touches_only_old_unkept_project_orphans(aws, store, capsys):
     assert untagged in vols and loose not in vols
 
 
+def test_cleanup_counts_a_stopped_instance_from_when_it_stopped(aws):
+    "A dev box launched a while ago and stopped a moment ago is young: its age comes from the stop (EC2's StateTransitionReason)."
+    ec2 = boto3.client("ec2")
+    iid = ec2.run_instances(ImageId=moto_ami(), InstanceType="g6.xlarge", MinCount=1, MaxCount=1, TagSpecifications=cloud.tag_specs(
+        {"owner": "erin", "project": "qmind-render"}, "instance"))["Instances"][0]["InstanceId"]
+    time.sleep(2.2)                                                   # moto dates both with the wall clock, to the second
+    ec2.stop_instances(InstanceIds=[iid])
+    inst = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
+    assert inst["StateTransitionReason"].startswith("User initiated (")
+    stopped = cloud_guard.stopped_at(inst)
+    assert dt.timedelta(seconds=1.2) <= stopped - inst["LaunchTime"] <= dt.timedelta(seconds=3), (stopped, inst["LaunchTime"])
+    now = inst["LaunchTime"] + dt.timedelta(seconds=3.5)          # launched 3.5 s ago, stopped at most 2.3 s ago
+    [o] = cloud_guard.find_orphans(aws, now=now, older_than=dt.timedelta(seconds=3))
+    assert (o.id, o.leave) == (iid, "younger than 3s")
+    assert [o.leave for o in cloud_guard.find_orphans(aws, now=stopped + dt.timedelta(seconds=3))] == ["younger than 24h"]
+    assert [o.leave for o in cloud_guard.find_orphans(aws, now=stopped + dt.timedelta(hours=25))] == [""]          # a day stopped: goes
+
+
 class FakeQuotas(BaseHTTPRequestHandler):
     "Service Quotas (JSON 1.1 protocol) for EC2's vCPU quotas; throttles the first `throttle` requests."
     limits = {"L-DB2E81BA": 8.0, "L-3819A6DF": 0.0}
