@@ -694,7 +694,11 @@ def test_setup_creates_tagged_bucket_roles_and_instance_profile(aws):
     prof = iam.get_instance_profile(InstanceProfileName="qmind-render-job")["InstanceProfile"]
     assert [r["RoleName"] for r in prof["Roles"]] == ["qmind-render-job"]
     doc = iam.get_role_policy(RoleName="qmind-render-sagemaker", PolicyName="qmind-render-sagemaker")["PolicyDocument"]
-    assert "cloudwatch:PutMetricData" in json.dumps(doc)                                # AWS lists it for training jobs
+    doc = json.loads(doc) if isinstance(doc, str) else doc
+    grants = [st for st in doc["Statement"] if "cloudwatch:PutMetricData" in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])]
+    assert [{k: st.get(k) for k in ("Effect", "Action", "Resource", "Condition")} for st in grants] == [   # AWS lists it for training jobs
+        {"Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",                      # it has no resource-level form
+         "Condition": {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}}]                    # so: SageMaker's namespaces only
     rules = boto3.client("s3").get_bucket_lifecycle_configuration(Bucket="qmind-new")["Rules"]
     assert [(r["Filter"], r["AbortIncompleteMultipartUpload"]) for r in rules] == [({"Prefix": "main/"}, {"DaysAfterInitiation": 2})]
     cloud.setup(aws, "s3://qmind-new/main", owner="alice")                               # idempotent

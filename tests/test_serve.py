@@ -284,6 +284,76 @@ def test_too_many_sessions_and_disconnects_mid_frame(server):
         assert _frame(ws, {"action": "back"})["frame"] == 1
 
 
+IDLE_S = 1.5
+
+
+@pytest.fixture(scope="module")
+def idle_server():
+    """An in-process server (an untrained tiny model) whose /play sessions idle out after IDLE_S, pinging its clients every
+    0.2 s and closing one that does not answer within 0.6 s (uvicorn's keepalive, sped up from 20 s)."""
+    from qmind_render import app
+    from qmind_render.serve import random_served
+    real = app._uvicorn_config
+    def fast_pings(*a, **kw):
+        c = real(*a, **kw)
+        c.ws_ping_interval, c.ws_ping_timeout = 0.2, 0.6
+        return c
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(app, "_uvicorn_config", fast_pings)
+        srv = app.ServerThread(random_served("tiny"), app.ServeSettings(backend="eager", steps=1, session_idle_s=IDLE_S, max_sessions=2))
+    with srv as url:
+        yield url
+
+
+def test_idle_sessions_that_answer_pings_are_closed_and_free_their_places(idle_server):
+    """The issue's lock-out: every place taken by a session that answers pings (the server's, every 0.2 s; and its own)
+    but asks for no frame. Each is closed with 1001 after session_idle_s, not before, and the next player gets in."""
+    with contextlib.ExitStack() as opened:
+        wss = [opened.enter_context(_ws(idle_server)) for _ in range(2)]
+        for ws in wss: json.loads(ws.recv(timeout=30))
+        t0, pongs = time.monotonic(), 0
+        while time.monotonic() - t0 < IDLE_S - 0.5:                  # pings both ways: a live client, not a player
+            pongs += sum(ws.ping().wait(5) for ws in wss)
+            time.sleep(0.1)
+        closed = [_closed_with(ws) for ws in wss]                   # a client that left the server's pings unanswered: 1011
+        waited = time.monotonic() - t0
+    assert closed == [(1001, f"idle {IDLE_S:g} s")] * 2 and waited >= IDLE_S - 0.1 and pongs >= 4, (closed, waited, pongs)
+    with _ws(idle_server) as ws:                                     # the places were given back
+        json.loads(ws.recv(timeout=30))
+        assert _frame(ws, {"action": "forward"})["frame"] == 1
+    assert httpx.get(f"{idle_server}/metrics").json()["counts"]["play closed: idle"] >= 2
+
+
+def test_a_player_is_served_while_render_requests_fill_the_cap(server, channels):
+    """Fair scheduling end to end: while more /render clients than max_renders keep the cap full, a player's frames run in
+    batches of their own (a batch holds one kind) and wait no longer than a /render request does."""
+    stop, render_ms, busy = threading.Event(), [], []
+    body = render_request(channels, 0, 0, steps=3)
+    def flood():
+        with httpx.Client(timeout=60) as c:
+            while not stop.is_set():
+                r = c.post(f"{server}/render", json=body)
+                if r.status_code == 200: render_ms.append(float(r.headers["x-server-ms"]))
+                else: busy.append(r.status_code); time.sleep(0.05)          # refused at the cap: come back soon, as Retry-After says
+    floods = [threading.Thread(target=flood) for _ in range(MAX_RENDERS + 1)]
+    for t in floods: t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(render_ms) < 3:
+            assert time.monotonic() < deadline, "the /render clients got nothing rendered"
+            time.sleep(0.05)
+        with _ws(server, "steps=1") as ws:
+            json.loads(ws.recv(timeout=30))
+            frames = [_frame(ws, {"action": "forward"})["timings"] for _ in range(6)]
+    finally:
+        stop.set()
+        for t in floods: t.join(60)
+    player = sorted(f["model_ms"] for f in frames)
+    assert busy and set(busy) == {503}, busy[:5]                           # the cap was full: more came than it admits
+    assert [f["batch"] for f in frames] == [1] * 6, frames                  # never batched with /render work
+    assert player[len(player) // 2] <= 1.5 * sorted(render_ms)[len(render_ms) // 2], (player, sorted(render_ms))
+
+
 def test_load_test_batches_concurrent_clients(server):
     one = load_test(server, clients=1, seconds=2.0, steps=1)
     three = load_test(server, clients=MAX_SESSIONS, seconds=3.0, steps=1)
@@ -469,6 +539,26 @@ def test_page_in_chromium(server, tmp_path):
             browser.close()
     assert outside == [], outside
     assert errors == [], errors
+
+
+@needs_chromium
+def test_the_page_plays_again_after_an_idle_close(idle_server):
+    "A tab left alone: the server closes its session (1001), the page says it paused, and the next key press plays again."
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            page = browser.new_page()
+            page.goto(idle_server + "/")
+            page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
+            page.wait_for_function("document.getElementById('status').textContent.startsWith('paused (idle')", timeout=30_000)
+            assert page.locator("#status").inner_text() == f"paused (idle {IDLE_S:g} s): press a key to play again"
+            page.keyboard.press("ArrowUp")
+            page.wait_for_function("Number(document.body.dataset.frames) >= 2", timeout=30_000)
+            assert page.locator("#status").inner_text() == "playing"
+        finally:
+            browser.close()
+    assert httpx.get(f"{idle_server}/metrics").json()["counts"]["play sessions"] >= 2        # a new session, not the old one
 
 
 @needs_chromium

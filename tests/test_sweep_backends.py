@@ -232,11 +232,28 @@ def test_ec2_sweep_launches_one_instance_per_run(ready, tmp_path, capsys):  # no
         boto3.client("ec2").terminate_instances(InstanceIds=[i["InstanceId"]])
 
 
+def _budget(session, usd):
+    "The project's AWS Budget, replaced by one of `usd`."
+    from qmind_render import cloud_guard
+    acct = boto3.client("sts").get_caller_identity()["Account"]
+    boto3.client("budgets").delete_budget(AccountId=acct, BudgetName="qmind-render")
+    cloud_guard.ensure_budget(session, usd, ["infra@example.org"], owner="alice")
+
+
 def test_sagemaker_sweep_creates_one_training_job_per_run(ready, tmp_path, capsys):  # noqa: F811 (fixture)
     sweep, runs = cloud_sweep(tmp_path), tmp_path / "runs"
     args = [str(sweep), "--backend", "sagemaker", "--image", "123456789012.dkr.ecr.us-east-1.amazonaws.com/qmind-render:abc",
             "--role-arn", "arn:aws:iam::123456789012:role/qmind-render-sagemaker", "--owner", "alice", "--max-hours", "6",
             "--runs", str(runs)]
+    # over budget, as for EC2: 2 runs × 6 h at $1.41/h do not fit in $10, refused up front in one line, nothing created
+    _budget(ready, 10)
+    assert main(["sweep", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert re.search(r"^qmind sweep: error: refusing sweep \S*cloudy.yaml \(2 runs\): it may cost up to \$16.92 "
+                     r"\(2 runs × \$1.41/h × 6 h\)\. That exceeds what is left of budget 'qmind-render': \$10.00", err), err
+    assert boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == [] and not runs.exists()
+    _budget(ready, 5000)
     assert sweep_main(args) == 0
     out = capsys.readouterr().out
     sm = boto3.client("sagemaker")

@@ -286,6 +286,11 @@ def test_incompatible_checkpoint_and_corrupt_file(data):
     train(load_config(None, args(data, "compat", 2)), data / "runs")
     with pytest.raises(CheckpointError, match=r"made with model=.*start a new run name"):
         train(load_config(None, args(data, "compat", 4, "model.theme_enc=id")), data / "runs")
+    before = (data / "runs" / "compat" / "config.yaml").read_text()
+    r = subprocess.run(CLI + ["train", *args(data, "compat", 4, "train.lr=2e-3")], env=env(data), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("qmind train: error: ") and "0000002.pt was made with train.lr=0.001, this run has 0.002" in r.stderr
+    assert (data / "runs" / "compat" / "config.yaml").read_text() == before          # the refused config was not written
     ck = checkpoints(data / "runs" / "compat")[-1]
     state = torch.load(ck, weights_only=True)
     state["versions"]["channel_spec"] = "0.2.0"
@@ -328,8 +333,8 @@ def _flip_a_weight(path):
     torch.load(path, weights_only=True)
 
 
-def test_a_flipped_bit_is_refused_in_one_line_and_latest_falls_back(data):
-    "The seal catches what torch.load does not; an explicit resume refuses it (exit 2, one line); latest resumes the newest good one."
+def test_a_flipped_bit_is_refused_in_one_line_and_latest_falls_back(data, capsys):
+    "The seal catches what torch.load does not; an explicit resume refuses it (exit 2, one line); latest resumes the newest good one, saying so."
     train(load_config(None, args(data, "flip", 4)), data / "runs")
     run = data / "runs" / "flip"
     _flip_a_weight(run / "checkpoints" / "0000004.pt")
@@ -339,7 +344,11 @@ def test_a_flipped_bit_is_refused_in_one_line_and_latest_falls_back(data):
     assert r.stderr.startswith("qmind train: error: ") and len(r.stderr.strip().splitlines()) == 1
     assert "0000004.pt is corrupt: its content does not match the hash" in r.stderr
     assert "other checkpoints: 0000002.pt (resume from it with train.resume=0000002.pt)" in r.stderr     # training's own advice
-    res = train(load_config(None, args(data, "flip", 6)), data / "runs")
+    capsys.readouterr()
+    res = train(load_config(None, args(data, "flip", 6)), data / "runs", progress=False)
+    said = [l for l in capsys.readouterr().err.splitlines() if "set it aside" in l]
+    assert said == [f"qmind train: {run / 'checkpoints' / '0000004.pt'} is corrupt: its content does not match the hash it was written "
+                    f"with (a flipped bit or an edit); set it aside as 0000004.pt.corrupt and resumed from 0000002.pt instead"], said
     assert res["step"] == 6 and (run / "checkpoints" / "0000004.pt.corrupt").is_file()
     assert [p.name for p in checkpoints(run)] == ["0000002.pt", "0000004.pt", "0000006.pt"]
 
