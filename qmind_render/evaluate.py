@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoint import CheckpointError, checkpoints, find_checkpoint, load_checkpoint, load_model
-from .config import load_config
+from .config import load_config, precision_dtype
 from .data import DatasetError, fetch, open_store
 from .splits import apply_split, load_split
 from .model import Diffusion, build_model, prepare_batch, to_uint8
@@ -93,8 +93,8 @@ class Loaded:
     def device(self) -> torch.device: return next(self.model.parameters()).device
     @property
     def dtype(self) -> torch.dtype:
-        "Render in bf16 when the run trained in bf16 (about twice as fast on CPUs with native bf16), else fp32."
-        return torch.bfloat16 if self.cfg.train.precision == "bf16" else torch.float32
+        "Render in the run's training precision (bf16 is about twice as fast on CPUs with native bf16)."
+        return precision_dtype(self.cfg.train.precision)
     def sampler(self, batch: int | None = None) -> GraphSampler:
         "The sampler evaluation renders with: this model, batches of up to `batch` (one CUDA graph per step count on a GPU)."
         return GraphSampler(self.model, self.diffusion, dtype=self.dtype, buckets=(batch or eval_batch(self.device),))

@@ -1,4 +1,4 @@
-"""Channel encodings as config switches, a conditional U-Net in three sizes, the DDPM objective (ε or v, cosine or linear), a DDIM sampler for 1 to 1,000 steps, and EMA weights.
+"""Channel encodings as config switches, a conditional U-Net in three sizes, the DDPM objective (ε or v, cosine or linear), and a DDIM sampler for 1 to 1,000 steps.
 
 Docs: https://qmind.github.io/qmind-render/model.html.md"""
 
@@ -27,7 +27,7 @@ __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PRE
            'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch',
            'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet',
            'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'train_flops', 'size_table', 'make_schedule',
-           'Diffusion', 'diffusion_loss', 'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step']
+           'Diffusion', 'diffusion_loss', 'ddim_sample', 'to_uint8']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -577,53 +577,3 @@ def to_uint8(x: torch.Tensor, numpy: bool = True) -> np.ndarray | torch.Tensor:
     "Frames [B, 3, H, W] in [-1, 1] -> uint8 [B, H, W, 3] (the dataset's rgb): numpy, or (`numpy=False`) a tensor where `x` is."
     u8 = ((x.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1)
     return u8.cpu().numpy() if numpy else u8
-
-# %% ../nbs/40_model.ipynb #dcc0d401
-from torch.optim.swa_utils import AveragedModel
-
-class EMA(AveragedModel):
-    """An EMA copy of `model`; call `ema.update_parameters(model, finite)` after each step. The decay of update n is
-    min(decay, (1 + n) / (warmup + n)) with `warmup` > 0 (a short run's EMA is not its initial weights), else `decay`;
-    the first update copies. A False `finite` (0-dim bool tensor) leaves the average and its count as they were."""
-    def __init__(self, model: nn.Module, decay: float = 0.999, warmup: int = 0):
-        dev = next(iter(model.parameters()), torch.empty(0)).device
-        super().__init__(model, device=dev, use_buffers=True)
-        self.decay, self.warmup = float(decay), int(warmup)
-        self.requires_grad_(False)
-
-    @torch.no_grad()
-    def update_parameters(self, model: nn.Module, finite: torch.Tensor | None = None) -> None:
-        mine = [*self.module.parameters(), *self.module.buffers()]
-        theirs = [t.detach() for t in (*model.parameters(), *model.buffers())]
-        avg = [(a, b) for a, b in zip(mine, theirs) if a.is_floating_point()]
-        for a, b in zip(mine, theirs):
-            if not a.is_floating_point(): a.copy_(b)
-        n = self.n_averaged
-        d = torch.clamp((1 + n) / (self.warmup + n), max=self.decay) if self.warmup > 0 else torch.full_like(n, self.decay, dtype=torch.float32)
-        d = torch.where(n == 0, 0.0, d)                                 # the first update copies
-        if finite is not None: d = torch.where(finite, d, 1.0)          # a skipped step: keep the average
-        if avg:
-            a, b = map(list, zip(*avg))
-            d = d.to(a[0].dtype)
-            torch._foreach_mul_(a, d)
-            torch._foreach_add_(a, torch._foreach_mul(b, 1 - d))
-        self.n_averaged += 1 if finite is None else finite.long()
-
-def make_ema(model: nn.Module, decay: float = 0.999, warmup: int = 0) -> EMA:
-    "An `EMA` of `model` (decay, warm-up as above)."
-    return EMA(model, decay, warmup)
-
-def make_optimizer(model: nn.Module, lr: float, betas=(0.9, 0.99), weight_decay: float = 0.0) -> torch.optim.AdamW:
-    "AdamW as training uses it (the benchmarks too): fused where every parameter allows it (floating point, on CPU or CUDA)."
-    params = list(model.parameters())
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
-
-def masked_step(opt: torch.optim.Optimizer, finite: torch.Tensor) -> None:
-    "Step `opt` unless `finite` (0-dim bool tensor) is False; a fused optimiser decides on the device, others on the host."
-    if not opt.defaults.get("fused"):
-        if bool(finite): opt.step()
-        return
-    opt.found_inf = (~finite).float()                             # what GradScaler hands a fused optimiser
-    try: opt.step()
-    finally: opt.found_inf = None

@@ -21,15 +21,15 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .config import config_to_dict, load_config, save_config
+from .config import config_to_dict, load_config, precision_dtype, save_config
 from .checkpoint import check_resume, checkpoint_name, pick_resume, restore_rng, rng_state, save_checkpoint, versions
 from .contracts import UserError
 from .data import fetch, git_commit, open_store
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid
-from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, make_optimizer, masked_step,
-                                prepare_batch, to_uint8)
+from .model import Diffusion, build_model, ddim_sample, diffusion_loss, prepare_batch, to_uint8
+from .optim import make_ema, make_optimizer, masked_step
 
 # %% auto #0
 __all__ = ['runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor', 'wandb_mode', 'Tracker',
@@ -272,7 +272,8 @@ class NonFiniteError(UserError, FloatingPointError):
     "A NaN/Inf loss or gradient; the message names the step and the last good checkpoint."
 
 def _precision(run: Run):
-    return torch.autocast(run.device.type, torch.bfloat16, enabled=run.cfg.train.precision == "bf16")   # a str enum: == compares its value
+    dtype = precision_dtype(run.cfg.train.precision)
+    return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
 
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device: nothing here waits for it."

@@ -9,7 +9,8 @@ import torch
 from qmind_render.checkpoint import (CheckpointError, checkpoint_name, checkpoints, ema_weights, find_checkpoint, is_sealed_ok,
                                      load_checkpoint, load_model, load_shipped, run_dir_of, shipped_path, step_of, versions)
 from qmind_render.config import config_to_dict, load_config
-from qmind_render.model import build_model, ddim_sample, make_ema, prepare_batch, synthetic_batch
+from qmind_render.model import build_model, ddim_sample, prepare_batch, synthetic_batch
+from qmind_render.optim import make_ema
 from qmind_render.grid import load_grid
 
 GOLDEN = Path(__file__).parent / "golden" / "compat" / "runs" / "compat"
