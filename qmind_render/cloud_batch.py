@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fastcore.basics import patch
 from . import cloud
-from .cloud import CloudError, b64, check_bucket_region, default_owner, job_tags, split_s3, utc_stamp
+from .cloud import AwsBackend, CloudError, b64, check_bucket_region, default_owner, job_tags, split_s3, utc_stamp
 from .cloud_jobs import s3_exists
 from .util import pool_map
 
@@ -111,7 +111,7 @@ def commit_parts(data: dict):
 
 # %% ../nbs/83_cloud_batch.ipynb #2b92e7fc
 @dataclass
-class BatchDataJobs:
+class BatchDataJobs(AwsBackend):
     "Dataset generation on AWS Batch: one array job over seed ranges, then a dependent job that commits the manifest."
     queue: str                                   # an existing job queue (its compute environment decides the instances)
     image: str | None = None                     # ECR URI of infra/Dockerfile's image
@@ -142,17 +142,12 @@ class BatchDataJobs:
 
 # %% ../nbs/83_cloud_batch.ipynb #f396ec3e
 @patch
-def _session(self: BatchDataJobs, region: str | None = None):
-    if self.session is None or (region and region != self.session.region_name): self.session = cloud.aws_session(region or self.region)
-    return self.session
-
-@patch
 def register(self: BatchDataJobs, tags: dict) -> str:
     "Register (a new revision of) the job definition; return its ARN."
     props = {"image": self.image, "command": ["qmind", "aws", "data-part"],
              "resourceRequirements": [{"type": "VCPU", "value": str(self.vcpus)}, {"type": "MEMORY", "value": str(self.memory_mb)}]}
     if self.job_role_arn: props["jobRoleArn"] = self.job_role_arn
-    r = cloud.aws_call("register job definition", cloud.aws_client(self._session(), "batch").register_job_definition,
+    r = cloud.aws_call("register job definition", cloud.aws_client(self.get_session(), "batch").register_job_definition,
                  jobDefinitionName=self.job_definition, type="container", containerProperties=props,
                  timeout={"attemptDurationSeconds": int(self.max_hours * 3600)}, retryStrategy={"attempts": 2},
                  tags=tags, propagateTags=True)
@@ -164,7 +159,7 @@ def submit(self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = Fals
     plan = self.plan(data, per_index)
     if dry_run: return {**plan, "dry_run": True}
     if not self.image: raise CloudError("a Batch job needs --image (the ECR URI of infra/Dockerfile's image)")
-    s = self._session()
+    s = self.get_session()
     check_bucket_region(s, data["store"])
     bucket, key = split_s3(f"{data['store'].rstrip('/')}/datasets/{data['dataset']}/manifest.json")
     if s3_exists(cloud.aws_client(s, "s3"), bucket, key):
@@ -187,7 +182,7 @@ def submit(self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = Fals
 @patch
 def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per backend)
     "queued | running | done (the manifest is committed) | failed."
-    batch = cloud.aws_client(self._session(record.get("region")), "batch")
+    batch = cloud.aws_client(self.get_session(record.get("region")), "batch")
     jobs = {j["jobId"]: j for j in cloud.aws_call("describe jobs", batch.describe_jobs, jobs=[record["array_job_id"], record["commit_job_id"]])["jobs"]}
     a, c = jobs[record["array_job_id"]]["status"], jobs[record["commit_job_id"]]["status"]
     if "FAILED" in (a, c): return "failed"
@@ -197,7 +192,7 @@ def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per
 @patch
 def cancel(self: BatchDataJobs, record: dict) -> None:  # noqa: F811 (patched per backend)
     "Terminate the array job (every index) and the commit job."
-    batch = cloud.aws_client(self._session(record.get("region")), "batch")
+    batch = cloud.aws_client(self.get_session(record.get("region")), "batch")
     for j in (record["commit_job_id"], record["array_job_id"]):
         cloud.aws_call(f"terminate {j}", batch.terminate_job, jobId=j, reason="cancelled with qmind aws")
 
