@@ -19,6 +19,7 @@ from .data import DatasetError, Grid, Store, check_shards, fetch, list_datasets,
 from .generate import ShardJob, generate, make_shard, repair_dataset, sample_sheet, summary
 from .loader import make_loader
 from .splits import apply_split, load_split, make_split, save_split, split_path
+from .util import save_image
 
 # %% auto #0
 __all__ = ['data_main', 'bench_data']
@@ -97,7 +98,7 @@ def data_main(argv: list[str]) -> int:
         return 0
     ds = fetch(store, a.dataset)
     print(json.dumps(summary(ds, load_split(a.split) if a.split else None), indent=1))
-    out = Path(a.out or f"{a.dataset}-samples.png"); sample_sheet(ds).save(out); print(f"sample sheet: {out}")
+    out = save_image(sample_sheet(ds), a.out or f"{a.dataset}-samples.png"); print(f"sample sheet: {out}")
     return 0
 
 # %% ../nbs/34_data_cli.ipynb #7922b778

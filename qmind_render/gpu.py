@@ -94,6 +94,10 @@ def _part(r: dict, name: str, fn: Callable, out: Path | None, log) -> None:
     except Exception as e: r[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
     if isinstance(r[name], dict): r[name]["part_s"] = round(time.perf_counter() - t0, 1)
     log(f"[bench gpu] {name}: {'failed: ' + r[name]['error'] if 'error' in r[name] else 'done'} ({time.perf_counter() - t0:.0f} s)")
+    _save(r, out)
+
+def _save(r: dict, out: Path | None) -> None:
+    "The results so far to `out` (when given), whole or not at all: a bench stopped part-way leaves every finished part."
     if out: atomic_write(out, json.dumps(r, indent=1, default=str))
 
 def _model_part(device: str, size: str, batches, compiles, peak_n: int) -> dict:
@@ -127,7 +131,7 @@ def bench_gpu(device: str = "cuda", size: str = "base", batches=(64, 256), loop_
     if serve: _part(r, "serve", lambda: bench_serve(size, steps=(1, 2, 4), clients=(1, 8), seconds=3, repeats=1, device=str(dev), compile=False), out, log)
     if recipe: _part(r, "recipe", lambda: run_recipe(root), out, log)
     r["targets"] = targets(r)
-    if out: Path(out).write_text(json.dumps(r, indent=1, default=str))
+    _save(r, out)
     return r
 
 # %% ../nbs/75_gpu.ipynb #e4a84401

@@ -21,8 +21,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .checkpoint import (CheckpointError, find_checkpoint, load_checkpoint, load_model, load_shipped, save_sealed,
-                                     shipped_path)
+from .checkpoint import (CheckpointError, find_checkpoint, load_checkpoint, load_model, load_shipped, run_dir_of,
+                                     save_sealed, shipped_path)
 from .config import config_from_dict, load_config
 from .contracts import UserError, ChannelError, ChannelSpec, validate
 from .model import Diffusion, build_model, to_uint8
@@ -59,7 +59,7 @@ class Served:
         "What a client is told it plays: `RUN/0000300.pt` for a checkpoint (never where it lies on this disk), else `source`."
         p = Path(self.source)
         if len(p.parts) < 2: return self.source
-        return f"{(p.parent.parent if p.parent.name == 'checkpoints' else p.parent).name}/{p.name}"
+        return f"{run_dir_of(p).name}/{p.name}"
 
 class ServeError(UserError, ValueError):
     "A server cannot start as asked; the message says why."

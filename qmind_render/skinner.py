@@ -22,6 +22,7 @@ from numba import njit
 from .contracts import (ChannelError, check_compatible, load_spec, load_theme_schema, validate,
                                     validate_theme)
 from .grid import FactorGrid, light_colour, load_grid, validate_lighting
+from .util import save_image
 from .viz import channel_strip, figure_of, mosaic
 
 # %% auto #0
@@ -515,7 +516,6 @@ def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | 
                strip: bool = False, start: int = 0, scale: int = 1, labels: bool = False) -> list[Path]:
     """Skin `frames` with (theme, lighting) and write `out_dir/frame_NNNNN.png` per frame (the engine's strips' names); returns the paths.
     With `strip`, each PNG is the frame's `channel_strip` (upscaled by `scale`, panels named when `labels`) ending in the skinned frame."""
-    from PIL import Image
     grid = grid or load_grid()
     th = theme if isinstance(theme, dict) else grid.theme(theme)
     li = lighting if isinstance(lighting, dict) else grid.lighting(lighting)
@@ -524,7 +524,7 @@ def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | 
     for i, ch in enumerate(_frames(frames), start):
         rgb = skin(ch, th, li)
         paths.append(out_dir / f"frame_{i:05d}.png")
-        Image.fromarray(channel_strip(ch, rgb, scale=scale, labels=labels) if strip else rgb).save(paths[-1])
+        save_image(channel_strip(ch, rgb, scale=scale, labels=labels) if strip else rgb, paths[-1])
     return paths
 
 # %% ../nbs/20_skinner.ipynb #855ff1ef

@@ -30,6 +30,7 @@ from .splits import load_split
 from .viz import sample_grid
 from .model import Diffusion, build_model, ddim_sample, diffusion_loss, prepare_batch, to_uint8
 from .optim import make_ema, make_optimizer, masked_step
+from .util import atomic_write, save_image
 
 # %% auto #0
 __all__ = ['runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor', 'wandb_mode', 'Tracker',
@@ -107,15 +108,15 @@ class Tracker:
 # %% ../nbs/50_train.ipynb #5cda3bde
 @patch
 def _truncate(self: Tracker, step: int) -> None:
-    "Drop lines logged after the checkpoint a run resumes from (the crashed run got further than it saved)."
+    "Drop lines logged after the checkpoint a run resumes from (the crashed run got further than it saved); the log is rewritten whole or not at all."
     if not self.path.is_file(): return
     keep = [l for l in self.path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= step]
-    self.path.write_text("".join(l + "\n" for l in keep))
+    atomic_write(self.path, "".join(l + "\n" for l in keep))
 
 @patch
 def _run_id(self: Tracker) -> str:
     p = self.run_dir / "wandb_id.txt"
-    if not p.is_file(): p.write_text(f"{self.run_dir.name}-{os.urandom(4).hex()}")
+    if not p.is_file(): atomic_write(p, f"{self.run_dir.name}-{os.urandom(4).hex()}")
     return p.read_text().strip()
 
 @patch
@@ -347,12 +348,9 @@ def save(run: Run) -> Path:
 
 def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = 4) -> Path:
     "Render the fixed samples with the EMA model; write samples/{step}.png (and to the tracker)."
-    from PIL import Image
     _, cond = prepare_batch(fixed, run.device)
     pred = to_uint8(ddim_sample(run.ema.module, cond, run.diffusion, steps, torch.Generator(run.device).manual_seed(0)))
-    path = run.dir / "samples" / f"{run.step:07d}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(sample_grid(fixed, pred)).save(path)                  # viz's: surface | ground truth | model
+    path = save_image(sample_grid(fixed, pred), run.dir / "samples" / f"{run.step:07d}.png")   # viz's: surface | ground truth | model
     tracker.image(run.step, "samples", path)
     return path
 
