@@ -53,23 +53,23 @@ def _data_parts(store, dataset: str) -> list[dict]:
 
 def generate_part(data: dict, index: int, per_index: int, workers: int | None = None, cache: Path | None = None) -> dict:
     "Array index `index`: render its seed range into shards under the dataset prefix; write its part record."
-    from types import SimpleNamespace
-
     import qmind_render.data as D
     import qmind_render.generate as G
+    from qmind_render.config import DataConfig
     from qmind_render.grid import load_grid
     ranges = plan_array(data, per_index)
     if not 0 <= index < len(ranges): raise CloudError(f"array index {index}: this plan has indices 0..{len(ranges) - 1}")
     r, ds, store = ranges[index], data["dataset"], D.open_store(data["store"])
     if store.exists(D.dataset_key(ds, "manifest.json")): raise D.DatasetExists(ds, "is already committed; datasets are immutable")
-    gen, fp = G.generator_record(SimpleNamespace(**data), load_grid().shape)
+    cfg = DataConfig(**data)
+    gen, fp = G.generator_record(cfg, load_grid().shape)
     if store.exists(part_key(ds, index)):                             # a retried index: done already, if by this plan
         rec = json.loads(store.get_bytes(part_key(ds, index)))
         if rec["generator"] == gen and rec["parts"] == len(ranges): return rec
         raise D.DatasetError(ds, f"part {index} was made by another plan or code version ({rec['generator']}); use a new dataset ID")
     staging = Path(cache or D.default_cache_dir()) / ds / f"part-{index:05d}"
     staging.mkdir(parents=True, exist_ok=True)
-    sub = SimpleNamespace(**{**data, "seed_start": r.seed_start, "episodes": r.episodes})
+    sub = dataclasses.replace(cfg, seed_start=r.seed_start, episodes=r.episodes)
     jobs = [dataclasses.replace(j, index=j.index + r.first_shard) for j in G.plan_shards(sub, staging, fp)]
     infos = []
     for info in pool_map(G.make_shard, jobs, workers):
@@ -85,7 +85,6 @@ def generate_part(data: dict, index: int, per_index: int, workers: int | None = 
 def commit_parts(data: dict):
     "The final step: check every array index's part, then write the manifest (idempotent when already committed)."
     import qmind_render.data as D
-    from qmind_render.grid import load_grid
     ds, store = data["dataset"], D.open_store(data["store"])
     parts = _data_parts(store, ds)
     if not parts: raise D.DatasetError(ds, f"no part records under {store.uri}/datasets/{ds}/parts/: did the array job run?")
@@ -105,7 +104,7 @@ def commit_parts(data: dict):
         m = D.read_manifest(store, ds)
         if [asdict(s) for s in m.shards] == [asdict(shards[i]) for i in sorted(shards)]: return m
         raise D.DatasetExists(ds, "already has a different manifest; datasets are immutable, use a new ID")
-    w = D.DatasetWriter(store, ds, D.load_spec(), D.Grid(*load_grid().shape))
+    w = D.DatasetWriter(store, ds, D.load_spec(), D.Grid.of())
     w.shards = shards
     return w.commit((spans[0][0], spans[-1][1]), parts[0]["generator"])
 

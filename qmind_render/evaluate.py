@@ -24,7 +24,7 @@ from .model import Diffusion, build_model, prepare_batch, to_uint8
 from .sampler import GraphSampler
 from .viz import episode_frames, heatmap, sample_grid, write_gif
 from .contracts import UserError
-from .util import atomic_write, format_table, save_figure, save_image
+from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
 __all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
@@ -426,24 +426,26 @@ def run_main(argv: list[str]) -> int:
     return 0 if res["eval"] is not None else 1
 
 # %% ../nbs/60_evaluate.ipynb #7dd21a87
-def bench_eval(frames: int = 1000, steps=(1, 2, 4), size: str = "small", device: str = "cpu", batch: int | None = None) -> dict:
-    "Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts, and to fit the classifiers."
+def bench_eval(frames: int = 1000, steps=None, size: str = "small", device: str = "cpu", batch: int | None = None) -> dict:
+    """Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts (default: `eval.ddim_steps`),
+    and to fit the classifiers as evaluation does (`eval.classifier_steps` steps, one head per factor of the grid file)."""
     from qmind_render.model import synthetic_batch
     from qmind_render.sampler import fast_dtype
     from qmind_render.grid import load_grid
     from qmind_render.train import pick_device
-    dev, steps = pick_device(device, key="device"), [int(k) for k in np.atleast_1d(steps)]
+    cfg, grid = load_config(None, [f"model.size={size}"]), load_grid()
+    dev, steps = pick_device(device, key="device"), [int(k) for k in np.atleast_1d(list(cfg.eval.ddim_steps) if steps is None else steps)]
     batch = batch or eval_batch(dev)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    cfg = load_config(None, [f"model.size={size}"])
-    model = build_model(cfg.model, grid=load_grid()).to(dev).eval()
+    sync = device_sync(dev)
+    model = build_model(cfg.model, grid=grid).to(dev).eval()
     sampler = GraphSampler(model, Diffusion.from_config(cfg.model), dtype=fast_dtype(dev), buckets=(batch,))
     b = synthetic_batch(frames)
-    sizes = {"theme": 5, "lighting": 4, "material": 5}
-    labels = {k: v.to(dev) for k, v in factor_labels(b, 5).items()}
+    (T, M, L) = grid.shape
+    sizes = {"theme": T, "lighting": L, "material": M}                   # the heads evaluation fits (`_classifiers`)
+    labels = {k: v.to(dev) for k, v in factor_labels(b, sizes["material"]).items()}
     out = {"frames": frames, "ddim_steps": steps, "model": size, "device": str(dev), "dtype": str(sampler.net.dtype).replace("torch.", "")}
     render_frames(sampler, {k: v[:batch] for k, v in b.items()}, steps[0]); sync()      # warm-up (capture on a GPU)
-    t0 = time.perf_counter(); clf = train_classifier(as_float(b["rgb"], dev), labels, sizes); sync()
+    t0 = time.perf_counter(); clf = train_classifier(as_float(b["rgb"], dev), labels, sizes, cfg.eval.classifier_steps); sync()
     out["classifier_fit_s"] = round(time.perf_counter() - t0, 2)
     for k in steps:
         render_frames(sampler, {kk: v[:batch] for kk, v in b.items()}, k); sync()         # each step count's graph, untimed

@@ -246,10 +246,10 @@ def prepare_batch(batch: dict, device=None, spec: ChannelSpec | None = None) -> 
     return x0, cond
 
 # %% ../nbs/40_model.ipynb #2cb1d548
-def synthetic_batch(n: int, seed: int = 0, grid_shape: tuple[int, int, int] = (5, 5, 4), spec: ChannelSpec | None = None) -> dict:
-    "`n` made-up samples in the loader's format (torch tensors, stored dtypes), from `seed`."
+def synthetic_batch(n: int, seed: int = 0, grid_shape: tuple[int, int, int] | None = None, spec: ChannelSpec | None = None) -> dict:
+    "`n` made-up samples in the loader's format (torch tensors, stored dtypes), from `seed`, for `grid_shape` (default: the grid file's)."
     from qmind_render.data import Grid, random_samples
-    s = random_samples(n, spec or load_spec(), Grid(*grid_shape), np.random.default_rng(seed))
+    s = random_samples(n, spec or load_spec(), Grid(*grid_shape) if grid_shape else Grid.of(), np.random.default_rng(seed))
     return {k: torch.from_numpy(v) for k, v in s.items()}
 
 # %% ../nbs/40_model.ipynb #80551b78

@@ -461,12 +461,12 @@ def frame_cells_batch(channels: dict, theme_ids, lighting_ids) -> list[tuple[tup
     t, l = np.broadcast_to(theme_ids, (B,)), np.broadcast_to(lighting_ids, (B,))
     return [tuple((int(t[b]), int(m), int(l[b])) for m in np.flatnonzero(present[b])) for b in range(B)]
 
-def cell_mask(channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] = (5, 5, 4)) -> np.ndarray:
-    "Cells present as a bool [B, T·M·L] mask (or [T·M·L] for one frame), index (t·M + m)·L + l."
+def cell_mask(channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] | None = None) -> np.ndarray:
+    "Cells present as a bool [B, T·M·L] mask (or [T·M·L] for one frame), index (t·M + m)·L + l; `shape`: (T, M, L), default the grid file's."
     present = materials_present(channels)
     one = present.ndim == 1
     present = present.reshape(-1, present.shape[-1])
-    T, M, L = shape
+    T, M, L = shape or load_grid().shape
     B = present.shape[0]
     t, l = np.broadcast_to(theme_ids, (B,)).astype(np.int64), np.broadcast_to(lighting_ids, (B,)).astype(np.int64)
     out = np.zeros((B, T * M * L), bool)
