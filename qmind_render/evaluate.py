@@ -185,8 +185,8 @@ def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Cross-entropy over the labelled rows (-1: none), 0 when there are none: no host read to find out."
     return F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(min=1)
 
-def train_classifier(frames: torch.Tensor, labels: dict, sizes: dict, steps: int = 300, seed: int = 0, batch: int = 32) -> FactorNet:
-    "Fit a FactorNet on float frames [N, 3, H, W] for `steps` AdamW steps (cosine LR); labels of -1 are ignored."
+def train_classifier(frames: torch.Tensor, labels: dict, sizes: dict, steps: int, seed: int = 0, batch: int = 32) -> FactorNet:
+    "Fit a FactorNet on float frames [N, 3, H, W] for `steps` AdamW steps (evaluation's: `eval.classifier_steps`; cosine LR); labels of -1 are ignored."
     torch.manual_seed(seed)
     dev = frames.device
     net, g = FactorNet(sizes).to(dev), torch.Generator(dev).manual_seed(seed)

@@ -220,7 +220,7 @@ def test_full_disk_keeps_previous_checkpoint(data, monkeypatch):
     state = load_checkpoint(good)
     state["step"] = 3
     with pytest.raises(CheckpointError, match=r"0000003.pt \(the disk is full\).*previous checkpoint is untouched"):
-        save_checkpoint(state, data / "runs" / "disk")
+        save_checkpoint(state, data / "runs" / "disk", keep_last=3)
     assert [p.name for p in checkpoints(data / "runs" / "disk")] == [good.name] and good.read_bytes() == before
     assert not list((data / "runs" / "disk" / "checkpoints").glob(".*tmp"))
 
@@ -232,7 +232,7 @@ def test_nonfinite_weights_are_never_checkpointed(data):
     state["model"][k] = state["model"][k] * float("inf")
     state["step"] = 99
     with pytest.raises(CheckpointError, match="non-finite weights"):
-        save_checkpoint(state, data / "runs" / "inf")
+        save_checkpoint(state, data / "runs" / "inf", keep_last=3)
 
 
 def test_incompatible_checkpoint_and_corrupt_file(data):
