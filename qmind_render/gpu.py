@@ -26,8 +26,8 @@ from .evaluate import bench_eval, psnr_curve, run
 from .model_bench import bench_throughput
 from .sampler import bench_sampler
 from .serve_bench import bench_serve
-from .train import Meter, _step, batches, pick_device, read_metrics, setup, train
-from .util import atomic_write
+from .train import Meter, batches, loop_step, pick_device, read_metrics, setup, train
+from .util import atomic_write, device_sync
 
 # %% auto #0
 __all__ = ['GOALS', 'loop_config', 'loop_throughput', 'profile_steps', 'bench_gpu', 'run_recipe', 'curve_figure', 'targets']
@@ -69,13 +69,13 @@ def profile_steps(overrides: list[str], root: Path, steps: int = 5, warmup: int 
     _data(cfg)
     r = setup(cfg, root / "runs")
     cuda = r.device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync = device_sync(r.device)
     it, meter = batches(r), Meter()
-    for _ in range(warmup): _step(r, it, meter)
+    for _ in range(warmup): loop_step(r, it, meter)
     sync()
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         t0 = time.perf_counter()
-        for _ in range(steps): _step(r, it, meter)
+        for _ in range(steps): loop_step(r, it, meter)
         sync(); wall = time.perf_counter() - t0
     ka = prof.key_averages()
     busy = sum(_self_device_us(e) for e in ka) / 1e3

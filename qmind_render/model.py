@@ -20,14 +20,14 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 
 from .config import MaterialEnc, ModelConfig, Prediction, Schedule, ThemeEnc
-from .contracts import UserError, ChannelSpec, _leaf_values, load_spec, load_theme_schema, theme_vector
+from .contracts import UserError, ChannelSpec, load_spec, load_theme_schema, theme_parts, theme_vector
 
 # %% auto #0
 __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PREDICTIONS', 'ModelInputError', 'check_tensor',
            'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch',
            'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet',
            'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'train_flops', 'size_table', 'make_schedule',
-           'Diffusion', 'diffusion_loss', 'ddim_sample', 'to_uint8']
+           'Diffusion', 'draw_noise', 'diffusion_loss', 'ddim_sample', 'to_uint8']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -84,14 +84,6 @@ def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
     return dataclasses.replace(base, **changes)
 
 # %% ../nbs/40_model.ipynb #5f423bdf
-def _theme_parts(record: dict, schema) -> dict[str, np.ndarray]:
-    "The theme vector split by `x-param-vector` path: {path: values in [0, 1]}."
-    vec, out, i = theme_vector(record, schema), {}, 0
-    for path in schema.param_paths:
-        n = len(_leaf_values(record, path))
-        out[path], i = vec[i:i + n], i + n
-    return out
-
 def _palette(parts: dict, spec: ChannelSpec) -> np.ndarray:
     "[n_materials + n_classes, 6]: (base, accent) RGB per material id, then per surface class."
     M, walls = spec.n_materials, spec.channels["material"].get("applies_to", ["wall"])
@@ -107,7 +99,7 @@ def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np
     "Per-theme and per-lighting numbers the encoders look up by id (float32, all in [0, 1])."
     from qmind_render.grid import lighting_vector, load_grid
     grid, spec, schema = grid or load_grid(), spec or load_spec(), load_theme_schema()
-    parts = [_theme_parts(t, schema) for t in grid.themes]
+    parts = [theme_parts(t, schema) for t in grid.themes]
     pattern = [p for p in schema.param_paths if p.startswith("pattern.")]
     return {"theme_vec": np.stack([theme_vector(t, schema) for t in grid.themes]),
             "theme_palette": np.stack([_palette(p, spec) for p in parts]),
@@ -516,7 +508,7 @@ def split(self: Diffusion, out, x_t, t):
     return a * x_t - s * out, a * out + s * x_t
 
 # %% ../nbs/40_model.ipynb #da4f1a8e
-def _randn(shape, generator, device):
+def draw_noise(shape, generator, device):
     "Standard normal noise from `generator` (drawn on the generator's device), on `device`."
     g_dev = generator.device if generator is not None else device
     return torch.randn(shape, generator=generator, device=g_dev).to(device)
@@ -526,7 +518,7 @@ def diffusion_loss(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, con
     "The DDPM objective: MSE between the model's output and ε (or v) at a random t."
     B, dev = x0.shape[0], x0.device
     if t is None: t = torch.randint(0, diffusion.T, (B,), generator=generator, device=generator.device if generator else dev).to(dev)
-    if noise is None: noise = _randn(x0.shape, generator, dev)
+    if noise is None: noise = draw_noise(x0.shape, generator, dev)
     out = model(diffusion.q_sample(x0, t, noise), t, cond)
     return F.mse_loss(out.float(), diffusion.target(x0, t, noise))
 
@@ -562,13 +554,13 @@ def ddim_sample(model: ConditionalUNet, cond: dict, diffusion: Diffusion, steps:
     model.eval()
     try:
         e = model.encode(cond)
-        x = x_T if x_T is not None else _randn((e.planes.shape[0], model.image_channels, *model.spec.size), generator, dev)
+        x = x_T if x_T is not None else draw_noise((e.planes.shape[0], model.image_channels, *model.spec.size), generator, dev)
         for i, t in enumerate(ts):
             tt = torch.full((x.shape[0],), t, device=dev, dtype=torch.long)
             with torch.autocast(dev.type, autocast, enabled=autocast is not None):
                 out = model(x, tt, e).float()
             t_prev = ts[i + 1] if i + 1 < len(ts) else -1
-            noise = _randn(x.shape, generator, dev) if eta > 0 and t_prev >= 0 else None
+            noise = draw_noise(x.shape, generator, dev) if eta > 0 and t_prev >= 0 else None
             x = diffusion.ddim_step(out, x, t, t_prev, eta, noise, clip)
     finally: model.train(was)
     return x

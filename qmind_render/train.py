@@ -36,7 +36,8 @@ from .util import atomic_write, save_image
 __all__ = ['runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor', 'wandb_mode', 'Tracker',
            'read_metrics', 'Progress', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore',
            'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample',
-           'stop_on_signals', 'OutOfMemory', 'train', 'train_main', 'overfit_one_batch', 'quick_train', 'bench_train']
+           'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main', 'overfit_one_batch', 'quick_train',
+           'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 def runs_root(root: str | Path | None = None) -> Path:
@@ -377,7 +378,8 @@ def _oom(run: Run, e: Exception) -> OutOfMemory:
                        f"intact ({str(e).splitlines()[0][:160]})")
 
 # %% ../nbs/50_train.ipynb #1ea950ff
-def _step(run: Run, it, meter: Meter) -> None:
+def loop_step(run: Run, it, meter: Meter) -> None:
+    "One step of the loop: the next `train.grad_accum` batches from `it`, `train_step`, and the guard and meter told."
     t0 = time.perf_counter()
     micro = [next(it) for _ in range(run.cfg.train.grad_accum)]
     wait = time.perf_counter() - t0
@@ -408,7 +410,7 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None, pr
     try:
         with stop_on_signals(run):
             while run.step < t.steps:
-                _step(run, it, meter)
+                loop_step(run, it, meter)
                 if shown: shown.update()
                 if run.step % t.log_every == 0:                     # every rank, so a stop is taken by all of them at once
                     check_finite(run)

@@ -154,7 +154,7 @@ def test_a_training_step_reads_nothing_back_from_the_device(data):
     "No .item()/bool()/float() of a tensor in a step (each is a host sync on a GPU): the guard, meter and EMA stay on the device."
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from qmind_render.train import Meter, _step, batches, setup
+    from qmind_render.train import Meter, batches, loop_step, setup
     class Reads(TorchDispatchMode):
         n = 0
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -162,9 +162,9 @@ def test_a_training_step_reads_nothing_back_from_the_device(data):
             return func(*args, **(kwargs or {}))
     run = setup(load_config(None, args(data, "nosync", 6)), data / "runs")
     it, meter = batches(run), Meter()
-    _step(run, it, meter)
+    loop_step(run, it, meter)
     with Reads():
-        for _ in range(3): _step(run, it, meter)
+        for _ in range(3): loop_step(run, it, meter)
     assert Reads.n == 0 and run.step == 4
     assert meter.read(run)["skipped"] == 0 and torch.isfinite(torch.tensor(meter.read(run)["loss"]))
 
