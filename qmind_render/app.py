@@ -33,8 +33,9 @@ from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 
 from .batcher import Metrics, MicroBatcher, model_thread, on_model_thread
-from .serve import (AOT_MAX_BATCH, BACKENDS, MAX_STEPS, RenderItem, Renderer, RequestError, Served, ServeError,
-                                factor_id, int_field, load_served, make_net, pick_backend, render_item)
+from .serve import (AOT_MAX_BATCH, BACKENDS, DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS, DEFAULT_STEPS, MAX_STEPS, RenderItem,
+                                Renderer, RequestError, Served, ServeError, factor_id, int_field, load_served, make_net, pick_backend,
+                                render_item)
 
 # %% auto #0
 __all__ = ['LOOPBACK_HOSTS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'PAGE_FILES', 'HTTP_METHODS', 'WILDCARD_HOSTS', 'ServeSettings',
@@ -53,10 +54,10 @@ def _is_host_name(h: str) -> bool:
 @dataclass
 class ServeSettings:
     "What the server allows and how it batches; every value is checked here, before anything slow."
-    steps: int = 2                      # DDIM steps when a request does not say
+    steps: int = DEFAULT_STEPS          # DDIM steps when a request does not say (2)
     backend: str = "auto"               # eager | bf16 | compile | onnx | auto (the fastest, measured at startup; compile once cached)
-    max_batch: int = 8                  # micro-batch size limit
-    max_wait_ms: float = 2.0            # how long the first request of a batch waits for company
+    max_batch: int = DEFAULT_MAX_BATCH  # micro-batch size limit (8)
+    max_wait_ms: float = DEFAULT_MAX_WAIT_MS   # how long the first request of a batch waits for company (2 ms)
     max_sessions: int = 8               # concurrent /play sessions; more are refused (close code 1013)
     max_renders: int = 16               # /render requests in progress (reading, queued, rendering); more get 503 + Retry-After
     session_idle_s: float = 120.0       # a /play session that asks for no frame this long is closed (1001); pings do not count
@@ -186,7 +187,7 @@ class PlaySession:
         t0 = time.perf_counter(); ch = self.game.step(change["action"])
         t1 = time.perf_counter(); truth = skin(ch, grid.themes[self.theme], grid.lightings[self.lighting])
         t2 = time.perf_counter()
-        item = RenderItem(ch, self.theme, self.lighting, self.noise_seed, self.steps)
+        item = RenderItem(ch, self.theme, self.lighting, self.noise_seed, steps=self.steps)
         return item, {"truth": truth, "channels": channel_strip(ch)}, {"engine_ms": (t1 - t0) * 1e3, "skin_ms": (t2 - t1) * 1e3}
 
     def frame_message(self, frame: np.ndarray, images: dict, timings: dict) -> str:
@@ -275,7 +276,7 @@ def _parse_render(body: bytes, grid, spec, settings: ServeSettings) -> tuple[Ren
     fmt = d.get("format", "png")
     if fmt not in ("png", "npy"): raise RequestError("format", f"{str(fmt)[:20]!r} is not png or npy")
     chans = {str(k)[:30]: decode_array(v, f"channels.{str(k)[:30]}") for k, v in d["channels"].items()}
-    return render_item(chans, d["theme"], d["lighting"], grid, spec, d.get("seed", 0), d.get("steps", settings.steps)), fmt
+    return render_item(chans, d["theme"], d["lighting"], grid, spec, d.get("seed", 0), steps=d.get("steps", settings.steps)), fmt
 
 def _encode_frame(frame: np.ndarray, fmt: str) -> tuple[bytes, str]:
     buf = io.BytesIO()

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from .serve import ServeError
+from .serve import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS, ServeError
 
 # %% auto #0
 __all__ = ['Metrics', 'model_thread', 'on_model_thread', 'MicroBatcher']
@@ -56,8 +56,8 @@ def on_model_thread(fn: Callable, *args, **kw):
 class MicroBatcher:
     """Group concurrent `submit`s into batches of up to `max_batch`, waiting at most `max_wait_ms` for more. Interactive
     work (a player's next frame) goes first: a batch holds one kind, and a /render batch closes as soon as a player waits."""
-    def __init__(self, fn: Callable[[list], np.ndarray], max_batch: int = 8, max_wait_ms: float = 2.0, metrics: Metrics | None = None,
-                 pool: ThreadPoolExecutor | None = None, clients: Callable[[bool], int] | None = None):
+    def __init__(self, fn: Callable[[list], np.ndarray], max_batch: int = DEFAULT_MAX_BATCH, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
+                 metrics: Metrics | None = None, pool: ThreadPoolExecutor | None = None, clients: Callable[[bool], int] | None = None):
         if max_batch < 1 or max_wait_ms < 0: raise ServeError(f"max_batch must be >= 1 and max_wait_ms >= 0, got {max_batch}, {max_wait_ms}")
         self.fn, self.max_batch, self.max_wait = fn, max_batch, max_wait_ms / 1e3
         self.metrics = metrics or Metrics()

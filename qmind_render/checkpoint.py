@@ -129,8 +129,8 @@ def save_sealed(state: dict, path: str | Path) -> Path:
         raise CheckpointError(f"could not write {path}{hint}: {e.strerror or e}; the previous checkpoint is untouched") from None
     return path
 
-def save_checkpoint(state: dict, run_dir: str | Path, keep_last: int = 3) -> Path:
-    "Write `state`, sealed, atomically as `checkpoints/{step:07d}.pt`; prune to the last `keep_last`."
+def save_checkpoint(state: dict, run_dir: str | Path, keep_last: int) -> Path:
+    "Write `state`, sealed, atomically as `checkpoints/{step:07d}.pt`; prune to the last `keep_last` (training's `train.keep_last`; 0: keep all)."
     bad = [k for k, v in state["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad: raise CheckpointError(f"refusing to checkpoint step {state['step']}: non-finite weights in {bad[:3]}")
     path = save_sealed(state, Path(run_dir) / "checkpoints" / checkpoint_name(state["step"]))

@@ -25,9 +25,9 @@ from .util import format_table
 # %% auto #0
 __all__ = ['MARKETS', 'PROJECT', 'MAX_ATTEMPTS', 'JOB_STATES', 'ROLES', 'ABORT_AFTER_DAYS', 'assets_dir', 'InstanceType',
            'load_menu', 'menu_source', 'CloudError', 'instance_type', 'aws_session', 'aws_client', 'explain',
-           'aws_call', 'all_pages', 'utc_stamp', 'b64', 'table', 'job_tags', 'tag_list', 'tag_specs', 'default_owner',
-           'RunSpec', 'Backend', 'check_run', 'papermill_parameters', 'split_s3', 'trust_policy', 'iam_policy',
-           'ensure_bucket', 's3_exists_bucket', 'check_bucket_region', 'abort_rule', 'ensure_abort_rule',
+           'aws_call', 'all_pages', 'utc_stamp', 'b64', 'table', 'AwsBackend', 'job_tags', 'tag_list', 'tag_specs',
+           'default_owner', 'RunSpec', 'Backend', 'check_run', 'papermill_parameters', 'split_s3', 'trust_policy',
+           'iam_policy', 'ensure_bucket', 's3_exists_bucket', 'check_bucket_region', 'abort_rule', 'ensure_abort_rule',
            'ensure_roles', 'setup']
 
 # %% ../nbs/80_cloud.ipynb #f1c511cb
@@ -169,6 +169,14 @@ def _cell(v) -> str: return "" if v is None else f"{v:,.2f}" if isinstance(v, fl
 def table(rows: list[dict], cols: list[str] | None = None) -> str:
     "AWS rows (instances, quotas, costs) as a plain-text table: dollars and hours to two decimals, a blank where a value is missing."
     return format_table(rows, cols, cell=_cell, empty="(none)")
+
+# %% ../nbs/80_cloud.ipynb #1ab5b650
+class AwsBackend:
+    "What every AWS backend shares: its boto3 session (fields `region` and `session`), made on first use."
+    def get_session(self, region: str | None = None):
+        "The session in `region` (default: the backend's): the one held, or a new one for another region."
+        if self.session is None or (region and region != self.session.region_name): self.session = aws_session(region or self.region)
+        return self.session
 
 # %% ../nbs/80_cloud.ipynb #8a5396cd
 _TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{1,256}$")

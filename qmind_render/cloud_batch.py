@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fastcore.basics import patch
 from . import cloud
-from .cloud import CloudError, b64, check_bucket_region, default_owner, job_tags, split_s3, utc_stamp
+from .cloud import AwsBackend, CloudError, b64, check_bucket_region, default_owner, job_tags, split_s3, utc_stamp
 from .cloud_jobs import s3_exists
 from .util import pool_map
 
@@ -53,23 +53,23 @@ def _data_parts(store, dataset: str) -> list[dict]:
 
 def generate_part(data: dict, index: int, per_index: int, workers: int | None = None, cache: Path | None = None) -> dict:
     "Array index `index`: render its seed range into shards under the dataset prefix; write its part record."
-    from types import SimpleNamespace
-
     import qmind_render.data as D
     import qmind_render.generate as G
+    from qmind_render.config import DataConfig
     from qmind_render.grid import load_grid
     ranges = plan_array(data, per_index)
     if not 0 <= index < len(ranges): raise CloudError(f"array index {index}: this plan has indices 0..{len(ranges) - 1}")
     r, ds, store = ranges[index], data["dataset"], D.open_store(data["store"])
     if store.exists(D.dataset_key(ds, "manifest.json")): raise D.DatasetExists(ds, "is already committed; datasets are immutable")
-    gen, fp = G.generator_record(SimpleNamespace(**data), load_grid().shape)
+    cfg = DataConfig(**data)
+    gen, fp = G.generator_record(cfg, load_grid().shape)
     if store.exists(part_key(ds, index)):                             # a retried index: done already, if by this plan
         rec = json.loads(store.get_bytes(part_key(ds, index)))
         if rec["generator"] == gen and rec["parts"] == len(ranges): return rec
         raise D.DatasetError(ds, f"part {index} was made by another plan or code version ({rec['generator']}); use a new dataset ID")
     staging = Path(cache or D.default_cache_dir()) / ds / f"part-{index:05d}"
     staging.mkdir(parents=True, exist_ok=True)
-    sub = SimpleNamespace(**{**data, "seed_start": r.seed_start, "episodes": r.episodes})
+    sub = dataclasses.replace(cfg, seed_start=r.seed_start, episodes=r.episodes)
     jobs = [dataclasses.replace(j, index=j.index + r.first_shard) for j in G.plan_shards(sub, staging, fp)]
     infos = []
     for info in pool_map(G.make_shard, jobs, workers):
@@ -85,7 +85,6 @@ def generate_part(data: dict, index: int, per_index: int, workers: int | None = 
 def commit_parts(data: dict):
     "The final step: check every array index's part, then write the manifest (idempotent when already committed)."
     import qmind_render.data as D
-    from qmind_render.grid import load_grid
     ds, store = data["dataset"], D.open_store(data["store"])
     parts = _data_parts(store, ds)
     if not parts: raise D.DatasetError(ds, f"no part records under {store.uri}/datasets/{ds}/parts/: did the array job run?")
@@ -105,13 +104,13 @@ def commit_parts(data: dict):
         m = D.read_manifest(store, ds)
         if [asdict(s) for s in m.shards] == [asdict(shards[i]) for i in sorted(shards)]: return m
         raise D.DatasetExists(ds, "already has a different manifest; datasets are immutable, use a new ID")
-    w = D.DatasetWriter(store, ds, D.load_spec(), D.Grid(*load_grid().shape))
+    w = D.DatasetWriter(store, ds, D.load_spec(), D.Grid.of())
     w.shards = shards
     return w.commit((spans[0][0], spans[-1][1]), parts[0]["generator"])
 
 # %% ../nbs/83_cloud_batch.ipynb #2b92e7fc
 @dataclass
-class BatchDataJobs:
+class BatchDataJobs(AwsBackend):
     "Dataset generation on AWS Batch: one array job over seed ranges, then a dependent job that commits the manifest."
     queue: str                                   # an existing job queue (its compute environment decides the instances)
     image: str | None = None                     # ECR URI of infra/Dockerfile's image
@@ -142,17 +141,12 @@ class BatchDataJobs:
 
 # %% ../nbs/83_cloud_batch.ipynb #f396ec3e
 @patch
-def _session(self: BatchDataJobs, region: str | None = None):
-    if self.session is None or (region and region != self.session.region_name): self.session = cloud.aws_session(region or self.region)
-    return self.session
-
-@patch
 def register(self: BatchDataJobs, tags: dict) -> str:
     "Register (a new revision of) the job definition; return its ARN."
     props = {"image": self.image, "command": ["qmind", "aws", "data-part"],
              "resourceRequirements": [{"type": "VCPU", "value": str(self.vcpus)}, {"type": "MEMORY", "value": str(self.memory_mb)}]}
     if self.job_role_arn: props["jobRoleArn"] = self.job_role_arn
-    r = cloud.aws_call("register job definition", cloud.aws_client(self._session(), "batch").register_job_definition,
+    r = cloud.aws_call("register job definition", cloud.aws_client(self.get_session(), "batch").register_job_definition,
                  jobDefinitionName=self.job_definition, type="container", containerProperties=props,
                  timeout={"attemptDurationSeconds": int(self.max_hours * 3600)}, retryStrategy={"attempts": 2},
                  tags=tags, propagateTags=True)
@@ -164,7 +158,7 @@ def submit(self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = Fals
     plan = self.plan(data, per_index)
     if dry_run: return {**plan, "dry_run": True}
     if not self.image: raise CloudError("a Batch job needs --image (the ECR URI of infra/Dockerfile's image)")
-    s = self._session()
+    s = self.get_session()
     check_bucket_region(s, data["store"])
     bucket, key = split_s3(f"{data['store'].rstrip('/')}/datasets/{data['dataset']}/manifest.json")
     if s3_exists(cloud.aws_client(s, "s3"), bucket, key):
@@ -187,7 +181,7 @@ def submit(self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = Fals
 @patch
 def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per backend)
     "queued | running | done (the manifest is committed) | failed."
-    batch = cloud.aws_client(self._session(record.get("region")), "batch")
+    batch = cloud.aws_client(self.get_session(record.get("region")), "batch")
     jobs = {j["jobId"]: j for j in cloud.aws_call("describe jobs", batch.describe_jobs, jobs=[record["array_job_id"], record["commit_job_id"]])["jobs"]}
     a, c = jobs[record["array_job_id"]]["status"], jobs[record["commit_job_id"]]["status"]
     if "FAILED" in (a, c): return "failed"
@@ -197,7 +191,7 @@ def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per
 @patch
 def cancel(self: BatchDataJobs, record: dict) -> None:  # noqa: F811 (patched per backend)
     "Terminate the array job (every index) and the commit job."
-    batch = cloud.aws_client(self._session(record.get("region")), "batch")
+    batch = cloud.aws_client(self.get_session(record.get("region")), "batch")
     for j in (record["commit_job_id"], record["array_job_id"]):
         cloud.aws_call(f"terminate {j}", batch.terminate_job, jobId=j, reason="cancelled with qmind aws")
 

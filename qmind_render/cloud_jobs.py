@@ -23,8 +23,10 @@ from pathlib import Path
 import yaml
 from fastcore.basics import patch
 from . import cloud
-from .cloud import CloudError, MARKETS, PROJECT, RunSpec, assets_dir, b64, check_bucket_region, check_run, default_owner, explain, instance_type, job_tags, menu_source, papermill_parameters, split_s3, tag_list, tag_specs, utc_stamp
+from .cloud import AwsBackend, CloudError, MARKETS, PROJECT, RunSpec, assets_dir, b64, check_bucket_region, check_run, default_owner, explain, instance_type, job_tags, menu_source, papermill_parameters, split_s3, tag_list, tag_specs, utc_stamp
 from .cloud_guard import BudgetGuard, CAP_TAG, ESTIMATE_TAG, max_cost
+from .config import save_config
+from .util import atomic_write
 
 # %% auto #0
 __all__ = ['USER_DATA_LIMIT', 'DLAMI_PARAMETER', 'render_template', 'render_user_data', 'code_version', 's3_exists', 'stage_code',
@@ -120,9 +122,10 @@ def _default_region(region: str | None = None) -> str:
     return region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or menu_source()["region"]
 
 # %% ../nbs/82_cloud_jobs.ipynb #01115414
-class CappedJobs:
-    """What a job on one `instance` for at most `max_hours` costs: the guard charges its cap, the on-demand price (spot
-    never bills above it) × the hours after which the instance powers off (EC2) or the job is stopped (SageMaker)."""
+class CappedJobs(AwsBackend):
+    """A job on one `instance` for at most `max_hours`, EC2's or SageMaker's. What it costs: the guard charges its cap, the
+    on-demand price (spot never bills above it) × the hours after which the instance powers off (EC2) or the job is stopped
+    (SageMaker). How it is submitted: one `submit` for both (below), each backend's `launch` creating the job."""
     def estimate(self, run: RunSpec) -> float:
         "What the run should cost: the planner's estimate, else its cap. Shown and tagged; the guard charges `max_usd`."
         if run.estimate_usd is not None: return round(float(run.estimate_usd), 2)
@@ -255,11 +258,6 @@ def run_instances_params(self: EC2Backend, run: RunSpec, image_id: str, root_dev
     if self.security_group_ids: p["SecurityGroupIds"] = list(self.security_group_ids)
     return p
 
-@patch
-def _session(self: EC2Backend, region: str | None = None):
-    if self.session is None or (region and region != self.session.region_name): self.session = cloud.aws_session(region or self.region)
-    return self.session
-
 # %% ../nbs/82_cloud_jobs.ipynb #95455653
 def put_record(session, uri: str, record: dict) -> None:
     "Write a JSON record to an S3 URI."
@@ -268,16 +266,30 @@ def put_record(session, uri: str, record: dict) -> None:
              Body=(json.dumps(record, indent=1) + "\n").encode(), ContentType="application/json")
 
 @patch
-def submit(self: EC2Backend, run: RunSpec, dry_run: bool = False) -> dict:
-    "Launch `run` (or, with `dry_run`, return the plan). Returns the job record, also saved as `<run_uri>/job.json`."
+def check_ready(self: CappedJobs) -> None:
+    "What a backend needs of its own before anything is created (EC2: nothing more)."
+
+@patch
+def submit(self: CappedJobs, run: RunSpec, dry_run: bool = False) -> dict:
+    """Start `run` as the backend's job (or, with `dry_run`, return its plan); returns the job record, also saved as
+    `<run_uri>/job.json`. Checked first, in order: the plan, the backend's own needs, the bucket's region, the dataset, the budget."""
     plan = self.plan(run)
     if dry_run: return {**plan, "dry_run": True}
-    s = self._session()
+    self.check_ready()
+    s = self.get_session()
     tags = job_tags(self.owner or default_owner(s), run=run.name, **{k: plan["tags"][k] for k in (ESTIMATE_TAG, CAP_TAG)})
     check_bucket_region(s, run.store)
     check_dataset(s, run)
-    if self.budget: BudgetGuard(self.budget, s).check(plan["max_usd"], f"run {run.name} on {self.instance} ({self.market})",
+    if self.budget: BudgetGuard(self.budget, s).check(plan["max_usd"], f"run {run.name} on {self.instance} ({plan['market']})",
                                                       run.estimate_usd, self.cap_basis())
+    job = self.launch(run, plan, s, tags)
+    try: put_record(s, f"{run.run_uri}/job.json", job)
+    except CloudError: pass        # the job runs either way; the caller has the record
+    return job
+
+@patch
+def launch(self: EC2Backend, run: RunSpec, plan: dict, s, tags: dict) -> dict:
+    "Launch `run`'s instance (`submit` has checked everything else); returns its job record."
     code_uri = self.code_uri or stage_code(s, run.store, allow_dirty=self.allow_dirty)
     ec2 = cloud.aws_client(s, "ec2")
     image = self.image_id or resolve_image(s)
@@ -286,12 +298,9 @@ def submit(self: EC2Backend, run: RunSpec, dry_run: bool = False) -> dict:
     user_data = render_user_data(run, code_uri, s.region_name, self.max_hours, self.idle_minutes)
     params = self.run_instances_params(run, image, imgs[0].get("RootDeviceName", "/dev/sda1"), user_data, tags)
     inst = launch_instance(ec2, params, self.start_timeout_s, self.poll_s)
-    job = {**plan, "region": s.region_name, "tags": tags, "instance_id": inst["InstanceId"],
-           "spot_request_id": inst.get("SpotInstanceRequestId"), "image_id": image, "code_uri": code_uri,
-           "submitted": utc_stamp()}
-    try: put_record(s, f"{run.run_uri}/job.json", job)
-    except CloudError: pass        # the instance runs either way; the caller has the record
-    return job
+    return {**plan, "region": s.region_name, "tags": tags, "instance_id": inst["InstanceId"],
+            "spot_request_id": inst.get("SpotInstanceRequestId"), "image_id": image, "code_uri": code_uri,
+            "submitted": utc_stamp()}
 
 # %% ../nbs/82_cloud_jobs.ipynb #a8acc3b4
 def read_status_json(session, run_uri: str) -> dict | None:
@@ -309,7 +318,7 @@ def finished_state(session, run_uri: str) -> str:
 @patch
 def status(self: EC2Backend, job: dict) -> str:
     "queued (pending) | running | done | failed, from the instance state and the run's status.json."
-    s = self._session(job.get("region"))
+    s = self.get_session(job.get("region"))
     inst = _instance(cloud.aws_client(s, "ec2"), job["instance_id"])
     state = inst["State"]["Name"] if inst else "terminated"
     if state == "pending": return "queued"
@@ -320,7 +329,7 @@ def status(self: EC2Backend, job: dict) -> str:
 @patch
 def cancel(self: EC2Backend, job: dict) -> None:
     "Terminate the job's instance (its exit trap still uploads what it has) and cancel its spot request."
-    s = self._session(job.get("region"))
+    s = self.get_session(job.get("region"))
     abandon(cloud.aws_client(s, "ec2"), job["instance_id"], job.get("spot_request_id"))
 
 # %% ../nbs/82_cloud_jobs.ipynb #868ef02a
@@ -386,40 +395,28 @@ def plan(self: SageMakerBackend, run: RunSpec) -> dict:  # noqa: F811 (patched p
 
 # %% ../nbs/82_cloud_jobs.ipynb #8edb202c
 @patch
-def _session(self: SageMakerBackend, region: str | None = None):
-    if self.session is None or (region and region != self.session.region_name): self.session = cloud.aws_session(region or self.region)
-    return self.session
-
-@patch
-def submit(self: SageMakerBackend, run: RunSpec, dry_run: bool = False) -> dict:  # noqa: F811 (patched per backend)
-    "Create the training job (or, with `dry_run`, return the plan). Returns the job record."
-    plan = self.plan(run)
-    if dry_run: return {**plan, "dry_run": True}
+def check_ready(self: SageMakerBackend) -> None:  # noqa: F811 (patched per backend)
+    "A SageMaker job needs the image and the execution role."
     if not self.image or not self.role_arn:
         raise CloudError("a SageMaker job needs --image (the ECR URI of infra/Dockerfile's image) and --role-arn "
                          "(its execution role; `qmind aws setup` creates qmind-render-sagemaker)")
-    s = self._session()
-    tags = job_tags(self.owner or default_owner(s), run=run.name, **{k: plan["tags"][k] for k in (ESTIMATE_TAG, CAP_TAG)})
-    check_bucket_region(s, run.store)
-    check_dataset(s, run)
-    if self.budget: BudgetGuard(self.budget, s).check(plan["max_usd"], f"run {run.name} on {self.instance}",
-                                                      run.estimate_usd, self.cap_basis())
+
+@patch
+def launch(self: SageMakerBackend, run: RunSpec, plan: dict, s, tags: dict) -> dict:  # noqa: F811 (patched per backend)
+    "Create `run`'s training job, its config in the run dir first (`submit` has checked everything else); returns its job record."
     bucket, key = split_s3(f"{run.run_uri}/config.yaml")
     cloud.aws_call(f"write {run.run_uri}/config.yaml", cloud.aws_client(s, "s3").put_object, Bucket=bucket, Key=key,
              Body=yaml.safe_dump(run.config, sort_keys=False).encode())
     name = training_job_name(run.name, dt.datetime.now(dt.timezone.utc).strftime("%y%m%d-%H%M%S"))
     req = self.request(run, name, tags)
     arn = cloud.aws_call(f"create training job {name}", cloud.aws_client(s, "sagemaker").create_training_job, **req)["TrainingJobArn"]
-    job = {**{k: v for k, v in plan.items() if k != "request"}, "region": s.region_name, "tags": tags,
-           "training_job": name, "training_job_arn": arn, "submitted": utc_stamp()}
-    try: put_record(s, f"{run.run_uri}/job.json", job)
-    except CloudError: pass
-    return job
+    return {**{k: v for k, v in plan.items() if k != "request"}, "region": s.region_name, "tags": tags,
+            "training_job": name, "training_job_arn": arn, "submitted": utc_stamp()}
 
 @patch
 def status(self: SageMakerBackend, job: dict) -> str:  # noqa: F811 (patched per backend)
     "queued | running | done | failed, from the training job's status."
-    s = self._session(job.get("region"))
+    s = self.get_session(job.get("region"))
     d = cloud.aws_call(f"describe {job['training_job']}", cloud.aws_client(s, "sagemaker").describe_training_job,
                  TrainingJobName=job["training_job"])
     st, sec = d["TrainingJobStatus"], d.get("SecondaryStatus", "")
@@ -429,7 +426,7 @@ def status(self: SageMakerBackend, job: dict) -> str:  # noqa: F811 (patched per
 @patch
 def cancel(self: SageMakerBackend, job: dict) -> None:  # noqa: F811 (patched per backend)
     "Stop the training job (SageMaker uploads its checkpoints)."
-    s = self._session(job.get("region"))
+    s = self.get_session(job.get("region"))
     cloud.aws_call(f"stop {job['training_job']}", cloud.aws_client(s, "sagemaker").stop_training_job, TrainingJobName=job["training_job"])
 
 # %% ../nbs/82_cloud_jobs.ipynb #515d4062
@@ -441,19 +438,17 @@ def sagemaker_train_main(argv: list[str]) -> int:
     run_dir = root / "checkpoints"
     run_dir.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load((root / "input/data/config/config.yaml").read_text())
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    save_config(config, run_dir / "config.yaml")
     cache = root / "qmind-cache"
     cache.mkdir(exist_ok=True)
     for link, target in ((cache / dataset, root / "input/data/data"), (cwd / "runs" / run_name, run_dir)):
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.exists(): link.symlink_to(target, target_is_directory=True)
     params = papermill_parameters(RunSpec(run_name, config, notebook), str(cwd / "runs" / run_name))
-    (run_dir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    atomic_write(run_dir / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     cmd = [sys.executable, "-m", "papermill", notebook, str(run_dir / Path(notebook).name), "-f",
            str(run_dir / "params.yaml"), "--cwd", str(cwd)]
     rc = subprocess.run(cmd, env={**os.environ, "QMIND_CACHE": str(cache)}).returncode
-    (run_dir / "status.json").write_text(json.dumps({"run": run_name, "exit_code": rc}) + "\n")
-    if rc:
-        (root / "output").mkdir(parents=True, exist_ok=True)
-        (root / "output/failure").write_text(f"papermill {notebook} exited with {rc}; see the executed notebook in the run dir")
+    atomic_write(run_dir / "status.json", json.dumps({"run": run_name, "exit_code": rc}) + "\n")   # what `finished_state` reads
+    if rc: atomic_write(root / "output/failure", f"papermill {notebook} exited with {rc}; see the executed notebook in the run dir")
     return rc

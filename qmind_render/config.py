@@ -23,10 +23,10 @@ from .contracts import UserError, project_dirs
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'DataConfig',
-           'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config', 'check_config',
-           'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args',
-           'config_from_args', 'config_main']
+__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'precision_dtype',
+           'DataConfig', 'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config',
+           'check_config', 'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args',
+           'config_args', 'config_from_args', 'config_main']
 
 # %% ../nbs/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -52,6 +52,12 @@ class Tracker(str, Enum):
 class NonFinite(str, Enum):
     "What a NaN/Inf loss or gradient does: stop the run, or skip that step."
     stop = "stop"; skip = "skip"
+
+# %% ../nbs/01_config.ipynb #d008ba56
+def precision_dtype(precision: Precision | str):
+    "The torch dtype a run of `precision` computes in: bfloat16 for bf16 (autocast), float32 for fp32."
+    import torch
+    return {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16}[Precision(precision)]
 
 # %% ../nbs/01_config.ipynb #b9300cda
 @dataclass
@@ -241,9 +247,9 @@ def config_from_dict(d: dict) -> DictConfig:
     return load_config(dict(d))
 
 # %% ../nbs/01_config.ipynb #c129eb2d
-def save_config(cfg: DictConfig, path: str | os.PathLike) -> Path:
-    "Write the resolved config as YAML, atomically (a temporary file, then a rename)."
-    return atomic_write(path, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+def save_config(cfg: DictConfig | dict, path: str | os.PathLike) -> Path:
+    "Write the resolved config (or its plain data, as `config_to_dict` gives it) as YAML, atomically (a temporary file, then a rename)."
+    return atomic_write(path, yaml.safe_dump(cfg if isinstance(cfg, dict) else config_to_dict(cfg), sort_keys=False))
 
 # %% ../nbs/01_config.ipynb #4dd5b719
 def add_config_args(p, overrides_help: str = "key=value overrides, e.g. train.lr=1e-4 seed=2"):

@@ -19,7 +19,7 @@ import yaml
 __all__ = ['contracts_dir', 'project_dirs', 'UserError', 'one_line', 'parse_version', 'is_compatible', 'IncompatibleVersion',
            'check_compatible', 'ChannelSpec', 'load_spec', 'bytes_per_pixel', 'random_frame', 'ChannelError',
            'validate', 'check_spec_version', 'jsonschema', 'ThemeSchema', 'load_theme_schema', 'ThemeError',
-           'validate_theme', 'theme_vector', 'contract_versions']
+           'validate_theme', 'theme_parts', 'theme_vector', 'contract_versions']
 
 # %% ../nbs/00_contracts.ipynb #a9ae0412
 def contracts_dir() -> Path:
@@ -306,14 +306,18 @@ def _leaf_values(record, path: str) -> list[float]:
         nodes = [x for n in nodes for x in n] if part == "[*]" else [n[part] for n in nodes]
     return [float(v) for n in nodes for v in np.ravel(n)]
 
-def theme_vector(record: dict, schema: ThemeSchema) -> np.ndarray:
-    "A validated theme as its parameter vector (float32, every entry in [0, 1])."
+def theme_parts(record: dict, schema: ThemeSchema) -> dict[str, np.ndarray]:
+    "A validated theme's parameters by `x-param-vector` path, in the vector's order: {path: float32 values in [0, 1]}."
     validate_theme(record, schema)
-    out = []
+    out = {}
     for path in schema.param_paths:
         lo, hi = _leaf_bounds(schema.schema, path)
-        out += [(v - lo) / (hi - lo) for v in _leaf_values(record, path)]
-    return np.asarray(out, dtype=np.float32)
+        out[path] = np.asarray([(v - lo) / (hi - lo) for v in _leaf_values(record, path)], dtype=np.float32)
+    return out
+
+def theme_vector(record: dict, schema: ThemeSchema) -> np.ndarray:
+    "A validated theme as its parameter vector (float32, every entry in [0, 1]): `theme_parts` end to end."
+    return np.concatenate([np.zeros(0, np.float32), *theme_parts(record, schema).values()])
 
 # %% ../nbs/00_contracts.ipynb #d9950eec
 def contract_versions() -> dict[str, str]:

@@ -12,7 +12,7 @@ import json
 import math
 
 from .cloud import RunSpec, load_menu
-from .config import config_from_dict, config_to_dict, load_config
+from .config import config_from_dict, config_to_dict, load_config, precision_dtype
 from .util import format_table, median_time
 
 # %% auto #0
@@ -155,16 +155,17 @@ def step_seconds(cfg, threads: int | None = None, batch_cap: int = 8, iters: int
     "Seconds of one training step of `cfg` on this machine's CPU, measured at a batch of at most `batch_cap` and scaled to its batch."
     import torch
 
-    from qmind_render.model import Diffusion, build_model, make_optimizer, prepare_batch, synthetic_batch
+    from qmind_render.model import Diffusion, build_model, prepare_batch, synthetic_batch
     from qmind_render.model_bench import train_step
     from qmind_render.grid import load_grid
+    from qmind_render.optim import make_optimizer
     old = torch.get_num_threads()
     torch.set_num_threads(int(threads or old))
     try:
         torch.manual_seed(0)
         model, d, b = build_model(cfg.model, grid=load_grid()), Diffusion.from_config(cfg.model), min(cfg.train.batch, batch_cap)
         opt, (x0, cond), g = make_optimizer(model, cfg.train.lr), prepare_batch(synthetic_batch(b)), torch.Generator().manual_seed(0)
-        ac = torch.bfloat16 if cfg.train.precision == "bf16" else None
+        ac = precision_dtype(cfg.train.precision)                      # fp32: no autocast, as in training
         s = median_time(lambda: train_step(model, opt, d, x0, cond, g, ac), iters, 1)
     finally: torch.set_num_threads(old)
     return s * cfg.train.batch * cfg.train.grad_accum / b

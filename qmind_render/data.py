@@ -21,6 +21,7 @@ import numpy as np
 from fastcore.basics import patch
 
 from .contracts import UserError, ChannelSpec, check_spec_version, contract_versions, load_spec, validate
+from .grid import FactorGrid, load_grid
 from .util import atomic_write
 
 # %% auto #0
@@ -161,10 +162,14 @@ def sample_fields(spec: ChannelSpec, n_cells: int) -> dict[str, tuple[tuple, np.
 # %% ../nbs/30_data.ipynb #47305e71
 @dataclass(frozen=True)
 class Grid:
-    "The factor grid: sizes of each factor. Cell index = (theme * material + m) * light + l."
-    theme: int = 5
-    material: int = 5
-    light: int = 4
+    "The factor grid's shape, as a manifest and a split record it: the size of each factor. Cell index = (theme * material + m) * light + l."
+    theme: int
+    material: int
+    light: int
+    @classmethod
+    def of(cls, grid: FactorGrid | None = None) -> Grid:
+        "The shape of factor grid `grid` (default: the grid file, `load_grid()`): the one source of the grid's size."
+        return cls(*(grid if grid is not None else load_grid()).shape)
     @property
     def n_cells(self) -> int: return self.theme * self.material * self.light
     def index(self, t: int, m: int, l: int) -> int: return (t * self.material + m) * self.light + l
@@ -384,9 +389,10 @@ class DatasetExists(DatasetError):
 
 class DatasetWriter:
     "Write shards, then the manifest, for one new dataset ID in `store`."
-    def __init__(self, store: Store, dataset: str, spec: ChannelSpec | None = None, grid: Grid = Grid()):
+    def __init__(self, store: Store, dataset: str, spec: ChannelSpec | None = None, grid: Grid | None = None):
+        "`grid`: the shape the dataset's cells are of (default: the grid file's, `Grid.of()`)."
         if not dataset or "/" in dataset: raise ValueError(f"bad dataset ID {dataset!r}")
-        self.store, self.id, self.spec, self.grid = store, dataset, spec or load_spec(), grid
+        self.store, self.id, self.spec, self.grid = store, dataset, spec or load_spec(), grid or Grid.of()
         if store.exists(dataset_key(dataset, "manifest.json")):
             raise DatasetExists(dataset, f"already exists in {store.uri} and datasets are immutable: use a new ID (a damaged one is "
                                          f"checked by {data_cmd('verify', dataset, store)} and mended by {data_cmd('repair', dataset, store)})")

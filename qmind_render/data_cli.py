@@ -14,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import DataConfig, TrainConfig
 from .contracts import load_spec
 from .data import DatasetError, Grid, Store, check_shards, fetch, list_datasets, open_store, read_manifest, seal_manifest
 from .generate import ShardJob, check_workers, generate, make_shard, repair_dataset, sample_sheet, summary
 from .loader import make_loader
 from .splits import apply_split, load_split, make_split, save_split, split_path
+from .util import save_image
 
 # %% auto #0
 __all__ = ['data_main', 'bench_data']
@@ -97,25 +99,24 @@ def data_main(argv: list[str]) -> int:
         return 0
     ds = fetch(store, a.dataset)
     print(json.dumps(summary(ds, load_split(a.split) if a.split else None), indent=1))
-    out = Path(a.out or f"{a.dataset}-samples.png"); sample_sheet(ds).save(out); print(f"sample sheet: {out}")
+    out = save_image(sample_sheet(ds), a.out or f"{a.dataset}-samples.png"); print(f"sample sheet: {out}")
     return 0
 
 # %% ../nbs/34_data_cli.ipynb #7922b778
-def bench_data(episodes: int = 8, frames: int = 125, repeats: int = 3, batch: int = 64) -> dict:
-    "Generation and loading throughput on one core, and bytes per sample (medians of `repeats`)."
-    from types import SimpleNamespace
-
+def bench_data(episodes: int = 8, frames: int = 125, repeats: int = 3, batch: int | None = None) -> dict:
+    "Generation and loading throughput on one core, and bytes per sample (medians of `repeats`); loading in batches of `train.batch`."
     from qmind_render.grid import load_grid
+    batch = batch or TrainConfig().batch
     spec, grid = load_spec(), load_grid()
     with tempfile.TemporaryDirectory() as td:
         job = ShardJob(0, tuple(range(episodes)), frames, td, "bench")
         make_shard(job)                                    # warm-up: JIT compilation, caches
         gen = [_timed(lambda: make_shard(job)) for _ in range(repeats)]
-        cfg = SimpleNamespace(dataset="ds-bench", store=f"{td}/store", seed_start=0, episodes=episodes * 4,
-                              frames_per_episode=frames, shard_size=episodes * frames)
+        cfg = DataConfig(dataset="ds-bench", store=f"{td}/store", seed_start=0, episodes=episodes * 4,
+                         frames_per_episode=frames, shard_size=episodes * frames)
         m = generate(cfg, workers=1, cache=Path(td) / "cache", progress=False)
         ds = fetch(open_store(cfg.store), "ds-bench", Path(td) / "cache")
-        split = make_split("random_15", Grid(*grid.shape))
+        split = make_split("random_15", Grid.of(grid))
         load = [_timed(lambda: sum(len(b["rgb"]) for b in make_loader(ds, split, batch=batch))) for _ in range(repeats)]
         n_train = len(apply_split(ds.cells, split)["train"]) // batch * batch
     n = episodes * frames

@@ -29,13 +29,13 @@ from pathlib import Path
 import yaml
 from nbdev.processors import FilterDefaults, exec_show_docs
 
-from .util import atomic_write
+from .util import atomic_dir, atomic_write, format_table
 
 # %% auto #0
 __all__ = ['FINGERPRINT_DIRS', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'execute_nb', 'process_nb',
            'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'render_notebooks', 'quarto_options',
            'markdown_ready', 'notebook_markdown', 'local_links', 'build_slides', 'talks_index', 'slugify', 'nav',
-           'mkdocs_yaml', 'write_pages', 'swap_in', 'build_site', 'serve_site', 'docs_main']
+           'mkdocs_yaml', 'write_pages', 'build_site', 'serve_site', 'docs_main']
 
 # %% ../nbs/95_docs.ipynb #33e3bfb6
 @dataclass(frozen=True)
@@ -362,8 +362,8 @@ def talks_index(talks: list[Page], slides: list[Path] | None, talks_dir: Path) -
         missing = [topic.title for topic, t in topics if t is None]
         lines += [f"The deck's topics for a five-minute talk, in its order: {len(topics) - len(missing)} of {len(topics)} have a talk"
                   + (f"; no talk yet on {', '.join(missing)}." if missing else "."), "",
-                  "| # | Topic | From | Talk |", "|--:|---|---|---|"]
-        lines += [f"| {topic.n} | {cell(topic.title)} | {topic.source} | {cell(talk(t)) if t else '*no talk yet*'} |" for topic, t in topics]
+                  format_table([{"#": topic.n, "Topic": cell(topic.title), "From": topic.source,
+                                 "Talk": cell(talk(t)) if t else "*no talk yet*"} for topic, t in topics], markdown=True, right=["#"])]
     if extras and topics: lines += ["", "## More talks", "", "On topics the deck doesn't list:", ""]
     lines += [f"- {talk(t)}" for t in extras]
     lines += [f"- [{p.stem}]({p.relative_to(talks_dir).as_posix()}) (slides)" for p in by_stem.values()]
@@ -430,12 +430,6 @@ def write_pages(pages: list[Page], proc: Path, docs: Path, site_url: str) -> int
         n += len(images)
     return n
 
-def swap_in(new: Path, out: Path) -> None:
-    "Replace the folder `out` by `new` (same file system): rename the old away, the new in, delete the old."
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists(): os.rename(out, old)
-    os.rename(new, out)
-    if old.exists(): shutil.rmtree(old)
 
 def build_site(root: Path, out: Path | None = None, execute: str | None = "*", jobs: int = 2,
                cache: Path | None | bool = True, slides: bool = True, verbose: bool = True) -> dict:
@@ -469,14 +463,10 @@ def build_site(root: Path, out: Path | None = None, execute: str | None = "*", j
         (docs / "talks" / "index.md").write_text(talks_index(talks, slides, docs / "talks"))
         times["markdown_and_slides_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
-        try:
+        with atomic_dir(out) as staging:                            # a reader sees the old site or the new one, whole
             (work / "mkdocs.yml").write_text(mkdocs_yaml(cfg.get("title", cfg.lib_name), pages, docs, staging))
             build(load_config(str(work / "mkdocs.yml")))
             times["mkdocs_s"] = time.perf_counter() - t2
-            swap_in(staging, out)
-        finally:
-            if staging.exists(): shutil.rmtree(staging)
     times["total_s"] = time.perf_counter() - t
     report = {"site": str(out), "pages": len(pages) + 1, "executed": sum(r["executed"] for r in res),
               "cached": sum(r["cached"] for r in res), "images": n_images, "slides": len(slides or []), **times}

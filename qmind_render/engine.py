@@ -22,7 +22,8 @@ from .contracts import ChannelSpec, load_spec
 __all__ = ['ENGINE_VERSION', 'ACTIONS', 'MIN_SIDE', 'MAX_SIDE', 'N_HEADINGS', 'DEPTH_Q', 'UV_Q', 'OPEN', 'MAX_ENEMIES', 'PLANE',
            'FALLOFF2', 'ENEMY_W', 'ENEMY_H', 'NEAR_CLIP', 'MOVE_STEP', 'STRAFE_STEP', 'TURN_STEP', 'PLAYER_RADIUS',
            'ENEMY_RADIUS', 'ENEMY_SPEED', 'ENEMY_TURN_P', 'BURST_P', 'BURST_MAX', 'AIM_TAN2', 'WAYPOINT_R2', 'PATIENCE',
-           'engine_spec', 'heading_table', 'depth_table', 'World', 'render_world']
+           'engine_spec', 'heading_table', 'depth_table', 'World', 'Frames', 'render_world', 'episode_streams',
+           'Runner']
 
 # %% ../nbs/10_engine.ipynb #381afb65
 ENGINE_VERSION = "0.1.0"
@@ -357,8 +358,8 @@ def _render(st, b, tab, out, zcol):
     _sprites(st.enemy[b], st.ints[b, _NEN], sector, slight, px, py, dx, dy, plx, ply, tab, out)
 
 # %% ../nbs/10_engine.ipynb #0a1cda4e
-class _Out(NamedTuple):
-    "Buffers of T frames of B worlds; float16 channels hold their bits as uint16."
+class Frames(NamedTuple):
+    "Buffers of T frames of B worlds, as the kernels draw them; float16 channels hold their bits as uint16."
     depth: np.ndarray     # uint16 [T, B, H, W]
     surface: np.ndarray   # uint8 [T, B, H, W]
     material: np.ndarray  # uint8 [T, B, H, W]
@@ -366,16 +367,16 @@ class _Out(NamedTuple):
     light: np.ndarray     # uint16 [T, B, H, W]
     zcol: np.ndarray      # float64 [T, B, W]: wall distance of each column (for the top-down view)
 
-def _alloc(T: int, B: int, H: int, W: int) -> _Out:
-    u16, u8 = np.uint16, np.uint8
-    return _Out(np.empty((T, B, H, W), u16), np.empty((T, B, H, W), u8), np.empty((T, B, H, W), u8),
-                np.empty((T, B, H, W, 2), u16), np.empty((T, B, H, W), u16), np.empty((T, B, W)))
+    def frame(self, t: int, b: int | None = None) -> dict[str, np.ndarray]:
+        "Frame t (of world b, or of every world when b is None) as the spec's channel dict."
+        ix = (t,) if b is None else (t, b)
+        return {"depth": self.depth[ix].view(np.float16), "surface": self.surface[ix], "material": self.material[ix],
+                "uv": self.uv[ix].view(np.float16), "light": self.light[ix].view(np.float16)}
 
-def _frame(out: _Out, t: int, b: int | None = None) -> dict[str, np.ndarray]:
-    "Frame t (of world b, or of every world when b is None) as the spec's channel dict."
-    ix = (t,) if b is None else (t, b)
-    return {"depth": out.depth[ix].view(np.float16), "surface": out.surface[ix], "material": out.material[ix],
-            "uv": out.uv[ix].view(np.float16), "light": out.light[ix].view(np.float16)}
+def _alloc(T: int, B: int, H: int, W: int) -> Frames:
+    u16, u8 = np.uint16, np.uint8
+    return Frames(np.empty((T, B, H, W), u16), np.empty((T, B, H, W), u8), np.empty((T, B, H, W), u8),
+                  np.empty((T, B, H, W, 2), u16), np.empty((T, B, H, W), u16), np.empty((T, B, W)))
 
 # %% ../nbs/10_engine.ipynb #22bfea1d
 @njit(cache=True)
@@ -392,7 +393,7 @@ def render_world(world: World, spec: ChannelSpec | None = None) -> dict[str, np.
     spec = engine_spec(spec)
     out = _alloc(1, 1, *spec.size)
     _draw_all(_state([world]), _tables(spec), out, 0)
-    return _frame(out, 0, 0)
+    return out.frame(0, 0)
 
 # %% ../nbs/10_engine.ipynb #82655a68
 MOVE_STEP, STRAFE_STEP, TURN_STEP = 0.1, 0.08, 8
@@ -510,19 +511,19 @@ def _run(st, tab, actions, wu, pu, out):
         _draw_all(st, tab, out, t)
 
 # %% ../nbs/10_engine.ipynb #6dd0e997
-def _streams(seed: int) -> list[np.random.Generator]:
+def episode_streams(seed: int) -> list[np.random.Generator]:
     "The four independent random streams of an episode: layout, materials, motion, policy."
     return np.random.default_rng(seed).spawn(4)
 
-class _Runner:
+class Runner:
     "B worlds, their motion and policy streams, and the tables: advances them T frames at a time."
     def __init__(self, worlds: Sequence[World], seeds: Sequence[int], spec: ChannelSpec):
         self.spec, self.tab, self.state = spec, _tables(spec), _state(worlds)
-        self.streams = [_streams(s)[2:] for s in seeds]
+        self.streams = [episode_streams(s)[2:] for s in seeds]
         bad = [int(m) for w in worlds for m in w.materials if m >= spec.n_materials]
         if bad: raise ValueError(f"world: wall material ids {sorted(set(bad))} are outside the spec's 0..{spec.n_materials - 1}")
 
-    def run(self, T: int, actions: np.ndarray | None = None) -> tuple[_Out, np.ndarray]:
+    def run(self, T: int, actions: np.ndarray | None = None) -> tuple[Frames, np.ndarray]:
         "Advance T frames; `actions` [T, B] (negative = policy). Returns the frames and the actions taken."
         B = len(self.streams)
         actions = np.full((T, B), -1, np.int64) if actions is None else np.array(actions, np.int64).reshape(T, B)
@@ -531,3 +532,18 @@ class _Runner:
         out = _alloc(T, B, *self.spec.size)
         _run(self.state, self.tab, actions, wu, pu, out)
         return out, actions
+
+    def draw(self) -> Frames:
+        "The worlds as they stand, drawn as one frame (nothing moves)."
+        out = _alloc(1, len(self.streams), *self.spec.size)
+        _draw_all(self.state, self.tab, out, 0)
+        return out
+
+    def pose(self, b: int = 0) -> tuple[float, float, int]:
+        "World b's player: (x, y, heading index 0..N_HEADINGS-1, clockwise from +x)."
+        st = self.state
+        return float(st.pos[b, 0]), float(st.pos[b, 1]), int(st.ints[b, _HEAD])
+
+    def enemies(self, b: int = 0) -> np.ndarray:
+        "World b's enemy positions, [E, 2] (x, y), a copy."
+        return self.state.enemy[b, :self.state.ints[b, _NEN]].copy()

@@ -20,13 +20,15 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .contracts import ChannelSpec
-from .engine import (ENGINE_VERSION, MAX_ENEMIES, N_HEADINGS, OPEN, World, _frame, _Out, _Runner, _streams,
-                                 engine_spec)
+from .engine import (ENGINE_VERSION, MAX_ENEMIES, N_HEADINGS, OPEN, Frames, Runner, World, engine_spec,
+                                 episode_streams)
+from .util import atomic_write
 from .viz import palette
 
 # %% auto #0
-__all__ = ['MAP_SIZE', 'MAX_ROOMS', 'CHUNK', 'GOLDEN_CASES', 'make_world', 'map_image', 'render_episode', 'render_batch',
-           'episode_hashes', 'golden_record', 'default_golden_path', 'check_goldens', 'regen_goldens', 'bench_engine']
+__all__ = ['MAP_SIZE', 'MAX_ROOMS', 'CHUNK', 'GOLDEN_CASES', 'check_seed', 'make_world', 'map_image', 'render_episode',
+           'render_batch', 'episode_hashes', 'golden_record', 'default_golden_path', 'check_goldens', 'regen_goldens',
+           'bench_engine']
 
 # %% ../nbs/11_episode.ipynb #0cd65b62
 MAP_SIZE = 32         # generated maps are MAP_SIZE x MAP_SIZE cells
@@ -123,7 +125,8 @@ def _actors(rng, open_, rooms):
     return (cx + 0.5, cy + 0.5), heading, enemies, rng.integers(0, N_HEADINGS, len(pick)).astype(np.int64)
 
 # %% ../nbs/11_episode.ipynb #fcb85d67
-def _check_seed(seed, name: str = "seed") -> int:
+def check_seed(seed, name: str = "seed") -> int:
+    "`seed` as an int, or a `ValueError` naming `name` unless it is a non-negative integer (the game checks its seed so too)."
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {seed!r}")
     return int(seed)
@@ -138,9 +141,9 @@ def _check_materials(materials, n: int) -> np.ndarray:
 
 def make_world(seed: int, materials: Sequence[int] | None = None, spec: ChannelSpec | None = None) -> World:
     "The generated world of `seed`, with walls drawn only from `materials` (default: every id of the spec)."
-    seed, spec = _check_seed(seed), engine_spec(spec)
+    seed, spec = check_seed(seed), engine_spec(spec)
     allowed = _check_materials(materials, spec.n_materials)
-    layout, mats, _, _ = _streams(seed)
+    layout, mats, _, _ = episode_streams(seed)
     open_, sector, light, rooms, pillars = _layout(layout)
     grid, sector = _walls(open_, sector, len(light), pillars, mats, allowed)
     player, heading, enemies, edir = _actors(layout, open_, rooms)
@@ -164,33 +167,33 @@ def _check_count(n, name: str = "n_frames") -> int:
         raise ValueError(f"{name} must be a non-negative integer, got {n!r}")
     return int(n)
 
-def _chunks(runner: _Runner, n: int) -> Iterator[_Out]:
+def _chunks(runner: Runner, n: int) -> Iterator[Frames]:
     "Buffers of about CHUNK frames at a time (at least one step of every world), until n steps are done."
     T = max(1, CHUNK // len(runner.streams))
     for t0 in range(0, n, T): yield runner.run(min(T, n - t0))[0]
 
-def _episode(runner: _Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
+def _episode(runner: Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
     for out in _chunks(runner, n):
-        for t in range(out.surface.shape[0]): yield _frame(out, t, 0)
+        for t in range(out.surface.shape[0]): yield out.frame(t, 0)
 
 # %% ../nbs/11_episode.ipynb #f6ac3fd9
 def render_episode(seed: int, n_frames: int, materials: Sequence[int] | None = None,
                    spec: ChannelSpec | None = None) -> Iterator[dict[str, np.ndarray]]:
     "Yield the `n_frames` channel frames of episode `seed`, played by the built-in policy."
-    seed, n, spec = _check_seed(seed), _check_count(n_frames), engine_spec(spec)
-    return _episode(_Runner([make_world(seed, materials, spec)], [seed], spec), n)
+    seed, n, spec = check_seed(seed), _check_count(n_frames), engine_spec(spec)
+    return _episode(Runner([make_world(seed, materials, spec)], [seed], spec), n)
 
-def _batch(runner: _Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
+def _batch(runner: Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
     for out in _chunks(runner, n):
-        for t in range(out.surface.shape[0]): yield _frame(out, t)
+        for t in range(out.surface.shape[0]): yield out.frame(t)
 
 def render_batch(seeds: Sequence[int], n_frames: int, materials: Sequence[int] | None = None,
                  spec: ChannelSpec | None = None) -> Iterator[dict[str, np.ndarray]]:
     "Yield `n_frames` steps of the episodes `seeds` in lock-step: channels [len(seeds), ...]."
     if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__len__") or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty sequence of seeds, got {seeds!r}")
-    seeds, n, spec = [_check_seed(s, "seeds") for s in seeds], _check_count(n_frames), engine_spec(spec)
-    return _batch(_Runner([make_world(s, materials, spec) for s in seeds], seeds, spec), n)
+    seeds, n, spec = [check_seed(s, "seeds") for s in seeds], _check_count(n_frames), engine_spec(spec)
+    return _batch(Runner([make_world(s, materials, spec) for s in seeds], seeds, spec), n)
 
 # %% ../nbs/11_episode.ipynb #a80119db
 GOLDEN_CASES = ((0, 48, None), (1, 48, None), (1003, 48, None), (7, 48, (2,)), (42, 48, (0, 4)))
@@ -241,9 +244,7 @@ def regen_goldens(path: str | Path | None = None, force: bool = False) -> Path:
         if old.get("engine_version") == ENGINE_VERSION and old.get("cases") != new["cases"]:
             raise ValueError(f"engine output changed but ENGINE_VERSION is still {ENGINE_VERSION}: bump it "
                              "(or pass --force if this version was never released)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(new, indent=1) + "\n")
-    return path
+    return atomic_write(path, json.dumps(new, indent=1) + "\n")        # what --check-goldens and the tests trust
 
 # %% ../nbs/11_episode.ipynb #32c083a5
 def _cpu_name() -> str:

@@ -16,14 +16,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import CheckpointError, checkpoints, find_checkpoint, load_checkpoint, load_model
-from .config import load_config
+from .checkpoint import CheckpointError, checkpoints, find_checkpoint, load_checkpoint, load_model, run_dir_of
+from .config import load_config, precision_dtype
 from .data import DatasetError, fetch, open_store
 from .splits import apply_split, load_split
 from .model import Diffusion, build_model, prepare_batch, to_uint8
 from .sampler import GraphSampler
 from .viz import episode_frames, heatmap, sample_grid, write_gif
 from .contracts import UserError
+from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
 __all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
@@ -93,8 +94,8 @@ class Loaded:
     def device(self) -> torch.device: return next(self.model.parameters()).device
     @property
     def dtype(self) -> torch.dtype:
-        "Render in bf16 when the run trained in bf16 (about twice as fast on CPUs with native bf16), else fp32."
-        return torch.bfloat16 if self.cfg.train.precision == "bf16" else torch.float32
+        "Render in the run's training precision (bf16 is about twice as fast on CPUs with native bf16)."
+        return precision_dtype(self.cfg.train.precision)
     def sampler(self, batch: int | None = None) -> GraphSampler:
         "The sampler evaluation renders with: this model, batches of up to `batch` (one CUDA graph per step count on a GPU)."
         return GraphSampler(self.model, self.diffusion, dtype=self.dtype, buckets=(batch or eval_batch(self.device),))
@@ -184,8 +185,8 @@ def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Cross-entropy over the labelled rows (-1: none), 0 when there are none: no host read to find out."
     return F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(min=1)
 
-def train_classifier(frames: torch.Tensor, labels: dict, sizes: dict, steps: int = 300, seed: int = 0, batch: int = 32) -> FactorNet:
-    "Fit a FactorNet on float frames [N, 3, H, W] for `steps` AdamW steps (cosine LR); labels of -1 are ignored."
+def train_classifier(frames: torch.Tensor, labels: dict, sizes: dict, steps: int, seed: int = 0, batch: int = 32) -> FactorNet:
+    "Fit a FactorNet on float frames [N, 3, H, W] for `steps` AdamW steps (evaluation's: `eval.classifier_steps`; cosine LR); labels of -1 are ignored."
     torch.manual_seed(seed)
     dev = frames.device
     net, g = FactorNet(sizes).to(dev), torch.Generator(dev).manual_seed(seed)
@@ -273,7 +274,7 @@ def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | No
     t0 = time.monotonic()
     from qmind_render.loader import ShardBatches
     ld = load_for_eval(target, overrides, device)
-    out = Path(out or ld.ckpt_path.parent.parent / "eval"); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out or run_dir_of(ld.ckpt_path) / "eval"); out.mkdir(parents=True, exist_ok=True)
     steps, per, shards = list(ld.cfg.eval.ddim_steps), ld.cfg.eval.frames_per_cell, ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths))
     train_idx = apply_split(ld.ds.cells, ld.split)["train"]
     base, (clf, _) = _fit_baseline(ld, train_idx, shards), _classifiers(ld, train_idx, shards)
@@ -291,24 +292,22 @@ def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | No
     t1 = time.monotonic(); res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps))
     log(f"  pictures: the PSNR heatmap, sample grids and an episode video ({time.monotonic() - t1:.1f} s)")
     res["seconds"] = round(time.monotonic() - t0, 1)
-    (out / "eval.json").write_text(json.dumps(res, indent=1, default=float))
-    (out / "report.md").write_text(report_md(res, ld))
+    atomic_write(out / "eval.json", json.dumps(res, indent=1, default=float))      # what `qmind run` and a sweep read back
+    atomic_write(out / "report.md", report_md(res, ld))
     _to_tracker(ld, out, res)
     return res
 
 # %% ../nbs/60_evaluate.ipynb #64c54acc
 def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> dict:
-    from PIL import Image
-
     from qmind_render.grid import load_grid
     g = load_grid()
     vals = np.concatenate([v for v, _ in cells_psnr[k]]), np.concatenate([c for _, c in cells_psnr[k]])
-    heatmap(per_cell(*vals), (g.theme_names, list(g.materials), g.lighting_names), ld.split.held_out,
-            f"PSNR per cell, {k} DDIM steps (red: held out)").savefig(out / "psnr_heatmap.png", dpi=90)
+    save_figure(heatmap(per_cell(*vals), (g.theme_names, list(g.materials), g.lighting_names), ld.split.held_out,
+                        f"PSNR per cell, {k} DDIM steps (red: held out)"), out / "psnr_heatmap.png", dpi=90)
     pics = {"heatmap": "psnr_heatmap.png"}
     for part, img in grids.items():
-        Image.fromarray(img).save(out / f"samples_{part}.png"); pics[f"samples_{part}"] = f"samples_{part}.png"
-    pics["video"] = episode_video(ld, out / "episode.gif", steps=k).name
+        save_image(img, out / f"samples_{part}.png"); pics[f"samples_{part}"] = f"samples_{part}.png"
+    pics["video"] = atomic_write(out / "episode.gif", write=lambda tmp: episode_video(ld, tmp, steps=k), suffix=".gif").name
     return pics
 
 def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
@@ -316,7 +315,7 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
     import wandb
 
     from qmind_render.train import wandb_mode
-    run_dir = ld.ckpt_path.parent.parent
+    run_dir = run_dir_of(ld.ckpt_path)
     rid = (run_dir / "wandb_id.txt").read_text().strip() if (run_dir / "wandb_id.txt").is_file() else None
     w = wandb.init(project="qmind-render", name=ld.cfg.name, id=rid, resume="allow", dir=str(run_dir), mode=wandb_mode(),
                    settings=wandb.Settings(silent=True))
@@ -341,29 +340,32 @@ def psnr_curve(run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 
     return rows
 
 # %% ../nbs/60_evaluate.ipynb #07640866
-def _row(name: str, d: dict) -> str:
-    mae = d["mae_by_surface"]
+def _scores(name: str, d: dict) -> dict:
+    "A predictor's row in a part's table, each number to its column's precision."
     lp = "n/a" if d["lpips"] is None else f"{d['lpips']:.3f}"
-    return (f"| {name} | {d['psnr']:.2f} | {d['ssim']:.3f} | {lp} | " + " | ".join(f"{mae[s]:.1f}" for s in SURFACES) + " |")
+    return {"predictor": name, "PSNR dB": f"{d['psnr']:.2f}", "SSIM": f"{d['ssim']:.3f}", "LPIPS": lp,
+            **{f"MAE {s}": f"{d['mae_by_surface'][s]:.1f}" for s in SURFACES}}
+
+def _accuracy(name: str, part: str, a: dict) -> dict:
+    return {"frames": name, "part": part, **{k: f"{a[k]:.2f}" for k in ("theme", "lighting", "material")}}
 
 def report_md(res: dict, ld: Loaded) -> str:
     "The report as Markdown (tables, then the pictures)."
+    table, steps = (lambda rows: format_table(rows, markdown=True)), res["ddim_steps"]
     L = [f"# Evaluation: {ld.cfg.name}", "",
          f"Checkpoint `{Path(res['checkpoint']).name}` (step {res['step']}), dataset `{res['dataset']}`, split `{res['split']}`, "
          f"LPIPS {res['lpips']}. {res['parts']['heldout']['frames']} held-out and {res['parts']['train']['frames']} "
          f"training-cell frames ({ld.cfg.eval.frames_per_cell} per cell at most).", ""]
     for part, title in (("heldout", "Held-out cells"), ("train", "Training cells (in distribution)")):
         r = res["parts"][part]
-        L += [f"## {title}", "", "| predictor | PSNR dB | SSIM | LPIPS | MAE ceiling | MAE wall | MAE floor | MAE enemy |",
-              "|---|---|---|---|---|---|---|---|", _row("mean-colour baseline", r["baseline"])]
-        L += [_row(f"model, {k} DDIM steps", r[f"ddim_{k}"]) for k in res["ddim_steps"]] + [""]
-    L += ["## Generalisation gap (training-cell PSNR minus held-out PSNR)", "", "| DDIM steps | gap dB |", "|---|---|"]
-    L += [f"| {k} | {res['gap'][f'ddim_{k}']:.2f} |" for k in res["ddim_steps"]] + [""]
-    L += ["## Factor classifiers (accuracy)", "", "| frames | part | theme | lighting | material |", "|---|---|---|---|---|"]
-    for part in ("heldout", "train"):
-        r = res["parts"][part]
-        rows = [("ground truth", r["ground_truth_classifier"])] + [(f"model, {k} steps", r[f"ddim_{k}"]["classifier"]) for k in res["ddim_steps"]]
-        L += [f"| {n} | {part} | {a['theme']:.2f} | {a['lighting']:.2f} | {a['material']:.2f} |" for n, a in rows]
+        rows = [_scores("mean-colour baseline", r["baseline"])] + [_scores(f"model, {k} DDIM steps", r[f"ddim_{k}"]) for k in steps]
+        L += [f"## {title}", "", table(rows), ""]
+    L += ["## Generalisation gap (training-cell PSNR minus held-out PSNR)", "",
+          table([{"DDIM steps": k, "gap dB": f"{res['gap'][f'ddim_{k}']:.2f}"} for k in steps]), ""]
+    L += ["## Factor classifiers (accuracy)", "",
+          table([_accuracy(n, part, a) for part in ("heldout", "train") for n, a in
+                 [("ground truth", res["parts"][part]["ground_truth_classifier"])] +
+                 [(f"model, {k} steps", res["parts"][part][f"ddim_{k}"]["classifier"]) for k in steps]])]
     p = res["pictures"]
     L += ["", "## Pictures", "", f"![PSNR per cell]({p['heatmap']})", "",
           "Held-out samples (rows: surface, ground truth, baseline, model at each K):", "", f"![held-out]({p['samples_heldout']})", "",
@@ -379,7 +381,7 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("overrides", nargs="*", help="key=value, e.g. eval.ddim_steps=[1,2,4] eval.frames_per_cell=4")
     a = p.parse_intermixed_args(argv)          # options anywhere on the line
     res = evaluate(a.target, a.overrides)
-    print(_headline(res)); print(f"report: {Path(res['checkpoint']).parent.parent / 'eval' / 'report.md'}")
+    print(_headline(res)); print(f"report: {run_dir_of(res['checkpoint']) / 'eval' / 'report.md'}")
     return 0
 
 def _headline(res: dict) -> str:
@@ -425,24 +427,26 @@ def run_main(argv: list[str]) -> int:
     return 0 if res["eval"] is not None else 1
 
 # %% ../nbs/60_evaluate.ipynb #7dd21a87
-def bench_eval(frames: int = 1000, steps=(1, 2, 4), size: str = "small", device: str = "cpu", batch: int | None = None) -> dict:
-    "Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts, and to fit the classifiers."
+def bench_eval(frames: int = 1000, steps=None, size: str = "small", device: str = "cpu", batch: int | None = None) -> dict:
+    """Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts (default: `eval.ddim_steps`),
+    and to fit the classifiers as evaluation does (`eval.classifier_steps` steps, one head per factor of the grid file)."""
     from qmind_render.model import synthetic_batch
     from qmind_render.sampler import fast_dtype
     from qmind_render.grid import load_grid
     from qmind_render.train import pick_device
-    dev, steps = pick_device(device, key="device"), [int(k) for k in np.atleast_1d(steps)]
+    cfg, grid = load_config(None, [f"model.size={size}"]), load_grid()
+    dev, steps = pick_device(device, key="device"), [int(k) for k in np.atleast_1d(list(cfg.eval.ddim_steps) if steps is None else steps)]
     batch = batch or eval_batch(dev)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    cfg = load_config(None, [f"model.size={size}"])
-    model = build_model(cfg.model, grid=load_grid()).to(dev).eval()
+    sync = device_sync(dev)
+    model = build_model(cfg.model, grid=grid).to(dev).eval()
     sampler = GraphSampler(model, Diffusion.from_config(cfg.model), dtype=fast_dtype(dev), buckets=(batch,))
     b = synthetic_batch(frames)
-    sizes = {"theme": 5, "lighting": 4, "material": 5}
-    labels = {k: v.to(dev) for k, v in factor_labels(b, 5).items()}
+    (T, M, L) = grid.shape
+    sizes = {"theme": T, "lighting": L, "material": M}                   # the heads evaluation fits (`_classifiers`)
+    labels = {k: v.to(dev) for k, v in factor_labels(b, sizes["material"]).items()}
     out = {"frames": frames, "ddim_steps": steps, "model": size, "device": str(dev), "dtype": str(sampler.net.dtype).replace("torch.", "")}
     render_frames(sampler, {k: v[:batch] for k, v in b.items()}, steps[0]); sync()      # warm-up (capture on a GPU)
-    t0 = time.perf_counter(); clf = train_classifier(as_float(b["rgb"], dev), labels, sizes); sync()
+    t0 = time.perf_counter(); clf = train_classifier(as_float(b["rgb"], dev), labels, sizes, cfg.eval.classifier_steps); sync()
     out["classifier_fit_s"] = round(time.perf_counter() - t0, 2)
     for k in steps:
         render_frames(sampler, {kk: v[:batch] for kk, v in b.items()}, k); sync()         # each step count's graph, untimed

@@ -16,9 +16,9 @@ from typing import Sequence
 import numpy as np
 
 from .contracts import ChannelSpec
-from .engine import (_HEAD, _NEN, ACTIONS, N_HEADINGS, PLANE, World, _alloc, _draw_all, _frame, _Runner,
-                                 engine_spec)
-from .episode import _check_seed, make_world, map_image
+from .engine import ACTIONS, N_HEADINGS, PLANE, Runner, World, engine_spec
+from .episode import check_seed, make_world, map_image
+from .util import save_figure, save_image
 from .viz import channel_strip, palette
 
 # %% auto #0
@@ -35,9 +35,9 @@ class Game:
     "One world, played a frame at a time."
     def __init__(self, seed: int = 0, materials: Sequence[int] | None = None, spec: ChannelSpec | None = None,
                  world: World | None = None):
-        self.seed, self.spec = _check_seed(seed), engine_spec(spec)
+        self.seed, self.spec = check_seed(seed), engine_spec(spec)
         self.world = make_world(self.seed, materials, self.spec) if world is None else world
-        self._runner = _Runner([self.world], [self.seed], self.spec)
+        self._runner = Runner([self.world], [self.seed], self.spec)
         self.frame, self.last_action, self._zcol = 0, None, None
 
 # %% ../nbs/12_game.ipynb #68eee146
@@ -45,14 +45,13 @@ def _step(self: Game, action: str | int | None = None) -> dict[str, np.ndarray]:
     "Advance one frame with `action` (None: the built-in policy) and return its channels."
     out, acts = self._runner.run(1, np.array([[_action_index(action)]]))
     self.frame, self.last_action, self._zcol = self.frame + 1, ACTIONS[acts[0, 0]], out.zcol[0, 0]
-    return _frame(out, 0, 0)
+    return out.frame(0, 0)
 
 def _channels(self: Game) -> dict[str, np.ndarray]:
     "The channels of the current state (nothing moves)."
-    out = _alloc(1, 1, *self.spec.size)
-    _draw_all(self._runner.state, self._runner.tab, out, 0)
+    out = self._runner.draw()
     self._zcol = out.zcol[0, 0]
-    return _frame(out, 0, 0)
+    return out.frame(0, 0)
 
 Game.step, Game.channels = _step, _channels
 
@@ -60,14 +59,13 @@ Game.step, Game.channels = _step, _channels
 @property
 def _player(self: Game) -> tuple[float, float, float]:
     "(x, y, heading in degrees clockwise from +x)."
-    st = self._runner.state
-    return float(st.pos[0, 0]), float(st.pos[0, 1]), float(st.ints[0, _HEAD] * 360 / N_HEADINGS)
+    x, y, h = self._runner.pose()
+    return x, y, float(h * 360 / N_HEADINGS)
 
 @property
 def _enemies(self: Game) -> np.ndarray:
     "Enemy positions, [E, 2] (x, y)."
-    st = self._runner.state
-    return st.enemy[0, :st.ints[0, _NEN]].copy()
+    return self._runner.enemies()
 
 Game.player, Game.enemies = _player, _enemies
 
@@ -81,7 +79,7 @@ def plot_map(game: Game, ax=None, trail: np.ndarray | None = None, title: str | 
     ax.imshow(map_image(st.grid[b], st.sector[b], st.light[b], game.spec), extent=(0, MW, MH, 0), interpolation="nearest")
     if game._zcol is None: game.channels()
     x, y, _ = game.player
-    c, s = game._runner.tab.heading[st.ints[b, _HEAD]]
+    c, s = game._runner.tab.heading[game._runner.pose(b)[2]]
     cam = game._runner.tab.camx
     cx, cy = x + game._zcol * (c - s * PLANE * cam), y + game._zcol * (s + c * PLANE * cam)  # where each column's ray hit
     ax.fill(np.r_[x, cx], np.r_[y, cy], color="white", alpha=0.5, lw=0)
@@ -116,16 +114,15 @@ def render_parser() -> argparse.ArgumentParser:
     return p
 
 def write_episode(args) -> int:
-    from PIL import Image
     if args.frames < 1 or args.every < 1 or args.scale < 1: raise ValueError("--frames, --every and --scale must be >= 1")
     mats = None if args.materials is None else [int(m) for m in args.materials.split(",")]
     game, trail, n = Game(args.seed, mats), [], 0
     args.out.mkdir(parents=True, exist_ok=True)
     for t in range(args.frames):
         f = game.step(); trail.append(game.player)
-        if t % args.every == 0: Image.fromarray(channel_strip(f, spec=game.spec, scale=args.scale, labels=True)).save(args.out / f"frame_{t:05d}.png"); n += 1
+        if t % args.every == 0: save_image(channel_strip(f, spec=game.spec, scale=args.scale, labels=True), args.out / f"frame_{t:05d}.png"); n += 1
     title = f"seed {args.seed}: frames 0-{args.frames - 1}"
-    plot_map(game, trail=np.array(trail), title=title, legend=True).savefig(args.out / "map.png", dpi=100, bbox_inches="tight")
+    save_figure(plot_map(game, trail=np.array(trail), title=title, legend=True), args.out / "map.png", dpi=100, bbox_inches="tight")
     return n
 
 # %% ../nbs/12_game.ipynb #69060193

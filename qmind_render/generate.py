@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import DataConfig
 from .contracts import ChannelSpec, load_spec
 from .data import (RECIPE, DatasetError, DatasetWriter, Grid, LocalDataset, Manifest, ShardInfo, Store,
                                check_manifest, check_shards, manifest_hash, dataset_key, default_cache_dir, git_commit,
@@ -120,7 +121,7 @@ def generate(cfg, workers: int | None = None, cache: Path | None = None, progres
 
     from qmind_render.grid import load_grid
     store, spec, fgrid = open_store(cfg.store), load_spec(), load_grid()
-    writer = DatasetWriter(store, cfg.dataset, spec, Grid(*fgrid.shape))
+    writer = DatasetWriter(store, cfg.dataset, spec, Grid.of(fgrid))
     staging = store.local_path(dataset_key(cfg.dataset)) or Path(cache or default_cache_dir()) / cfg.dataset
     staging.mkdir(parents=True, exist_ok=True)
     gen, fp = generator_record(cfg, fgrid.shape)
@@ -187,8 +188,6 @@ def rebuild_manifest(store: Store, dataset: str, why: DatasetError) -> Manifest:
 # %% ../nbs/33_generate.ipynb #0551bb24
 def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
     "Make shards `files` of `m` again from its recipe; each replaces the store's copy only if it hashes to its record."
-    from types import SimpleNamespace
-
     from qmind_render import engine, skinner
     g, bad = m.generator, ", ".join(files)
     if not all(k in g for k in RECIPE):
@@ -199,7 +198,8 @@ def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
                                  "write the dataset again under a new ID")
     records, done = {s.file: s for s in m.shards}, []
     with tempfile.TemporaryDirectory() as td:
-        jobs = {shard_name(j.index): j for j in plan_shards(SimpleNamespace(**g), Path(td), "repair")}
+        recipe = DataConfig(**{k: g[k] for k in RECIPE if k in DataConfig.__dataclass_fields__})   # seeds, frames, shard size
+        jobs = {shard_name(j.index): j for j in plan_shards(recipe, Path(td), "repair")}
         for f in files:
             if f not in jobs: raise DatasetError(m.id, "is not in the plan of its recipe: write the dataset again under a new ID", f)
             info = make_shard(jobs[f])

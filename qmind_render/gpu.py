@@ -26,8 +26,8 @@ from .evaluate import bench_eval, psnr_curve, run
 from .model_bench import bench_throughput
 from .sampler import bench_sampler
 from .serve_bench import bench_serve
-from .train import Meter, _step, batches, pick_device, read_metrics, setup, train
-from .util import atomic_write
+from .train import Meter, batches, loop_step, pick_device, read_metrics, setup, train
+from .util import atomic_write, device_sync
 
 # %% auto #0
 __all__ = ['GOALS', 'loop_config', 'loop_throughput', 'profile_steps', 'bench_gpu', 'run_recipe', 'curve_figure', 'targets']
@@ -69,13 +69,13 @@ def profile_steps(overrides: list[str], root: Path, steps: int = 5, warmup: int 
     _data(cfg)
     r = setup(cfg, root / "runs")
     cuda = r.device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync = device_sync(r.device)
     it, meter = batches(r), Meter()
-    for _ in range(warmup): _step(r, it, meter)
+    for _ in range(warmup): loop_step(r, it, meter)
     sync()
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         t0 = time.perf_counter()
-        for _ in range(steps): _step(r, it, meter)
+        for _ in range(steps): loop_step(r, it, meter)
         sync(); wall = time.perf_counter() - t0
     ka = prof.key_averages()
     busy = sum(_self_device_us(e) for e in ka) / 1e3
@@ -94,6 +94,10 @@ def _part(r: dict, name: str, fn: Callable, out: Path | None, log) -> None:
     except Exception as e: r[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
     if isinstance(r[name], dict): r[name]["part_s"] = round(time.perf_counter() - t0, 1)
     log(f"[bench gpu] {name}: {'failed: ' + r[name]['error'] if 'error' in r[name] else 'done'} ({time.perf_counter() - t0:.0f} s)")
+    _save(r, out)
+
+def _save(r: dict, out: Path | None) -> None:
+    "The results so far to `out` (when given), whole or not at all: a bench stopped part-way leaves every finished part."
     if out: atomic_write(out, json.dumps(r, indent=1, default=str))
 
 def _model_part(device: str, size: str, batches, compiles, peak_n: int) -> dict:
@@ -127,7 +131,7 @@ def bench_gpu(device: str = "cuda", size: str = "base", batches=(64, 256), loop_
     if serve: _part(r, "serve", lambda: bench_serve(size, steps=(1, 2, 4), clients=(1, 8), seconds=3, repeats=1, device=str(dev), compile=False), out, log)
     if recipe: _part(r, "recipe", lambda: run_recipe(root), out, log)
     r["targets"] = targets(r)
-    if out: Path(out).write_text(json.dumps(r, indent=1, default=str))
+    _save(r, out)
     return r
 
 # %% ../nbs/75_gpu.ipynb #e4a84401

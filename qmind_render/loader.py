@@ -79,7 +79,7 @@ def take(self: ShardBatches, idx: np.ndarray, where: str = "samples") -> dict:
     return {k: torch.from_numpy(v) for k, v in out.items()}
 
 # %% ../nbs/32_loader.ipynb #73aa93d5
-def make_loader(ds: LocalDataset, split: Split, part: str = "train", batch: int = 64, seed: int = 0,
+def make_loader(ds: LocalDataset, split: Split, part: str = "train", *, batch: int, seed: int = 0,
                 epoch: int = 0, start: int = 0, workers: int = 0, window: int = 4, pin_memory: bool | None = None,
                 rank: int = 0, world: int = 1, batches: int | None = None):
     """A DataLoader over `part` ('train' | 'heldout') of `ds` under `split`, from batch `start` of `epoch`: the rest of that

@@ -1,4 +1,4 @@
-"""Channel encodings as config switches, a conditional U-Net in three sizes, the DDPM objective (ε or v, cosine or linear), a DDIM sampler for 1 to 1,000 steps, and EMA weights.
+"""Channel encodings as config switches, a conditional U-Net in three sizes, the DDPM objective (ε or v, cosine or linear), and a DDIM sampler for 1 to 1,000 steps.
 
 Docs: https://qmind.github.io/qmind-render/model.html.md"""
 
@@ -20,14 +20,14 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 
 from .config import MaterialEnc, ModelConfig, Prediction, Schedule, ThemeEnc
-from .contracts import UserError, ChannelSpec, _leaf_values, load_spec, load_theme_schema, theme_vector
+from .contracts import UserError, ChannelSpec, load_spec, load_theme_schema, theme_parts, theme_vector
 
 # %% auto #0
 __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PREDICTIONS', 'ModelInputError', 'check_tensor',
            'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch',
            'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet',
            'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'train_flops', 'size_table', 'make_schedule',
-           'Diffusion', 'diffusion_loss', 'ddim_sample', 'to_uint8', 'EMA', 'make_ema', 'make_optimizer', 'masked_step']
+           'Diffusion', 'draw_noise', 'diffusion_loss', 'ddim_sample', 'to_uint8']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -84,14 +84,6 @@ def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
     return dataclasses.replace(base, **changes)
 
 # %% ../nbs/40_model.ipynb #5f423bdf
-def _theme_parts(record: dict, schema) -> dict[str, np.ndarray]:
-    "The theme vector split by `x-param-vector` path: {path: values in [0, 1]}."
-    vec, out, i = theme_vector(record, schema), {}, 0
-    for path in schema.param_paths:
-        n = len(_leaf_values(record, path))
-        out[path], i = vec[i:i + n], i + n
-    return out
-
 def _palette(parts: dict, spec: ChannelSpec) -> np.ndarray:
     "[n_materials + n_classes, 6]: (base, accent) RGB per material id, then per surface class."
     M, walls = spec.n_materials, spec.channels["material"].get("applies_to", ["wall"])
@@ -107,7 +99,7 @@ def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np
     "Per-theme and per-lighting numbers the encoders look up by id (float32, all in [0, 1])."
     from qmind_render.grid import lighting_vector, load_grid
     grid, spec, schema = grid or load_grid(), spec or load_spec(), load_theme_schema()
-    parts = [_theme_parts(t, schema) for t in grid.themes]
+    parts = [theme_parts(t, schema) for t in grid.themes]
     pattern = [p for p in schema.param_paths if p.startswith("pattern.")]
     return {"theme_vec": np.stack([theme_vector(t, schema) for t in grid.themes]),
             "theme_palette": np.stack([_palette(p, spec) for p in parts]),
@@ -246,10 +238,10 @@ def prepare_batch(batch: dict, device=None, spec: ChannelSpec | None = None) -> 
     return x0, cond
 
 # %% ../nbs/40_model.ipynb #2cb1d548
-def synthetic_batch(n: int, seed: int = 0, grid_shape: tuple[int, int, int] = (5, 5, 4), spec: ChannelSpec | None = None) -> dict:
-    "`n` made-up samples in the loader's format (torch tensors, stored dtypes), from `seed`."
+def synthetic_batch(n: int, seed: int = 0, grid_shape: tuple[int, int, int] | None = None, spec: ChannelSpec | None = None) -> dict:
+    "`n` made-up samples in the loader's format (torch tensors, stored dtypes), from `seed`, for `grid_shape` (default: the grid file's)."
     from qmind_render.data import Grid, random_samples
-    s = random_samples(n, spec or load_spec(), Grid(*grid_shape), np.random.default_rng(seed))
+    s = random_samples(n, spec or load_spec(), Grid(*grid_shape) if grid_shape else Grid.of(), np.random.default_rng(seed))
     return {k: torch.from_numpy(v) for k, v in s.items()}
 
 # %% ../nbs/40_model.ipynb #80551b78
@@ -516,7 +508,7 @@ def split(self: Diffusion, out, x_t, t):
     return a * x_t - s * out, a * out + s * x_t
 
 # %% ../nbs/40_model.ipynb #da4f1a8e
-def _randn(shape, generator, device):
+def draw_noise(shape, generator, device):
     "Standard normal noise from `generator` (drawn on the generator's device), on `device`."
     g_dev = generator.device if generator is not None else device
     return torch.randn(shape, generator=generator, device=g_dev).to(device)
@@ -526,7 +518,7 @@ def diffusion_loss(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, con
     "The DDPM objective: MSE between the model's output and ε (or v) at a random t."
     B, dev = x0.shape[0], x0.device
     if t is None: t = torch.randint(0, diffusion.T, (B,), generator=generator, device=generator.device if generator else dev).to(dev)
-    if noise is None: noise = _randn(x0.shape, generator, dev)
+    if noise is None: noise = draw_noise(x0.shape, generator, dev)
     out = model(diffusion.q_sample(x0, t, noise), t, cond)
     return F.mse_loss(out.float(), diffusion.target(x0, t, noise))
 
@@ -562,13 +554,13 @@ def ddim_sample(model: ConditionalUNet, cond: dict, diffusion: Diffusion, steps:
     model.eval()
     try:
         e = model.encode(cond)
-        x = x_T if x_T is not None else _randn((e.planes.shape[0], model.image_channels, *model.spec.size), generator, dev)
+        x = x_T if x_T is not None else draw_noise((e.planes.shape[0], model.image_channels, *model.spec.size), generator, dev)
         for i, t in enumerate(ts):
             tt = torch.full((x.shape[0],), t, device=dev, dtype=torch.long)
             with torch.autocast(dev.type, autocast, enabled=autocast is not None):
                 out = model(x, tt, e).float()
             t_prev = ts[i + 1] if i + 1 < len(ts) else -1
-            noise = _randn(x.shape, generator, dev) if eta > 0 and t_prev >= 0 else None
+            noise = draw_noise(x.shape, generator, dev) if eta > 0 and t_prev >= 0 else None
             x = diffusion.ddim_step(out, x, t, t_prev, eta, noise, clip)
     finally: model.train(was)
     return x
@@ -577,53 +569,3 @@ def to_uint8(x: torch.Tensor, numpy: bool = True) -> np.ndarray | torch.Tensor:
     "Frames [B, 3, H, W] in [-1, 1] -> uint8 [B, H, W, 3] (the dataset's rgb): numpy, or (`numpy=False`) a tensor where `x` is."
     u8 = ((x.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1)
     return u8.cpu().numpy() if numpy else u8
-
-# %% ../nbs/40_model.ipynb #dcc0d401
-from torch.optim.swa_utils import AveragedModel
-
-class EMA(AveragedModel):
-    """An EMA copy of `model`; call `ema.update_parameters(model, finite)` after each step. The decay of update n is
-    min(decay, (1 + n) / (warmup + n)) with `warmup` > 0 (a short run's EMA is not its initial weights), else `decay`;
-    the first update copies. A False `finite` (0-dim bool tensor) leaves the average and its count as they were."""
-    def __init__(self, model: nn.Module, decay: float = 0.999, warmup: int = 0):
-        dev = next(iter(model.parameters()), torch.empty(0)).device
-        super().__init__(model, device=dev, use_buffers=True)
-        self.decay, self.warmup = float(decay), int(warmup)
-        self.requires_grad_(False)
-
-    @torch.no_grad()
-    def update_parameters(self, model: nn.Module, finite: torch.Tensor | None = None) -> None:
-        mine = [*self.module.parameters(), *self.module.buffers()]
-        theirs = [t.detach() for t in (*model.parameters(), *model.buffers())]
-        avg = [(a, b) for a, b in zip(mine, theirs) if a.is_floating_point()]
-        for a, b in zip(mine, theirs):
-            if not a.is_floating_point(): a.copy_(b)
-        n = self.n_averaged
-        d = torch.clamp((1 + n) / (self.warmup + n), max=self.decay) if self.warmup > 0 else torch.full_like(n, self.decay, dtype=torch.float32)
-        d = torch.where(n == 0, 0.0, d)                                 # the first update copies
-        if finite is not None: d = torch.where(finite, d, 1.0)          # a skipped step: keep the average
-        if avg:
-            a, b = map(list, zip(*avg))
-            d = d.to(a[0].dtype)
-            torch._foreach_mul_(a, d)
-            torch._foreach_add_(a, torch._foreach_mul(b, 1 - d))
-        self.n_averaged += 1 if finite is None else finite.long()
-
-def make_ema(model: nn.Module, decay: float = 0.999, warmup: int = 0) -> EMA:
-    "An `EMA` of `model` (decay, warm-up as above)."
-    return EMA(model, decay, warmup)
-
-def make_optimizer(model: nn.Module, lr: float, betas=(0.9, 0.99), weight_decay: float = 0.0) -> torch.optim.AdamW:
-    "AdamW as training uses it (the benchmarks too): fused where every parameter allows it (floating point, on CPU or CUDA)."
-    params = list(model.parameters())
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
-
-def masked_step(opt: torch.optim.Optimizer, finite: torch.Tensor) -> None:
-    "Step `opt` unless `finite` (0-dim bool tensor) is False; a fused optimiser decides on the device, others on the host."
-    if not opt.defaults.get("fused"):
-        if bool(finite): opt.step()
-        return
-    opt.found_inf = (~finite).float()                             # what GradScaler hands a fused optimiser
-    try: opt.step()
-    finally: opt.found_inf = None

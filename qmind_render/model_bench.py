@@ -15,8 +15,9 @@ import time
 import torch
 import torch.nn as nn
 
-from .model import (ConditionalUNet, Diffusion, build_model, diffusion_loss, make_optimizer, model_config, n_params,
-                                prepare_batch, synthetic_batch, train_flops)
+from .model import (ConditionalUNet, Diffusion, build_model, diffusion_loss, model_config, n_params, prepare_batch,
+                                synthetic_batch, train_flops)
+from .optim import make_optimizer
 from .util import device_sync, interleaved, median_time
 
 # %% auto #0
@@ -24,8 +25,8 @@ __all__ = ['train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'b
 
 # %% ../nbs/46_model_bench.ipynb #b3928827
 def train_step(model, opt, diffusion, x0, cond, generator=None, autocast: torch.dtype | None = None) -> torch.Tensor:
-    "One forward + backward + optimiser step (the deck's five lines); returns the loss, detached (no host sync)."
-    with torch.autocast(x0.device.type, autocast, enabled=autocast is not None):
+    "One forward + backward + optimiser step (the deck's five lines), under `autocast` (None or float32: none); returns the loss, detached."
+    with torch.autocast(x0.device.type, autocast, enabled=autocast not in (None, torch.float32)):
         loss = diffusion_loss(model, diffusion, x0, cond, generator)
     opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
     return loss.detach()

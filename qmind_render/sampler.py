@@ -16,8 +16,8 @@ import torch
 from fastcore.basics import patch
 
 from .contracts import UserError
-from .model import (COND_KEYS, ConditionalUNet, Diffusion, _randn, build_model, check_tensor,
-                                ddim_sample, prepare_batch, synthetic_batch)
+from .model import (COND_KEYS, ConditionalUNet, Diffusion, build_model, check_tensor, ddim_sample, draw_noise,
+                                prepare_batch, synthetic_batch)
 from .util import device_sync, interleaved
 
 # %% auto #0
@@ -135,7 +135,7 @@ def __call__(self: GraphSampler, cond: dict, x_T: torch.Tensor, steps: int) -> t
 def sample(self: GraphSampler, cond: dict, steps: int, generator: torch.Generator | None = None) -> torch.Tensor:
     "Frames for a batch of any size, in parts of the largest bucket; each part's x_T drawn from `generator` in turn."
     n, size, (H, W) = len(cond["theme"]), self.buckets[-1], self.model.spec.size
-    out = [self({k: v[i:i + size] for k, v in cond.items()}, _randn((min(size, n - i), 3, H, W), generator, self.device), steps)
+    out = [self({k: v[i:i + size] for k, v in cond.items()}, draw_noise((min(size, n - i), 3, H, W), generator, self.device), steps)
            for i in range(0, n, size)]
     return torch.cat(out) if out else torch.zeros((0, 3, H, W), device=self.device)
 

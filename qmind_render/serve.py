@@ -21,8 +21,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .checkpoint import (CheckpointError, find_checkpoint, load_checkpoint, load_model, load_shipped, save_sealed,
-                                     shipped_path)
+from .checkpoint import (CheckpointError, find_checkpoint, load_checkpoint, load_model, load_shipped, run_dir_of,
+                                     save_sealed, shipped_path)
 from .config import config_from_dict, load_config
 from .contracts import UserError, ChannelError, ChannelSpec, validate
 from .model import Diffusion, build_model, to_uint8
@@ -31,10 +31,11 @@ from .sampler import GraphSampler, InferenceNet, fast_dtype
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['REPRODUCE', 'MAX_STEPS', 'BACKENDS', 'AOT_MAX_BATCH', 'Served', 'ServeError', 'load_served', 'random_served', 'ship',
-           'ship_main', 'RequestError', 'RenderItem', 'factor_id', 'int_field', 'render_item', 'eager_net',
-           'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond',
-           'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
+__all__ = ['REPRODUCE', 'MAX_STEPS', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'BACKENDS', 'AOT_MAX_BATCH',
+           'Served', 'ServeError', 'load_served', 'random_served', 'ship', 'ship_main', 'RequestError', 'RenderItem',
+           'factor_id', 'int_field', 'render_item', 'eager_net', 'compiled_path', 'compile_package', 'compiled_net',
+           'export_onnx', 'onnx_net', 'make_net', 'stack_cond', 'start_noise', 'serve_buckets', 'Renderer',
+           'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
 
 # %% ../nbs/70_serve.ipynb #18a8356a
 @dataclass
@@ -59,7 +60,7 @@ class Served:
         "What a client is told it plays: `RUN/0000300.pt` for a checkpoint (never where it lies on this disk), else `source`."
         p = Path(self.source)
         if len(p.parts) < 2: return self.source
-        return f"{(p.parent.parent if p.parent.name == 'checkpoints' else p.parent).name}/{p.name}"
+        return f"{run_dir_of(p).name}/{p.name}"
 
 class ServeError(UserError, ValueError):
     "A server cannot start as asked; the message says why."
@@ -139,14 +140,17 @@ class RequestError(UserError, ValueError):
 
 @dataclass
 class RenderItem:
-    "One frame to render: validated channels [H, W(, 2)], theme and lighting ids, noise seed, DDIM steps."
+    "One frame to render: validated channels [H, W(, 2)], theme and lighting ids, noise seed, DDIM steps (no default: the server's `ServeSettings.steps`)."
     channels: dict
     theme: int
     lighting: int
     seed: int = 0
-    steps: int = 2
+    steps: int = field(kw_only=True)
 
 MAX_STEPS = 16   # per request; more is never interactive and lets one client occupy the server
+# A server's defaults (the app's `ServeSettings` holds them): DDIM steps when a request does not say, the micro-batch
+# size limit, and how long a batch's first request waits for company. Written once, here, below every part that takes them.
+DEFAULT_STEPS, DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS = 2, 8, 2.0
 
 def factor_id(names: list[str], key, what: str) -> int:
     "The id of a factor (`what`) given by name or id; `RequestError` naming it otherwise."
@@ -164,8 +168,8 @@ def int_field(v, what: str, lo: int, hi: int) -> int:
         raise RequestError(what, f"must be an integer in {lo}..{hi}, got {str(v)[:40]!r}")
     return v
 
-def render_item(channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0, steps=2) -> RenderItem:
-    "A checked `RenderItem`, or `RequestError` naming what is wrong."
+def render_item(channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0, *, steps: int) -> RenderItem:
+    "A checked `RenderItem` (`steps`: the request's, else the server's `ServeSettings.steps`), or `RequestError` naming what is wrong."
     try: validate(channels, spec)
     except ChannelError as e: raise RequestError(f"channels.{e.channel}", str(e)) from None
     except TypeError as e: raise RequestError("channels", str(e)) from None
@@ -173,7 +177,7 @@ def render_item(channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0
     if extra: raise RequestError(f"channels.{extra[0]}", f"not a channel of spec {spec.version} ({', '.join(spec.names)})")
     return RenderItem({c: np.asarray(channels[c]) for c in spec.names}, factor_id(grid.theme_names, theme, "theme"),
                       factor_id(grid.lighting_names, lighting, "lighting"), int_field(seed, "seed", 0, 2**63 - 1),
-                      int_field(steps, "steps", 1, MAX_STEPS))
+                      steps=int_field(steps, "steps", 1, MAX_STEPS))
 
 # %% ../nbs/70_serve.ipynb #ba58faba
 BACKENDS = ("eager", "bf16", "compile", "onnx")
@@ -293,7 +297,7 @@ def serve_buckets(max_batch: int) -> tuple[int, ...]:
 
 class Renderer:
     "Batches of `RenderItem`s -> uint8 frames, with one network backend inside the sampler's DDIM loop."
-    def __init__(self, served: Served, backend: str = "eager", net: Callable | None = None, max_batch: int = 8, log=None):
+    def __init__(self, served: Served, backend: str = "eager", net: Callable | None = None, max_batch: int = DEFAULT_MAX_BATCH, log=None):
         self.served, self.backend = served, backend
         self.net = net or make_net(served, backend)
         self.sampler = GraphSampler(served.model, served.diffusion, net=self.net, buckets=serve_buckets(max_batch), log=log)
@@ -309,9 +313,9 @@ class Renderer:
         if not self.sampler.graphs: return
         t0 = last = time.perf_counter()
         pairs = [(b, k) for k in steps for b in self.sampler.buckets]
-        item = RenderItem({c: np.zeros(self.served.spec.shape(c), self.served.spec.dtype(c)) for c in self.served.spec.names}, 0, 0)
+        blank = {c: np.zeros(self.served.spec.shape(c), self.served.spec.dtype(c)) for c in self.served.spec.names}
         for i, (b, k) in enumerate(pairs):
-            self.sample([item] * b, k)
+            self.sample([RenderItem(blank, 0, 0, steps=k)] * b, k)
             if log and (i + 1 == len(pairs) or time.perf_counter() - last > 5):
                 last = time.perf_counter()
                 log(f"CUDA graphs: {i + 1}/{len(pairs)} (batch, steps) captured ({last - t0:.1f} s)")
@@ -353,7 +357,7 @@ def candidate_nets(served: Served, compile: bool | str = "cached", cache: str | 
         except Exception as e: log(f"compile left out: {type(e).__name__}: {str(e)[:200]}")
     return nets
 
-def pick_backend(served: Served, max_batch: int = 8, log=print, cache: str | Path | None = None) -> tuple[str, Callable]:
+def pick_backend(served: Served, max_batch: int = DEFAULT_MAX_BATCH, log=print, cache: str | Path | None = None) -> tuple[str, Callable]:
     """The fastest of `candidate_nets` (compile only once its package is cached) on this machine, scored by
     a lone player's wait plus a frame's share of a full batch: ms at batch 1 + ms at `max_batch` / `max_batch`."""
     nets = candidate_nets(served, "cached", cache, log)

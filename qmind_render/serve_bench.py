@@ -57,14 +57,15 @@ async def _load(url: str, clients: int, seconds: float, steps: int) -> dict:
             "fps_per_client": round(sum(counts) / wall / clients, 2), "p50_ms": pct(50), "p99_ms": pct(99), "errors": errors,
             "mean_batch": round(sum(k * v for k, v in sizes.items()) / nb, 2) if nb else None}
 
-def load_test(url: str, clients: int = 8, seconds: float = 5.0, steps: int = 2) -> dict:
+def load_test(url: str, clients: int = 8, seconds: float = 5.0, steps: int = ServeSettings.steps) -> dict:
     "Play `clients` sessions against `url` for `seconds`: throughput, latency percentiles, errors, batch sizes."
     if not 1 <= clients <= 256 or not 0 < seconds <= 600: raise ValueError(f"clients must be 1..256 and seconds 0..600, got {clients}, {seconds}")
     with ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, _load(url, clients, seconds, steps)).result()
 
 # %% ../nbs/73_serve_bench.ipynb #4e4fc11b
 def bench_serve(size: str = "small", steps: list = (1, 2, 4), clients: list = (1, 8), seconds: float = 6.0, repeats: int = 3,
-                backend: str = "auto", compile: bool = True, max_wait_ms: float = 2.0, device: str = "cpu") -> dict:
+                backend: str = ServeSettings.backend, compile: bool = True, max_wait_ms: float = ServeSettings.max_wait_ms,
+                device: str = "cpu") -> dict:
     """Network time per backend; a frame's render time at batch 1 (network + DDIM, no server) with the fastest; then end-to-end
     fps and latency through a live server for each step count and client count: the median of `repeats` load tests of
     `seconds` each (each test's fps is kept too: on a shared 2-core VM they spread). `device=cuda` for the GPU figures."""

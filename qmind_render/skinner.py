@@ -22,6 +22,7 @@ from numba import njit
 from .contracts import (ChannelError, check_compatible, load_spec, load_theme_schema, validate,
                                     validate_theme)
 from .grid import FactorGrid, light_colour, load_grid, validate_lighting
+from .util import save_image
 from .viz import channel_strip, figure_of, mosaic
 
 # %% auto #0
@@ -460,12 +461,12 @@ def frame_cells_batch(channels: dict, theme_ids, lighting_ids) -> list[tuple[tup
     t, l = np.broadcast_to(theme_ids, (B,)), np.broadcast_to(lighting_ids, (B,))
     return [tuple((int(t[b]), int(m), int(l[b])) for m in np.flatnonzero(present[b])) for b in range(B)]
 
-def cell_mask(channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] = (5, 5, 4)) -> np.ndarray:
-    "Cells present as a bool [B, T·M·L] mask (or [T·M·L] for one frame), index (t·M + m)·L + l."
+def cell_mask(channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] | None = None) -> np.ndarray:
+    "Cells present as a bool [B, T·M·L] mask (or [T·M·L] for one frame), index (t·M + m)·L + l; `shape`: (T, M, L), default the grid file's."
     present = materials_present(channels)
     one = present.ndim == 1
     present = present.reshape(-1, present.shape[-1])
-    T, M, L = shape
+    T, M, L = shape or load_grid().shape
     B = present.shape[0]
     t, l = np.broadcast_to(theme_ids, (B,)).astype(np.int64), np.broadcast_to(lighting_ids, (B,)).astype(np.int64)
     out = np.zeros((B, T * M * L), bool)
@@ -515,7 +516,6 @@ def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | 
                strip: bool = False, start: int = 0, scale: int = 1, labels: bool = False) -> list[Path]:
     """Skin `frames` with (theme, lighting) and write `out_dir/frame_NNNNN.png` per frame (the engine's strips' names); returns the paths.
     With `strip`, each PNG is the frame's `channel_strip` (upscaled by `scale`, panels named when `labels`) ending in the skinned frame."""
-    from PIL import Image
     grid = grid or load_grid()
     th = theme if isinstance(theme, dict) else grid.theme(theme)
     li = lighting if isinstance(lighting, dict) else grid.lighting(lighting)
@@ -524,7 +524,7 @@ def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | 
     for i, ch in enumerate(_frames(frames), start):
         rgb = skin(ch, th, li)
         paths.append(out_dir / f"frame_{i:05d}.png")
-        Image.fromarray(channel_strip(ch, rgb, scale=scale, labels=labels) if strip else rgb).save(paths[-1])
+        save_image(channel_strip(ch, rgb, scale=scale, labels=labels) if strip else rgb, paths[-1])
     return paths
 
 # %% ../nbs/20_skinner.ipynb #855ff1ef

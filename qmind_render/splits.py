@@ -45,8 +45,8 @@ def _n_held_out(name: str, grid: Grid) -> int:
     return k
 
 def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
-    "Draw the held-out cells of `name` (on the deck's 5 × 5 × 4 grid unless `grid` is given), keeping every factor value present in training."
-    grid = grid or Grid()
+    "Draw the held-out cells of `name` (on the grid file's shape, `Grid.of()`, unless `grid` is given), keeping every factor value present in training."
+    grid = grid or Grid.of()
     k, rng = _n_held_out(name, grid), np.random.default_rng([seed, grid.n_cells])
     for _ in range(10_000):
         held = np.sort(rng.choice(grid.n_cells, size=k, replace=False))

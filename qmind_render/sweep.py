@@ -12,7 +12,6 @@ import json
 import re
 import subprocess
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -20,8 +19,8 @@ from fastcore.basics import patch
 
 from .checkpoint import checkpoint_name
 from .cloud import Backend, RunSpec
-from .config import config_from_dict, config_to_dict, find_config, load_config
-from .util import atomic_write
+from .config import config_from_dict, config_to_dict, find_config, load_config, save_config
+from .util import atomic_write, process_pool
 
 # %% auto #0
 __all__ = ['SLURM_RESOURCES', 'SLURM_STATES', 'load_sweep', 'multirun', 'expand_sweep', 'run_finished', 'read_json', 'write_json',
@@ -122,8 +121,8 @@ def job_record(backend: str, run: RunSpec, runs: Path, cwd: Path) -> dict:
 def write_run_dir(run: RunSpec, job: dict, state: str = "queued") -> dict:
     "Write the run dir's `config.yaml`, papermill `params.yaml` and `job.json` (in `state`); return the record."
     rd = Path(job["run_dir"]); rd.mkdir(parents=True, exist_ok=True)
-    (rd / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
-    (rd / "params.yaml").write_text(yaml.safe_dump(job["parameters"], sort_keys=False))
+    save_config(run.config, rd / "config.yaml")
+    atomic_write(rd / "params.yaml", yaml.safe_dump(job["parameters"], sort_keys=False))
     job = job | {"state": state, "submitted": time.time()}
     write_json(rd / "job.json", job)
     return job
@@ -167,9 +166,7 @@ class LocalBackend:
         if dry_run: return job | {"state": "dry-run"}
         if run_finished(job["run_dir"], job["steps"]): return job | {"state": "done", "skipped": True}
         job = write_run_dir(run, job)
-        if self._pool is None:
-            import multiprocessing as mp
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"))
+        if self._pool is None: self._pool = process_pool(self.jobs, start="spawn")    # why spawn: see above
         self._futures[run.name] = self._pool.submit(execute_run, job, self.kernel)
         return job | {"state": "queued"}
 
@@ -309,7 +306,7 @@ def submit_many(self: SlurmBackend, runs: list[RunSpec], dry_run: bool = False) 
     if not todo: return out
     logs = self.runs / "slurm"; logs.mkdir(parents=True, exist_ok=True)
     path = logs / f"{self.sweep}-{len(list(logs.glob(f'{self.sweep}-*.sbatch'))):03d}.sbatch"
-    path.write_text(sbatch_script(todo, self.sweep, self.resources, logs, self.throttle, self.python))
+    atomic_write(path, sbatch_script(todo, self.sweep, self.resources, logs, self.throttle, self.python))
     array = slurm("sbatch", "--parsable", str(path)).stdout.strip().split(";")[0]
     for i, job in enumerate(todo):
         job.update(state="queued", slurm_job_id=f"{array}_{i}", script=str(path), log=str(logs / f"{self.sweep}-{array}_{i}.out"))

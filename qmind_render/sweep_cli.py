@@ -181,7 +181,7 @@ def _submit_cloud(be, runs: list[RunSpec], a) -> list[dict]:
         if prev and prev.get("backend") == be.name and (st := be.status(prev)) in ("queued", "running", "done"):
             jobs[r.name] = prev | {"state": st, "skipped": True}
         else: todo.append(r)
-    if todo and be.budget: check_sweep(be, todo, BudgetGuard(be.budget, be._session()), f"sweep {a.sweep}")
+    if todo and be.budget: check_sweep(be, todo, BudgetGuard(be.budget, be.get_session()), f"sweep {a.sweep}")
     for r in todo:
         jobs[r.name] = be.submit(r) | {"state": "queued"}
         p = runs_root(a.runs) / r.name / "job.json"; p.parent.mkdir(parents=True, exist_ok=True); write_json(p, jobs[r.name])

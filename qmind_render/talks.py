@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from pathlib import Path
 import nbformat
 
 from .contracts import UserError
-from .util import atomic_write
+from .util import atomic_dir, atomic_write
 
 # %% auto #0
 __all__ = ['DECK_TOPICS', 'NPM_PACKAGES', 'ASSET_FILES', 'talks_dir', 'talk_slug', 'Talk', 'find_talks', 'Topic', 'lineup',
@@ -179,16 +178,12 @@ def ensure_npm_packages(cache: str | Path | None = None) -> Path:
     npm = shutil.which("npm")
     if npm is None: raise AssetError(f"npm not found: the slides need {NPM_PACKAGES} from the npm registry once "
                                      f"(install Node.js and npm, e.g. `apt-get install -y npm`), or put them in {root}")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".installing-", dir=root.parent))
     specs = [f"{p}@{v}" for p, v in NPM_PACKAGES.items()]
-    cmd = [npm, "install", "--prefix", str(tmp), "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error", *specs]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode or not _installed(tmp):
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise AssetError(f"`npm install {' '.join(specs)}` failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
-    try: tmp.rename(root)
-    except OSError: shutil.rmtree(tmp, ignore_errors=True)   # another process finished first: use its copy
+    with atomic_dir(root, replace=False) as tmp:                  # another process that finished first: its copy is kept
+        cmd = [npm, "install", "--prefix", str(tmp), "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error", *specs]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode or not _installed(tmp):
+            raise AssetError(f"`npm install {' '.join(specs)}` failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
     if not _installed(root): raise AssetError(f"{root} is incomplete: delete it and build again")
     return root / "node_modules"
 
@@ -311,8 +306,7 @@ def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = F
     made from the same notebook, library and settings (`execute` renders anew)."""
     out, kept = Path(out_dir) / f"{talk.slug}.html", _cached_slides(talk, cache, slow, assets)
     if kept is not None and kept.is_file() and not execute:
-        shutil.copyfile(kept, out)
-        return out
+        return atomic_write(out, src=kept)
     nb = nbformat.read(talk.path, as_version=4)
     check_talk(nb, talk.slug)
     nb = prepare(nb, slow)
@@ -320,11 +314,9 @@ def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = F
     check_talk(nb, talk.slug, executed=True)
     nb.metadata["title"] = talk.title
     body, _ = slides_exporter(assets).from_notebook_node(nb, resources={"metadata": {"name": talk.slug}})
-    out.write_text(body)
+    atomic_write(out, body)
     check_offline(out)
-    if kept is not None:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(kept, src=out)
+    if kept is not None: atomic_write(kept, src=out)
     return out
 
 # %% ../nbs/96_talks.ipynb #ccc440b8
@@ -363,9 +355,7 @@ def index_html(talks: list[Talk], complete: bool = True) -> str:
 
 def write_index(talks: list[Talk], out_dir: Path, complete: bool = True) -> Path:
     "`out_dir/index.html` (see `index_html`)."
-    out = Path(out_dir) / "index.html"
-    out.write_text(index_html(talks, complete))
-    return out
+    return atomic_write(Path(out_dir) / "index.html", index_html(talks, complete))
 
 # %% ../nbs/96_talks.ipynb #2c250409
 def build_talks(out_dir: str | Path, execute: bool = False, only=None, slow: bool = False, folder: str | Path | None = None,

@@ -21,21 +21,22 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .config import config_to_dict, load_config, save_config
+from .config import config_to_dict, load_config, precision_dtype, save_config
 from .checkpoint import check_resume, checkpoint_name, pick_resume, restore_rng, rng_state, save_checkpoint, versions
 from .contracts import UserError
 from .data import fetch, git_commit, open_store
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid
-from .model import (Diffusion, build_model, ddim_sample, diffusion_loss, make_ema, make_optimizer, masked_step,
-                                prepare_batch, to_uint8)
+from .model import Diffusion, build_model, ddim_sample, diffusion_loss, prepare_batch, to_uint8
+from .optim import make_ema, make_optimizer, masked_step
+from .util import atomic_write, save_image
 
 # %% auto #0
 __all__ = ['DEVICES', 'RunsError', 'runs_root', 'make_runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed',
            'seed_step', 'lr_factor', 'wandb_mode', 'Tracker', 'read_metrics', 'Progress', 'fixed_samples', 'Guard',
            'Run', 'setup', 'state_dict', 'restore', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter',
-           'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'train', 'train_main',
+           'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main',
            'overfit_one_batch', 'quick_train', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
@@ -129,15 +130,15 @@ class Tracker:
 # %% ../nbs/50_train.ipynb #5cda3bde
 @patch
 def _truncate(self: Tracker, step: int) -> None:
-    "Drop lines logged after the checkpoint a run resumes from (the crashed run got further than it saved)."
+    "Drop lines logged after the checkpoint a run resumes from (the crashed run got further than it saved); the log is rewritten whole or not at all."
     if not self.path.is_file(): return
     keep = [l for l in self.path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= step]
-    self.path.write_text("".join(l + "\n" for l in keep))
+    atomic_write(self.path, "".join(l + "\n" for l in keep))
 
 @patch
 def _run_id(self: Tracker) -> str:
     p = self.run_dir / "wandb_id.txt"
-    if not p.is_file(): p.write_text(f"{self.run_dir.name}-{os.urandom(4).hex()}")
+    if not p.is_file(): atomic_write(p, f"{self.run_dir.name}-{os.urandom(4).hex()}")
     return p.read_text().strip()
 
 @patch
@@ -295,7 +296,8 @@ class NonFiniteError(UserError, FloatingPointError):
     "A NaN/Inf loss or gradient; the message names the step and the last good checkpoint."
 
 def _precision(run: Run):
-    return torch.autocast(run.device.type, torch.bfloat16, enabled=run.cfg.train.precision == "bf16")   # a str enum: == compares its value
+    dtype = precision_dtype(run.cfg.train.precision)
+    return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
 
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device: nothing here waits for it."
@@ -369,12 +371,9 @@ def save(run: Run) -> Path:
 
 def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = 4) -> Path:
     "Render the fixed samples with the EMA model; write samples/{step}.png (and to the tracker)."
-    from PIL import Image
     _, cond = prepare_batch(fixed, run.device)
     pred = to_uint8(ddim_sample(run.ema.module, cond, run.diffusion, steps, torch.Generator(run.device).manual_seed(0)))
-    path = run.dir / "samples" / f"{run.step:07d}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(sample_grid(fixed, pred)).save(path)                  # viz's: surface | ground truth | model
+    path = save_image(sample_grid(fixed, pred), run.dir / "samples" / f"{run.step:07d}.png")   # viz's: surface | ground truth | model
     tracker.image(run.step, "samples", path)
     return path
 
@@ -401,7 +400,8 @@ def _oom(run: Run, e: Exception) -> OutOfMemory:
                        f"intact ({str(e).splitlines()[0][:160]})")
 
 # %% ../nbs/50_train.ipynb #1ea950ff
-def _step(run: Run, it, meter: Meter) -> None:
+def loop_step(run: Run, it, meter: Meter) -> None:
+    "One step of the loop: the next `train.grad_accum` batches from `it`, `train_step`, and the guard and meter told."
     t0 = time.perf_counter()
     micro = [next(it) for _ in range(run.cfg.train.grad_accum)]
     wait = time.perf_counter() - t0
@@ -432,7 +432,7 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None, pr
     try:
         with stop_on_signals(run):
             while run.step < t.steps:
-                _step(run, it, meter)
+                loop_step(run, it, meter)
                 if shown: shown.update()
                 if run.step % t.log_every == 0:                     # every rank, so a stop is taken by all of them at once
                     check_finite(run)

@@ -7,18 +7,22 @@ Docs: https://qmind.github.io/qmind-render/util.html.md"""
 # %% ../nbs/00_util.ipynb #6048b57d
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import secrets
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['atomic_write', 'mp_context', 'pool_map', 'format_cell', 'format_table', 'device_sync', 'median_time', 'interleaved']
+__all__ = ['atomic_write', 'save_figure', 'save_image', 'atomic_dir', 'mp_context', 'process_pool', 'pool_map', 'format_cell',
+           'format_table', 'device_sync', 'median_time', 'interleaved']
 
 # %% ../nbs/00_util.ipynb #9587c151
 def _temp_name(path: Path, suffix: str) -> Path:
@@ -44,13 +48,50 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | None = None, *, sr
         raise
     return path
 
+# %% ../nbs/00_util.ipynb #d936c183
+def save_figure(fig, path: str | os.PathLike, **kw) -> Path:
+    "Write matplotlib `Figure` `fig` to `path` whole or not at all, in the format `path`'s extension names."
+    path = Path(path)
+    return atomic_write(path, write=lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or None, **kw))
+
+def save_image(img, path: str | os.PathLike, **kw) -> Path:
+    "Write `img` (a uint8 array or a PIL image) to `path` whole or not at all, in the format `path`'s extension names."
+    from PIL import Image
+    path, im = Path(path), img if isinstance(img, Image.Image) else Image.fromarray(img)
+    fmt = Image.registered_extensions().get(path.suffix.lower())
+    if fmt is None: raise ValueError(f"{path}: no image format has the extension {path.suffix!r} (use .png, .gif, .jpg, ...)")
+    return atomic_write(path, write=lambda tmp: im.save(tmp, format=fmt, **kw))
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
+    """Make the folder `path` whole or not at all: fill the temporary folder this yields; it becomes `path` when the block ends.
+    `replace=False`: a `path` that exists by then is kept (another process made it first) and the new folder dropped."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
+    try:
+        yield tmp
+        if not replace:
+            with contextlib.suppress(OSError): os.rename(tmp, path)    # fails when `path` exists and is not empty: keep it
+            return
+        old = _temp_name(path, ".old")
+        if path.exists(): os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
 # %% ../nbs/00_util.ipynb #cc6e2b28
-def mp_context():
-    "The multiprocessing context the project's pools use: `fork` on Linux, else `spawn`."
-    return mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+def mp_context(start: str | None = None):
+    "The multiprocessing context the project's pools use: `start` (fork | spawn | forkserver), else `fork` on Linux and `spawn` elsewhere."
+    return mp.get_context(start or ("fork" if sys.platform.startswith("linux") else "spawn"))
+
+def process_pool(workers: int, start: str | None = None) -> ProcessPoolExecutor:
+    "A pool of `workers` processes started as `mp_context(start)` says; `submit` work to it, `shutdown` when done."
+    return ProcessPoolExecutor(workers, mp_context=mp_context(start))
 
 def pool_map(fn: Callable, items: Iterable, workers: int | None = None, bar=None,
-             count: Callable[[object], int] | None = None) -> Iterator:
+             count: Callable[[object], int] | None = None, start: str | None = None) -> Iterator:
     "`fn` over `items` in `workers` processes (default one per core, at most one per item); results as they finish."
     items = list(items)
     workers = max(1, min(workers or os.cpu_count() or 1, len(items) or 1))
@@ -60,8 +101,10 @@ def pool_map(fn: Callable, items: Iterable, workers: int | None = None, bar=None
     if workers == 1:
         for it in items: yield done(fn(it))
         return
-    with mp_context().Pool(workers) as pool:
-        for r in pool.imap_unordered(fn, items): yield done(r)
+    pool = process_pool(workers, start)
+    try:
+        for f in as_completed([pool.submit(fn, it) for it in items]): yield done(f.result())
+    finally: pool.shutdown(wait=True, cancel_futures=True)
 
 # %% ../nbs/00_util.ipynb #aba0ee3c
 def format_cell(v) -> str:
@@ -72,15 +115,17 @@ def format_cell(v) -> str:
     return str(v)
 
 def format_table(rows: list[dict], cols: list[str] | None = None, markdown: bool = False,
-                 cell: Callable[[object], str] = format_cell, empty: str | None = None) -> str:
-    "`rows` as an aligned plain-text table, or a markdown one; `empty` (when given) stands for no rows."
+                 cell: Callable[[object], str] = format_cell, empty: str | None = None, right: Iterable[str] = ()) -> str:
+    "`rows` as an aligned plain-text table, or a markdown one; `empty` (when given) stands for no rows; `right`: right-aligned columns."
     if not rows and empty is not None: return empty
-    cols = list(cols or (rows[0] if rows else []))
+    cols, right = list(cols or (rows[0] if rows else [])), set(right)
     body = [[cell(r.get(c)) for c in cols] for r in rows]
     if markdown:
-        return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(b) + " |" for b in body])
+        rule = "|" + "".join("--:|" if c in right else "---|" for c in cols)
+        return "\n".join(["| " + " | ".join(cols) + " |", rule] + ["| " + " | ".join(b) + " |" for b in body])
     w = [max(len(x[i]) for x in [cols, *body]) for i in range(len(cols))]
-    return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(x)).rstrip() for x in [cols, *body])
+    pad = lambda i, s: s.rjust(w[i]) if cols[i] in right else s.ljust(w[i])
+    return "\n".join("  ".join(pad(i, c) for i, c in enumerate(x)).rstrip() for x in [cols, *body])
 
 # %% ../nbs/00_util.ipynb #b7ce9506
 def device_sync(device) -> Callable[[], None]:

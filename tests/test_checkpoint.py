@@ -10,7 +10,8 @@ from qmind_render.checkpoint import (CheckpointError, WeightsError, checkpoint_n
                                      is_sealed_ok, load_checkpoint, load_model, load_shipped, reseal, run_dir_of, shipped_path, step_of,
                                      versions)
 from qmind_render.config import config_to_dict, load_config
-from qmind_render.model import build_model, ddim_sample, make_ema, prepare_batch, synthetic_batch
+from qmind_render.model import build_model, ddim_sample, prepare_batch, synthetic_batch
+from qmind_render.optim import make_ema
 from qmind_render.grid import load_grid
 
 GOLDEN = Path(__file__).parent / "golden" / "compat" / "runs" / "compat"
@@ -47,8 +48,16 @@ def test_a_checkpoint_from_before_the_change_renders():
     assert path == checkpoints(GOLDEN)[-1] and step_of(path) == 2
     model, diffusion = load_model(load_checkpoint(path), what=f"checkpoint {path}")
     _, cond = prepare_batch(synthetic_batch(2))
-    x = ddim_sample(model, cond, diffusion, 1, torch.Generator().manual_seed(0))
+    x = ddim_sample(model, cond, diffusion, 4, torch.Generator().manual_seed(0)).double()
     assert x.shape == (2, 3, 64, 64) and torch.isfinite(x).all()
+    w = torch.linspace(-1, 1, x.numel(), dtype=torch.float64).view_as(x)          # a checksum that sees where each value is
+    got = [x.mean().item(), x.abs().mean().item(), (x * w).sum().item()]
+    assert got == pytest.approx(COMPAT_SAMPLE, rel=1e-5, abs=1e-7), got
+
+
+# 4 DDIM steps from the compat checkpoint on synthetic_batch(2), seed 0: mean, mean |x|, sum of x * linspace(-1, 1),
+# computed by the code at 06038d7 (before issue 20's clean-up), which must not change what a checkpoint renders.
+COMPAT_SAMPLE = [-0.021706153377825405, 0.5254189652687652, 49.51715352556219]
 
 
 def test_the_shipped_model_is_sealed_and_a_flipped_bit_is_refused(tmp_path):

@@ -1,14 +1,17 @@
 """What was written before a change still works after it: a dataset and a run checkpoint made by the code at
 fbaef71 (tests/golden/compat: `qmind data gen ... data.dataset=ds-compat data.episodes=2 data.frames_per_episode=8`
-and `qmind train ... name=compat train.steps=2 train.batch=2 train.warmup=1 train.sample_every=0 train.keep_last=1`) are fetched, verified, resumed and evaluated."""
+and `qmind train ... name=compat train.steps=2 train.batch=2 train.warmup=1 train.sample_every=0 train.keep_last=1`) are fetched,
+verified, resumed, and evaluated to the numbers the code gave before the change (tests/test_checkpoint.py pins its samples)."""
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from qmind_render.config import load_config
 from qmind_render.data import fetch, open_store, verify_dataset
 from qmind_render.checkpoint import checkpoints, load_checkpoint
+from qmind_render.evaluate import as_float, eval_indices, gather, load_for_eval, psnr, render_frames
 from qmind_render.train import train
 
 GOLDEN = Path(__file__).parent / "golden" / "compat"
@@ -30,3 +33,22 @@ def test_a_dataset_and_checkpoint_from_before_still_load_and_resume(tmp_path, mo
     assert res["status"] == "finished" and res["step"] == 3
     new = load_checkpoint(checkpoints(run)[-1])
     assert any(not torch.equal(new["model"][k], old["model"][k]) for k in old["model"])      # it trained on from there
+
+
+# Evaluation of the compat run (one frame per cell, 1 DDIM step, on the CPU), by the code at 06038d7: per part, the frames,
+# their mean PSNR (dB) against the ground truth and the sum of the rendered uint8 pixels.
+COMPAT_EVAL = {"heldout": (2, 12.173430442810059, 3087897), "train": (14, 9.134058952331543, 21615205)}
+
+
+def test_the_run_from_before_evaluates_to_the_same_numbers(tmp_path, monkeypatch):
+    shutil.copytree(GOLDEN, tmp_path / "compat")
+    monkeypatch.setenv("QMIND_CACHE", str(tmp_path / "cache"))
+    ld = load_for_eval(tmp_path / "compat" / "runs" / "compat", [f"data.store={tmp_path / 'compat' / 'store'}"], "cpu")
+    assert (ld.step, ld.ds.id, ld.split.name) == (2, "ds-compat", "random_15")
+    sampler = ld.sampler()
+    for part, (n, want_psnr, want_sum) in COMPAT_EVAL.items():
+        b = gather(ld.ds, eval_indices(ld.ds, ld.split, part, 1))
+        frames = render_frames(sampler, b, 1)
+        got = psnr(as_float(frames), as_float(b["rgb"])).mean().item()
+        assert len(frames) == n and got == pytest.approx(want_psnr, abs=1e-3), (part, got)
+        assert int(frames.sum()) == pytest.approx(want_sum, rel=1e-5), part

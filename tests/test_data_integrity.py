@@ -1,14 +1,15 @@
 """Integrity for what the data stage writes and later trusts: a sealed manifest (an edited one is refused naming the
 fault, and rebuilt exactly by `qmind data repair`), a shard changed after verification caught at the read, `data ls`
 that lists healthy datasets beside a broken one, and repair that makes a bad shard again byte for byte (or says why not)."""
+import dataclasses
 import json
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from qmind_render.cli import main
+from qmind_render.config import DataConfig
 from qmind_render.contracts import load_spec
 from qmind_render.data import (RECIPE, DatasetError, DatasetWriter, Grid, dataset_key, fetch, open_store, random_samples,
                                read_manifest, seal_manifest, verify_dataset)
@@ -16,7 +17,7 @@ from qmind_render.generate import generate, repair_dataset
 from qmind_render.loader import make_loader
 from qmind_render.splits import make_split
 
-SPEC, GRID = load_spec(), Grid()
+SPEC, GRID = load_spec(), Grid.of()
 MANIFEST = "manifest.json"
 
 
@@ -121,7 +122,7 @@ def test_unsealed_manifest_is_refused_until_verify_seals_it(tmp_path, capsys):
     assert store.get_bytes(dataset_key("ds-t", MANIFEST)) == sealed and fetch(store, "ds-t", tmp_path / "cache")
 
 
-TINY = SimpleNamespace(dataset="ds-r", seed_start=0, episodes=2, frames_per_episode=5, shard_size=5)
+TINY = DataConfig(dataset="ds-r", seed_start=0, episodes=2, frames_per_episode=5, shard_size=5)
 
 
 def flip(store, key):
@@ -129,7 +130,7 @@ def flip(store, key):
 
 
 def test_repair_makes_a_flipped_shard_again_byte_for_byte(store, tmp_path, capsys):
-    generate(SimpleNamespace(**vars(TINY), store=store.uri), workers=1, cache=tmp_path / "gen", progress=False)
+    generate(dataclasses.replace(TINY, store=store.uri), workers=1, cache=tmp_path / "gen", progress=False)
     key = dataset_key("ds-r", "shard-00001.npz")
     good = store.get_bytes(key)
     flip(store, key)
@@ -143,7 +144,7 @@ def test_repair_makes_a_flipped_shard_again_byte_for_byte(store, tmp_path, capsy
 
 def test_repair_refuses_what_it_cannot_make_again(tmp_path):
     store = open_store(tmp_path / "store")
-    generate(SimpleNamespace(**vars(TINY), store=store.uri), workers=1, progress=False)
+    generate(dataclasses.replace(TINY, store=store.uri), workers=1, progress=False)
     recipe = read_manifest(store, "ds-r").generator
     assert set(RECIPE) <= set(recipe)
     cases = {"ds-none": (None, "no generation recipe"),

@@ -10,7 +10,7 @@ from qmind_render.contracts import load_spec
 from qmind_render.data import (DatasetError, manifest_hash, DatasetExists, DatasetWriter, Grid, S3Store, StoreError, dataset_key, fetch,
                                list_datasets, open_store, random_samples, read_manifest, verify_dataset)
 
-SPEC, GRID = load_spec(), Grid()
+SPEC, GRID = load_spec(), Grid.of()
 
 
 def write_dataset(store, ds="ds-t", shards=3, n=20, commit=True):

@@ -14,7 +14,8 @@ import torch.nn as nn
 from qmind_render.contracts import load_spec
 from qmind_render.model import (COND_ENCS, MATERIAL_ENCS, SIZES, ConditionalUNet, ConditionEncoder, Diffusion, Encoded,
                                 Encodings, ModelInputError, UNetSize, build_model, condition_tables, ddim_sample,
-                                diffusion_loss, forward_flops, make_ema, model_config, n_params, prepare_batch, synthetic_batch)
+                                diffusion_loss, forward_flops, model_config, n_params, prepare_batch, synthetic_batch)
+from qmind_render.optim import make_ema
 from qmind_render.model_bench import bench_cpu, bench_throughput
 from qmind_render.train import overfit_one_batch
 from qmind_render.grid import load_grid
@@ -428,3 +429,6 @@ def test_the_model_module_is_the_network_and_the_diffusion():
     assert model_bench.bench_model.__module__ == "qmind_render.model_bench" and checkpoint.load_shipped.__module__ == "qmind_render.checkpoint"
     assert not hasattr(model, "quick_train") and not hasattr(model, "load_shipped")
     assert not {"quick_train", "overfit_one_batch", "bench_model", "bench_cpu", "load_shipped"} & set(vars(model))
+    from qmind_render import optim
+    moved = {"EMA", "make_ema", "make_optimizer", "masked_step"}                   # the training machinery: the optimiser stage
+    assert moved <= set(optim.__all__) and not moved & set(vars(model)) and train.make_ema is optim.make_ema

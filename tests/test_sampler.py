@@ -74,17 +74,17 @@ def test_cuda_training_step_never_makes_the_host_wait(tmp_path):
     import os
 
     from qmind_render.generate import generate
-    from qmind_render.train import Meter, _step, batches, setup
+    from qmind_render.train import Meter, batches, loop_step, setup
     os.environ.setdefault("QMIND_CACHE", str(tmp_path / "cache"))
     o = [f"data.store={tmp_path}/store", "data.dataset=ds-sync", "data.episodes=8", "data.frames_per_episode=16", "train.batch=8",
          "train.steps=20", "train.device=cuda", "train.compile=false", "tracker=none", "name=sync", "train.precision=bf16"]
     generate(load_config(None, o).data, workers=2, progress=False)
     run = setup(load_config(None, o), tmp_path / "runs")
     it, meter = batches(run), Meter()
-    for _ in range(2): _step(run, it, meter)                                 # lazy initialisation happens here
+    for _ in range(2): loop_step(run, it, meter)                                 # lazy initialisation happens here
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for _ in range(3): _step(run, it, meter)
+        for _ in range(3): loop_step(run, it, meter)
     finally: torch.cuda.set_sync_debug_mode("default")
     assert meter.read(run)["skipped"] == 0

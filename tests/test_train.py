@@ -155,7 +155,7 @@ def test_a_training_step_reads_nothing_back_from_the_device(data):
     "No .item()/bool()/float() of a tensor in a step (each is a host sync on a GPU): the guard, meter and EMA stay on the device."
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from qmind_render.train import Meter, _step, batches, setup
+    from qmind_render.train import Meter, batches, loop_step, setup
     class Reads(TorchDispatchMode):
         n = 0
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -163,9 +163,9 @@ def test_a_training_step_reads_nothing_back_from_the_device(data):
             return func(*args, **(kwargs or {}))
     run = setup(load_config(None, args(data, "nosync", 6)), data / "runs")
     it, meter = batches(run), Meter()
-    _step(run, it, meter)
+    loop_step(run, it, meter)
     with Reads():
-        for _ in range(3): _step(run, it, meter)
+        for _ in range(3): loop_step(run, it, meter)
     assert Reads.n == 0 and run.step == 4
     assert meter.read(run)["skipped"] == 0 and torch.isfinite(torch.tensor(meter.read(run)["loss"]))
 
@@ -267,7 +267,7 @@ def test_full_disk_keeps_previous_checkpoint(data, monkeypatch):
     state = load_checkpoint(good)
     state["step"] = 3
     with pytest.raises(CheckpointError, match=r"0000003.pt \(the disk is full\).*previous checkpoint is untouched"):
-        save_checkpoint(state, data / "runs" / "disk")
+        save_checkpoint(state, data / "runs" / "disk", keep_last=3)
     assert [p.name for p in checkpoints(data / "runs" / "disk")] == [good.name] and good.read_bytes() == before
     assert not list((data / "runs" / "disk" / "checkpoints").glob(".*tmp"))
 
@@ -279,7 +279,7 @@ def test_nonfinite_weights_are_never_checkpointed(data):
     state["model"][k] = state["model"][k] * float("inf")
     state["step"] = 99
     with pytest.raises(CheckpointError, match="non-finite weights"):
-        save_checkpoint(state, data / "runs" / "inf")
+        save_checkpoint(state, data / "runs" / "inf", keep_last=3)
 
 
 def test_incompatible_checkpoint_and_corrupt_file(data):
