@@ -1,16 +1,19 @@
 """The five-minute talks: every one built once (which runs its cells and asserts; `make nbtest` leaves nbs/talks to this
 module, so no talk runs twice in a suite), then opened in headless Chromium: reveal.js starts, each of its three slides is
 stepped through, its picture loads, MathJax typesets its equation, and no request leaves the machine. Besides: the deck's
-topics each have a talk, numbered in the deck's order."""
+topics each have a talk, numbered in the deck's order; the pages' files ship in the package."""
+import fnmatch
 import re
 import time
+import tomllib
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+import qmind_render
 from qmind_render.docs import serve_site
-from qmind_render.talks import DECK_TOPICS, build_talks, check_offline, find_talks, lineup
+from qmind_render.talks import DECK_TOPICS, TALK_ASSETS, build_talks, check_offline, find_talks, lineup
 from tests.conftest import launch_chromium, needs_chromium
 
 FOLDER = Path(__file__).resolve().parents[1] / "nbs" / "talks"
@@ -139,3 +142,12 @@ def test_index_lists_every_talk_in_deck_order(site, page):
     numbers = page.eval_on_selector_all("ol > li", "els => els.map(e => e.value)")
     assert numbers == [t.n for t in DECK_TOPICS]        # a full build lists every topic, with or without a talk yet
     assert not _off_machine(page.urls) and not page.errors
+
+
+def test_the_talk_pages_ship_in_the_package():
+    "The slides' template and the index page are files under qmind_render/assets/ that the package data carries into a wheel."
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["qmind_render"]
+    for name in TALK_ASSETS:
+        assert (Path(qmind_render.__file__).resolve().parent / "assets" / name).is_file(), name
+        assert any(fnmatch.fnmatch(f"assets/{name}", p) for p in patterns), (name, patterns)
