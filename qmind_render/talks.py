@@ -29,11 +29,11 @@ from .contracts import UserError
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['DECK_TOPICS', 'NPM_PACKAGES', 'ASSET_FILES', 'TALK_ASSETS', 'talks_dir', 'talk_slug', 'Talk', 'find_talks', 'Topic',
-           'lineup', 'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError', 'npm_cache_dir',
-           'ensure_npm_packages', 'copy_assets', 'talk_asset', 'slides_exporter', 'OfflineError', 'remote_refs',
-           'check_offline', 'prepare', 'has_outputs', 'TalkRunError', 'execute_talk', 'render_talk', 'index_html',
-           'write_index', 'build_talks', 'talks_main']
+__all__ = ['DECK_TOPICS', 'WHY', 'NPM_PACKAGES', 'ASSET_FILES', 'TALK_ASSETS', 'talks_dir', 'talk_slug', 'Talk', 'find_talks',
+           'Topic', 'lineup', 'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError',
+           'npm_cache_dir', 'ensure_npm_packages', 'copy_assets', 'talk_asset', 'slides_exporter', 'OfflineError',
+           'remote_refs', 'check_offline', 'prepare', 'has_outputs', 'TalkRunError', 'execute_talk', 'render_talk',
+           'index_html', 'write_index', 'build_talks', 'talks_main']
 
 # %% ../nbs/96_talks.ipynb #b6f1b060
 def talks_dir(root: str | Path | None = None) -> Path:
@@ -135,8 +135,15 @@ def _shown(cell) -> bool: return slide_type(cell) not in ("skip", "notes") and "
 def _has_picture(cell) -> bool:
     return any(k.startswith("image/") for o in cell.get("outputs", []) for k in o.get("data", {}))
 
+WHY = "Why it matters for qmind-render"   # the last slide's heading, as the deck asks
+
+def _heading_of(cell) -> str:
+    "The text of a markdown cell's first line if it is a heading (`## Title` -> 'Title'), else ''."
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    return first.lstrip("#").strip() if cell.cell_type == "markdown" and first.startswith("#") else ""
+
 def check_talk(nb, name: str = "talk", executed: bool = False) -> None:
-    "Raise `TalkFormatError` unless `nb` has 3 slides, a display equation, a picture (once executed) and ends on why it matters."
+    "Raise `TalkFormatError` unless `nb` has 3 slides, a display equation, a picture (once executed) and a last slide headed `WHY`."
     shown = [c for c in nb.cells if _shown(c)]
     starts = [i for i, c in enumerate(shown) if slide_type(c) == "slide"]
     if len(starts) != 3 or starts[0] != 0:
@@ -144,8 +151,10 @@ def check_talk(nb, name: str = "talk", executed: bool = False) -> None:
                                     f"found {len(starts)}" + ("" if not starts or starts[0] == 0 else " and content before the first"))
     if not any(c.cell_type == "markdown" and "$$" in c.source for c in shown):
         raise TalkFormatError(name, "has no display equation ($$...$$ in a markdown cell on a slide)")
-    if "why it matters" not in "\n".join(c.source for c in shown[starts[2]:] if c.cell_type == "markdown").lower():
-        raise TalkFormatError(name, "its third slide must say why it matters for the project (a heading with 'Why it matters')")
+    head = shown[starts[2]]
+    if _heading_of(head).lower() != WHY.lower():
+        got = head.source.strip().splitlines()[0][:60] if head.source.strip() else "(empty)"
+        raise TalkFormatError(name, f"its last slide must be headed '{WHY}' (a markdown cell starting '## {WHY}'); it starts {got!r}")
     if executed and not any(_has_picture(c) for c in shown):
         raise TalkFormatError(name, "shows no picture: no cell on a slide has an image output")
 

@@ -1,7 +1,8 @@
 """The five-minute talks: every one built once (which runs its cells and asserts; `make nbtest` leaves nbs/talks to this
 module, so no talk runs twice in a suite), then opened in headless Chromium: reveal.js starts, each of its three slides is
-stepped through, its picture loads, MathJax typesets its equation, and no request leaves the machine. Besides: the deck's
-topics each have a talk, numbered in the deck's order; the pages' files ship in the package."""
+stepped through, its picture loads, MathJax typesets its equation, the last slide is headed "Why it matters for
+qmind-render", and no request leaves the machine. Besides: the deck's topics each have a talk, numbered in the deck's
+order; the pages' files ship in the package."""
 import fnmatch
 import re
 import time
@@ -13,7 +14,7 @@ import pytest
 
 import qmind_render
 from qmind_render.docs import serve_site
-from qmind_render.talks import DECK_TOPICS, TALK_ASSETS, build_talks, check_offline, find_talks, lineup
+from qmind_render.talks import DECK_TOPICS, TALK_ASSETS, WHY, build_talks, check_offline, find_talks, lineup
 from tests.conftest import launch_chromium, needs_chromium
 
 FOLDER = Path(__file__).resolve().parents[1] / "nbs" / "talks"
@@ -98,13 +99,15 @@ def _off_machine(urls: list[str]) -> list[str]:
 
 
 # What the current slide shows: loaded PNG pictures (data: URLs, as nbconvert embeds a cell's figure) and typeset display
-# equations, each counted only if it has a size on screen.
+# equations, each counted only if it has a size on screen; the slide's heading.
 _SHOWN = """() => {
   const s = Reveal.getCurrentSlide(), seen = e => e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().height > 0;
+  const h = s.querySelector('h1, h2');
   return {
     pictures: [...s.querySelectorAll('img')].filter(i => i.src.startsWith('data:image/png') && i.complete && i.naturalWidth > 0 && seen(i)).length,
     equations: [...s.querySelectorAll("mjx-container[display='true']")].filter(m => seen(m) && m.querySelector('mjx-math')).length,
     raw_tex: s.innerText.includes('$$'),
+    heading: h ? h.textContent.replace('\u00b6', '').trim() : '',
   };
 }"""
 
@@ -128,6 +131,7 @@ def test_talk_steps_through_its_slides_in_chromium_offline(site, page, slug):
     assert sum(s["pictures"] for s in shown) >= 1, f"{slug}: no picture shown on any slide: {shown}"
     assert sum(s["equations"] for s in shown) >= 1, f"{slug}: no display equation typeset on any slide: {shown}"
     assert not any(s["raw_tex"] for s in shown), f"{slug}: TeX left untypeset: {shown}"
+    assert shown[2]["heading"].lower() == WHY.lower(), f"{slug}: the last slide is headed {shown[2]['heading']!r}, not {WHY!r}"
     assert not _off_machine(page.urls), f"{slug}: requests left the machine: {_off_machine(page.urls)}"
     assert not page.failed and not page.errors, (page.failed, page.errors)
     assert any("tex-chtml.js" in u for u in page.urls) and any("woff" in u for u in page.urls), "MathJax or its fonts never loaded"
