@@ -45,7 +45,7 @@ class Page:
     section: str   # "Home", "Chapters", a sub-folder's name, or "Talks"
 
 def page_name(nb_rel: str | Path) -> str:
-    "The page a notebook becomes: `10_engine.ipynb` -> `engine.md`, `talks/01_autograd.ipynb` -> `talks/autograd.md`."
+    "The page a notebook becomes: `10_engine.ipynb` -> `engine.md`, `talks/12_autograd.ipynb` -> `talks/autograd.md`."
     p = Path(nb_rel)
     return (p.parent / (re.sub(r"^\d+_", "", p.stem) + ".md")).as_posix()
 

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import string
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +28,11 @@ from .contracts import UserError
 from .util import atomic_dir, atomic_write
 
 # %% auto #0
-__all__ = ['DECK_TOPICS', 'NPM_PACKAGES', 'ASSET_FILES', 'talks_dir', 'talk_slug', 'Talk', 'find_talks', 'Topic', 'lineup',
-           'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError', 'npm_cache_dir',
-           'ensure_npm_packages', 'copy_assets', 'slides_exporter', 'OfflineError', 'remote_refs', 'check_offline',
-           'prepare', 'has_outputs', 'TalkRunError', 'execute_talk', 'render_talk', 'index_html', 'write_index',
-           'build_talks', 'talks_main']
+__all__ = ['DECK_TOPICS', 'WHY', 'NPM_PACKAGES', 'ASSET_FILES', 'TALK_ASSETS', 'talks_dir', 'talk_slug', 'Talk', 'find_talks',
+           'Topic', 'lineup', 'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError',
+           'npm_cache_dir', 'ensure_npm_packages', 'copy_assets', 'talk_asset', 'slides_exporter', 'OfflineError',
+           'remote_refs', 'check_offline', 'prepare', 'has_outputs', 'TalkRunError', 'execute_talk', 'render_talk',
+           'index_html', 'write_index', 'build_talks', 'talks_main']
 
 # %% ../nbs/96_talks.ipynb #b6f1b060
 def talks_dir(root: str | Path | None = None) -> Path:
@@ -133,8 +134,15 @@ def _shown(cell) -> bool: return slide_type(cell) not in ("skip", "notes") and "
 def _has_picture(cell) -> bool:
     return any(k.startswith("image/") for o in cell.get("outputs", []) for k in o.get("data", {}))
 
+WHY = "Why it matters for qmind-render"   # the last slide's heading, as the deck asks
+
+def _heading_of(cell) -> str:
+    "The text of a markdown cell's first line if it is a heading (`## Title` -> 'Title'), else ''."
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    return first.lstrip("#").strip() if cell.cell_type == "markdown" and first.startswith("#") else ""
+
 def check_talk(nb, name: str = "talk", executed: bool = False) -> None:
-    "Raise `TalkFormatError` unless `nb` has 3 slides, a display equation, a picture (once executed) and ends on why it matters."
+    "Raise `TalkFormatError` unless `nb` has 3 slides, a display equation, a picture (once executed) and a last slide headed `WHY`."
     shown = [c for c in nb.cells if _shown(c)]
     starts = [i for i, c in enumerate(shown) if slide_type(c) == "slide"]
     if len(starts) != 3 or starts[0] != 0:
@@ -142,8 +150,10 @@ def check_talk(nb, name: str = "talk", executed: bool = False) -> None:
                                     f"found {len(starts)}" + ("" if not starts or starts[0] == 0 else " and content before the first"))
     if not any(c.cell_type == "markdown" and "$$" in c.source for c in shown):
         raise TalkFormatError(name, "has no display equation ($$...$$ in a markdown cell on a slide)")
-    if "why it matters" not in "\n".join(c.source for c in shown[starts[2]:] if c.cell_type == "markdown").lower():
-        raise TalkFormatError(name, "its third slide must say why it matters for the project (a heading with 'Why it matters')")
+    head = shown[starts[2]]
+    if _heading_of(head).lower() != WHY.lower():
+        got = head.source.strip().splitlines()[0][:60] if head.source.strip() else "(empty)"
+        raise TalkFormatError(name, f"its last slide must be headed '{WHY}' (a markdown cell starting '## {WHY}'); it starts {got!r}")
     if executed and not any(_has_picture(c) for c in shown):
         raise TalkFormatError(name, "shows no picture: no cell on a slide has an image output")
 
@@ -199,45 +209,19 @@ def copy_assets(out_dir: str | Path, cache: str | Path | None = None) -> Path:
     return dest
 
 # %% ../nbs/96_talks.ipynb #6aba6bf7
-_TEMPLATE = r"""{%- extends 'index.html.j2' -%}
-{% block html_head_js_jquery %}{% endblock %}
-{% block html_head_js_requirejs %}{% endblock %}
-{% block html_head_js_mermaidjs %}{% endblock %}
-{% block jupyter_widgets %}{% endblock %}
-{% block html_head_js_mathjax %}
-<script>
-window.MathJax = {
-  tex: {inlineMath: [['$', '$'], ['\\(', '\\)']], displayMath: [['$$', '$$'], ['\\[', '\\]']], processEscapes: true},
-  startup: {pageReady: () => MathJax.startup.defaultPageReady().then(() => { document.body.dataset.mathjax = 'done'; })}
-};
-</script>
-<script src="{{ resources.mathjax_url }}"></script>
-<style>
-.reveal .slides { text-align: left; }
-.reveal h1, .reveal h2 { text-transform: none !important; } .reveal h1 { font-size: 1.7em; } .reveal h2 { font-size: 1.3em; }
-.reveal .jp-InputPrompt, .reveal .jp-OutputPrompt { display: none; }
-.reveal .jp-InputArea-editor pre { font-size: 15px; white-space: pre-wrap; }
-.reveal .jp-OutputArea-output img { max-height: 430px; }
-.reveal .jp-OutputArea-output pre { font-size: 14px; line-height: 1.3; white-space: pre-wrap; }
-</style>
-<link rel="icon" href="data:,">
-{% endblock %}
-{% block footer_js %}
-<script src="{{ resources.reveal.url_prefix }}/dist/reveal.js"></script>
-<script src="{{ resources.reveal.url_prefix }}/plugin/notes/notes.js"></script>
-<script>
-Reveal.initialize({controls: true, progress: true, hash: true, center: false,
-                   transition: "{{ resources.reveal.transition }}", slideNumber: "{{ resources.reveal.number }}",
-                   width: {{ resources.reveal.width }}, height: {{ resources.reveal.height }}, plugins: [RevealNotes]});
-</script>
-{% endblock %}
-"""
+TALK_ASSETS = ("talk.html.j2", "talks_index.html")   # in qmind_render/assets/, shipped as package data
+
+def talk_asset(name: str) -> str:
+    "The text of one of the talks' page files (`TALK_ASSETS`): the slides' template or the index page."
+    import qmind_render
+    if name not in TALK_ASSETS: raise KeyError(f"{name[:40]!r} is not a file of the talks' pages ({', '.join(TALK_ASSETS)})")
+    return (Path(qmind_render.__file__).resolve().parent / "assets" / name).read_text()
 
 def slides_exporter(assets: str = "_assets"):
     "nbconvert's `SlidesExporter` with the offline template; `assets` is the URL of the copied assets, relative to the slides."
     from jinja2 import DictLoader
     from nbconvert import SlidesExporter
-    return SlidesExporter(extra_loaders=[DictLoader({"qmind_talk.html.j2": _TEMPLATE})], template_file="qmind_talk.html.j2",
+    return SlidesExporter(extra_loaders=[DictLoader({"qmind_talk.html.j2": talk_asset("talk.html.j2")})], template_file="qmind_talk.html.j2",
                           reveal_url_prefix=f"{assets}/reveal.js", mathjax_url=f"{assets}/mathjax/tex-chtml.js",
                           reveal_theme="white", reveal_transition="none", reveal_number="c/t",
                           reveal_width="1100", reveal_height="760")
@@ -320,19 +304,6 @@ def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = F
     return out
 
 # %% ../nbs/96_talks.ipynb #ccc440b8
-_INDEX = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Five-minute talks</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:46em;margin:3em auto;padding:0 1em;line-height:1.5}}
-li{{margin:.6em 0}} .sub,.deck{{color:#555}} .missing{{color:#777}}</style></head>
-<body><h1>Five-minute talks</h1>
-<p>The design deck this project was built from (deck 7 of the group's research course) ends with "teach one idea
-in five minutes": three slides, one picture, one equation, why it matters for
-the project. Every number on them was computed by qmind-render's code when the talk was built.
-Arrow keys move between slides; <kbd>S</kbd> opens the speaker notes.</p>
-{body}
-</body></html>
-"""
-
 def _item(topic: Topic | None, talk: Talk | None) -> str:
     e = html.escape
     if talk is None: return f'<li value="{topic.n}" class="missing">{e(topic.title)} <span class="deck">({topic.source})</span>: no talk yet</li>'
@@ -351,7 +322,7 @@ def index_html(talks: list[Talk], complete: bool = True) -> str:
                              + (f"; no talk yet on {html.escape(', '.join(missing))}.</p>" if missing else ".</p>"))
     body += ["<ol>", *(_item(topic, talk) for topic, talk in rows), "</ol>"]
     if extras: body += ["<h2>More talks</h2>", "<p>On topics the deck doesn't list.</p>", "<ul>", *(_item(None, t) for t in extras), "</ul>"]
-    return _INDEX.format(body="\n".join(body))
+    return string.Template(talk_asset("talks_index.html")).substitute(body="\n".join(body))
 
 def write_index(talks: list[Talk], out_dir: Path, complete: bool = True) -> Path:
     "`out_dir/index.html` (see `index_html`)."

@@ -1,16 +1,23 @@
 """The five-minute talks: every one built once (which runs its cells and asserts; `make nbtest` leaves nbs/talks to this
 module, so no talk runs twice in a suite), then opened in headless Chromium: reveal.js starts, each of its three slides is
-stepped through, its picture loads, MathJax typesets its equation, and no request leaves the machine. Besides: the deck's
-topics each have a talk, numbered in the deck's order."""
+stepped through, its picture loads, MathJax typesets its equation without a TeX error, the last slide is headed "Why it
+matters for qmind-render", and no request leaves the machine. Besides: the deck's topics each have a talk, numbered in the
+deck's order; a broken equation is seen as one; the pages' files ship in the package."""
+import base64
+import fnmatch
 import re
 import time
+import tomllib
 from pathlib import Path
 from urllib.parse import urlparse
 
+import nbformat
+import nbformat.v4 as nbf
 import pytest
 
+import qmind_render
 from qmind_render.docs import serve_site
-from qmind_render.talks import DECK_TOPICS, build_talks, check_offline, find_talks, lineup
+from qmind_render.talks import DECK_TOPICS, TALK_ASSETS, WHY, build_talks, check_offline, find_talks, lineup
 from tests.conftest import launch_chromium, needs_chromium
 
 FOLDER = Path(__file__).resolve().parents[1] / "nbs" / "talks"
@@ -95,13 +102,21 @@ def _off_machine(urls: list[str]) -> list[str]:
 
 
 # What the current slide shows: loaded PNG pictures (data: URLs, as nbconvert embeds a cell's figure) and typeset display
-# equations, each counted only if it has a size on screen.
+# equations, each counted only if it has a size on screen; TeX errors, which MathJax draws inside the equation (so a broken
+# one still has an mjx-math): a parse error as mjx-merror, an undefined macro as its own name in red; TeX delimiters left
+# in the text outside code; the slide's heading.
 _SHOWN = """() => {
   const s = Reveal.getCurrentSlide(), seen = e => e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().height > 0;
+  const prose = s.cloneNode(true);
+  prose.querySelectorAll('pre, code, mjx-container, .jp-InputArea-editor').forEach(e => e.remove());
+  const h = s.querySelector('h1, h2');
   return {
     pictures: [...s.querySelectorAll('img')].filter(i => i.src.startsWith('data:image/png') && i.complete && i.naturalWidth > 0 && seen(i)).length,
     equations: [...s.querySelectorAll("mjx-container[display='true']")].filter(m => seen(m) && m.querySelector('mjx-math')).length,
-    raw_tex: s.innerText.includes('$$'),
+    tex_errors: s.querySelectorAll('mjx-math mjx-merror, mjx-math [data-mjx-error]').length
+      + [...s.querySelectorAll('mjx-assistive-mml mtext[mathcolor="red"]')].filter(t => t.textContent.startsWith('\\\\')).length,
+    raw_tex: ['$$', '\\\\[', '\\\\]', '\\\\(', '\\\\)'].filter(d => prose.textContent.includes(d)),
+    heading: h ? h.textContent.replace('\u00b6', '').trim() : '',
   };
 }"""
 
@@ -124,7 +139,9 @@ def test_talk_steps_through_its_slides_in_chromium_offline(site, page, slug):
     assert page.evaluate("Reveal.isLastSlide()")
     assert sum(s["pictures"] for s in shown) >= 1, f"{slug}: no picture shown on any slide: {shown}"
     assert sum(s["equations"] for s in shown) >= 1, f"{slug}: no display equation typeset on any slide: {shown}"
+    assert not any(s["tex_errors"] for s in shown), f"{slug}: MathJax could not typeset some TeX: {shown}"
     assert not any(s["raw_tex"] for s in shown), f"{slug}: TeX left untypeset: {shown}"
+    assert shown[2]["heading"].lower() == WHY.lower(), f"{slug}: the last slide is headed {shown[2]['heading']!r}, not {WHY!r}"
     assert not _off_machine(page.urls), f"{slug}: requests left the machine: {_off_machine(page.urls)}"
     assert not page.failed and not page.errors, (page.failed, page.errors)
     assert any("tex-chtml.js" in u for u in page.urls) and any("woff" in u for u in page.urls), "MathJax or its fonts never loaded"
@@ -139,3 +156,43 @@ def test_index_lists_every_talk_in_deck_order(site, page):
     numbers = page.eval_on_selector_all("ol > li", "els => els.map(e => e.value)")
     assert numbers == [t.n for t in DECK_TOPICS]        # a full build lists every topic, with or without a talk yet
     assert not _off_machine(page.urls) and not page.errors
+
+
+_PNG = base64.b64encode(base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")).decode()
+
+
+@needs_chromium
+def test_a_broken_equation_and_stray_tex_are_seen(browser, tmp_path):
+    "The checks above would see what a reader would: TeX MathJax cannot parse, and a delimiter it never closed."
+    slide = lambda md: nbf.new_markdown_cell(md, metadata={"slideshow": {"slide_type": "slide"}})
+    picture = nbf.new_code_cell("show()", outputs=[nbf.new_output("display_data", data={"image/png": _PNG, "text/plain": "<Figure>"})])
+    nb = nbf.new_notebook(cells=[slide("# Toy"), picture, slide("## Broken\n\n$$x = \\nosuchmacro{1}$$\n\n$$y^$$"),
+                                 slide(f"## {WHY}\n\nA stray \\\\(x, and $$\\frac{{1}}{{$$")])   # markdown's \\( is \(
+    (tmp_path / "talks").mkdir()
+    nbformat.write(nb, tmp_path / "talks" / "01_toy.ipynb")
+    build_talks(tmp_path / "out", folder=tmp_path / "talks", log=None)          # stored outputs: rendered, not run
+    httpd = serve_site(tmp_path / "out")
+    try:
+        ctx = browser.new_context(viewport={"width": 1100, "height": 760})
+        pg = ctx.new_page()
+        pg.goto(f"http://127.0.0.1:{httpd.server_address[1]}/toy.html")
+        pg.wait_for_function("window.Reveal && Reveal.isReady() && document.body.dataset.mathjax === 'done'", timeout=30_000)
+        shown = []
+        for i in range(3):
+            pg.evaluate(f"Reveal.slide({i})")
+            shown.append(pg.evaluate(_SHOWN))
+        ctx.close()
+    finally:
+        httpd.shutdown(); httpd.server_close()
+    assert shown[1]["tex_errors"] == 2 and shown[1]["equations"] == 2, shown   # drawn, but as errors
+    assert shown[2]["raw_tex"] == ["$$", "\\("] and shown[2]["heading"] == WHY, shown   # never opened or never closed
+    assert shown[0]["pictures"] == 1 and not shown[0]["tex_errors"] and not shown[0]["raw_tex"], shown
+
+
+def test_the_talk_pages_ship_in_the_package():
+    "The slides' template and the index page are files under qmind_render/assets/ that the package data carries into a wheel."
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["qmind_render"]
+    for name in TALK_ASSETS:
+        assert (Path(qmind_render.__file__).resolve().parent / "assets" / name).is_file(), name
+        assert any(fnmatch.fnmatch(f"assets/{name}", p) for p in patterns), (name, patterns)
