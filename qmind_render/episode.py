@@ -22,7 +22,7 @@ import numpy as np
 from .contracts import ChannelSpec
 from .engine import (ENGINE_VERSION, MAX_ENEMIES, N_HEADINGS, OPEN, World, _frame, _Out, _Runner, _streams,
                                  engine_spec)
-from .viz import palette
+from .viz import top_down
 
 # %% auto #0
 __all__ = ['MAP_SIZE', 'MAX_ROOMS', 'CHUNK', 'GOLDEN_CASES', 'make_world', 'map_image', 'render_episode', 'render_batch',
@@ -148,13 +148,12 @@ def make_world(seed: int, materials: Sequence[int] | None = None, spec: ChannelS
 
 # %% ../nbs/11_episode.ipynb #deaf92b3
 def map_image(grid: np.ndarray, sector: np.ndarray, light: np.ndarray, spec: ChannelSpec | None = None) -> np.ndarray:
-    "Top-down RGB [MH, MW, 3] of a map: visible walls by material (the spec's palette), hidden rock dark, floor by its sector's light."
+    "Top-down RGB [MH, MW, 3] of a map (`viz.top_down`): visible walls by material, open floor by its sector's light, hidden rock."
     open_ = grid == OPEN
-    img = np.full(grid.shape + (3,), 45, np.uint8)
-    img[open_] = (60 + 180 * light[sector[open_]]).astype(np.uint8)[:, None]
     seen = _grow(open_) & ~open_
-    img[seen] = palette(spec).material[grid[seen]]
-    return img
+    floor = np.full(grid.shape, np.nan, np.float32)
+    floor[open_] = light[sector[open_]]
+    return top_down(np.where(seen, grid, OPEN).astype(np.uint8), floor, spec)
 
 # %% ../nbs/11_episode.ipynb #a2c13bc7
 CHUNK = 8  # frames per numba call
