@@ -1,4 +1,4 @@
-"""The project's one picture vocabulary: palettes read from the channel spec, the channel strip, the sample and cell grids, the heatmap, the episode video, the map of a world; each returns an array or a matplotlib `Figure` and leaves pyplot alone.
+"""The project's one picture vocabulary: palettes read from the channel spec, the channel strip, the sample and cell grids, the heatmap, the episode video, the map of a world and charts; each returns an array or a matplotlib `Figure` and leaves pyplot alone.
 
 Docs: https://qmind.github.io/qmind-render/viz.html.md"""
 
@@ -19,7 +19,7 @@ from .contracts import ChannelSpec, UserError, load_spec
 # %% auto #0
 __all__ = ['PANELS', 'PaletteError', 'Palette', 'palette', 'colormap', 'colorize', 'joined', 'channel_strip', 'picture',
            'figure_of', 'mosaic', 'grid_figure', 'sample_grid', 'episode_frames', 'write_gif', 'heatmap', 'top_down',
-           'draw_map', 'map_legend']
+           'draw_map', 'map_legend', 'lines', 'bars', 'scatter']
 
 # %% ../nbs/05_viz.ipynb #8ecdb6b5
 class PaletteError(UserError, ValueError):
@@ -147,14 +147,17 @@ def _figure(w: float, h: float):
     return Figure(figsize=(w, h), layout="constrained")
 
 def figure_of(images, titles: Sequence[str] = (), size: float = 2.2, title: str | None = None, cmap: str | None = None,
-              vmin: float | None = None, vmax: float | None = None):
-    "One array, or a list of arrays side by side, each `size` inches high with its title: a matplotlib `Figure`."
+              vmin: float | None = None, vmax: float | None = None, ncols: int | None = None):
+    "One array, or a list of arrays side by side (`ncols` to a row), each `size` inches high with its title: a matplotlib `Figure`."
     images = [images] if isinstance(images, np.ndarray) else list(images)
-    ws = [size * np.shape(im)[1] / np.shape(im)[0] for im in images]
-    fig = _figure(sum(ws), size + (0.3 if titles or title else 0))
-    axs = fig.subplots(1, len(images), squeeze=False, width_ratios=ws)[0]
+    ncols = min(ncols or len(images), len(images))
+    ws = [size * np.shape(im)[1] / np.shape(im)[0] for im in images[:ncols]]
+    rows = -(-len(images) // ncols)
+    fig = _figure(sum(ws), rows * (size + (0.3 if titles or title else 0)))
+    axs = fig.subplots(rows, ncols, squeeze=False, width_ratios=ws).ravel()
+    for ax in axs: ax.set_axis_off()
     for i, (ax, im) in enumerate(zip(axs, images)):
-        ax.imshow(np.asarray(im), cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest"); ax.set_axis_off()
+        ax.imshow(np.asarray(im), cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
         if i < len(titles): ax.set_title(titles[i], fontsize=8)
     if title: fig.suptitle(title, fontsize=9)
     return fig
@@ -258,3 +261,63 @@ def map_legend(ax, view: bool = False, trail: bool = False, spec: ChannelSpec | 
     h += [Line2D([], [], marker="o", ls="", c=c(pal.player), label="player"), Line2D([], [], marker="o", ls="", c=c(pal.enemy), label="enemy")]
     if trail: h.append(Line2D([], [], c=c(pal.player), alpha=0.8, label="the path walked"))
     ax.legend(handles=h, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7, frameon=False)
+
+# %% ../nbs/05_viz.ipynb #eb2975b6
+def _chart(size: tuple, title: str, xlabel: str, ylabel: str):
+    fig = _figure(*size); ax = fig.subplots()
+    ax.set_xlabel(xlabel); ax.set_ylabel(ylabel); ax.grid(alpha=0.3)
+    if title: ax.set_title(title, fontsize=9)
+    return fig, ax
+
+def lines(series: dict, title: str = "", xlabel: str = "", ylabel: str = "", styles: dict | None = None,
+          marks: Sequence[float] = (), logy: bool = False, size: tuple = (5.0, 2.6)):
+    "A curve per key of `series` (an (x, y) pair, or y against 0, 1, ...), named in a legend; `marks`: thin lines at those x. A `Figure`."
+    fig, ax = _chart(size, title, xlabel, ylabel)
+    for k, v in series.items():
+        x, y = v if isinstance(v, tuple) else (np.arange(len(v)), v)
+        ax.plot(x, y, (styles or {}).get(k, "-"), ms=3, label=str(k))
+    for x in marks: ax.axvline(x, color="grey", lw=0.5)
+    if logy: ax.set_yscale("log")
+    if len(series) > 1: ax.legend(fontsize=7)
+    return fig
+
+# %% ../nbs/05_viz.ipynb #f50400ef
+def bars(values, labels: Sequence[str], title: str = "", xlabel: str = "", ylabel: str = "", start=None, stacked: bool = False,
+         horizontal: bool = False, line: tuple | None = None, log: bool = False, size: tuple = (5.0, 2.6)):
+    """Bars, a group per label. `values`: a value per label, or a dict of such series (a bar each, side by side or `stacked`);
+    `start` (the same shape) makes each bar the range [start, start + value); `line` = (value, name), a reference level. A `Figure`."""
+    series = values if isinstance(values, dict) else {"": values}
+    starts = start if isinstance(start, dict) else {k: start for k in series} if start is not None else {}
+    fig, ax = _chart(size, title, xlabel, ylabel)
+    n, pos, base = len(series), np.arange(len(labels)), np.zeros(len(labels))
+    w = 0.8 if stacked or n == 1 else 0.8 / n
+    for i, (k, v) in enumerate(series.items()):
+        v = np.asarray(v, float)
+        s = base.copy() if stacked else np.asarray(starts.get(k, base), float)
+        at = pos if stacked else pos + (i - (n - 1) / 2) * w
+        (ax.barh if horizontal else ax.bar)(at, v, w, s, label=k or None)
+        if stacked: base = base + np.nan_to_num(v)
+    (ax.set_yticks if horizontal else ax.set_xticks)(pos, list(labels), fontsize=7)
+    ax.grid(False); ax.grid(axis="x" if horizontal else "y", alpha=0.3)
+    if horizontal: ax.invert_yaxis()                                   # the first label on top
+    if line is not None: (ax.axvline if horizontal else ax.axhline)(line[0], color="k", ls="--", lw=0.8, label=line[1])
+    if log:                                                            # bars from 0: start the axis a decade below the least
+        (ax.set_xscale if horizontal else ax.set_yscale)("log")
+        least = min((x for v in series.values() for x in np.ravel(np.asarray(v, float)) if x > 0), default=1.0)
+        (ax.set_xlim if horizontal else ax.set_ylim)(10 ** np.floor(np.log10(least)), None)
+    if n > 1 or line is not None: ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1)} if horizontal else {}))
+    return fig
+
+def scatter(series: dict, title: str = "", xlabel: str = "", ylabel: str = "", logx: bool = False, logy: bool = False,
+            size: tuple = (5.0, 3.0)):
+    "Labelled points: `series` maps a legend name to [(x, y, label), ...], each point named beside it. A `Figure`."
+    fig, ax = _chart(size, title, xlabel, ylabel)
+    for i, (k, pts) in enumerate(series.items()):
+        x, y, names = zip(*pts) if pts else ((), (), ())
+        ax.plot(x, y, "os^Dv"[i % 5], ls="", label=k)
+        for a, b, t in zip(x, y, names): ax.annotate(t, (a, b), xytext=(4, 3), textcoords="offset points", fontsize=7)
+    if logx: ax.set_xscale("log")
+    if logy: ax.set_yscale("log")
+    ax.margins(0.15)                                                    # room for the names beside the points
+    if len(series) > 1: ax.legend(fontsize=7)
+    return fig

@@ -95,7 +95,7 @@ def test_no_palette_is_copied_at_import():
 
 
 def test_drawing_leaves_matplotlib_alone(monkeypatch):
-    "heatmap, figure_of and grid_figure return Figures; none switches the backend or opens a pyplot figure."
+    "heatmap, figure_of, grid_figure and the charts return Figures; none switches the backend or opens a pyplot figure."
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
     monkeypatch.setattr(matplotlib, "use", lambda *a, **k: pytest.fail("matplotlib.use called"))
@@ -103,7 +103,10 @@ def test_drawing_leaves_matplotlib_alone(monkeypatch):
     names = (["a", "b"], ["m0", "m1", "m2"], ["l0", "l1"])
     figs = [viz.heatmap(np.arange(12.0), names, held_out=[(1, 2, 0)], title="t"),
             viz.figure_of([np.zeros((4, 4, 3), np.uint8)] * 2, ["x", "y"]),
-            viz.grid_figure(viz.mosaic([[np.zeros((4, 4, 3), np.uint8)] * 3] * 2), ["r0", "r1"], ["c0", "c1", "c2"])]
+            viz.grid_figure(viz.mosaic([[np.zeros((4, 4, 3), np.uint8)] * 3] * 2), ["r0", "r1"], ["c0", "c1", "c2"]),
+            viz.figure_of([np.zeros((4, 4))] * 5, ncols=2), viz.lines({"loss": [3.0, 2.0]}, logy=True),
+            viz.bars({"a": [1, 2], "b": [2, 3]}, ["x", "y"], log=True, horizontal=True, line=(2, "cap")),
+            viz.scatter({"p": [(1, 2, "one")]}, logx=True)]
     assert all(isinstance(f, Figure) for f in figs) and plt.get_fignums() == before
 
 
