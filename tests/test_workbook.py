@@ -1,5 +1,7 @@
-"""The workbook's own machinery: the sync check CI relies on, and papermill's tag through nbdev-clean."""
+"""The workbook's own machinery: the sync check CI relies on, papermill's tag through nbdev-clean, and drawing that never
+goes through pyplot."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -79,3 +81,24 @@ def test_every_notebook_is_valid_nbformat():
     for p in sorted((ROOT / "nbs").rglob("*.ipynb")):
         if ".ipynb_checkpoints" in p.parts: continue
         nbformat.validate(nbformat.read(p, as_version=4))
+
+
+# Notebooks that may name pyplot, and why: neither draws with it.
+PYPLOT_OK = {"05_viz": "checks that drawing leaves pyplot's list of figures empty",
+             "96_talks": "its toy talk draws with pyplot, as the talks do, to check that the talk kernel captures the figure"}
+
+
+def _notebooks() -> dict[str, dict]:
+    "The notebooks in nbs/ itself (talks/ and experiments/ are folders of their own), by name."
+    return {p.stem: json.loads(p.read_text()) for p in sorted((ROOT / "nbs").glob("*.ipynb"))}
+
+
+def _code(nb: dict) -> list[dict]: return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def test_no_stage_notebook_draws_with_pyplot():
+    "Pictures are viz's Figures and arrays: no notebook in nbs/ imports or calls pyplot (its global state is a notebook's backend)."
+    found = [f"{name} cell {c['id']}" for name, nb in _notebooks().items() if name not in PYPLOT_OK
+             for c in _code(nb) if re.search(r"pyplot|\bplt\.", "".join(c["source"]))]
+    assert not found, f"pyplot in {found}: draw with qmind_render.viz (figure_of, grid_figure, lines, bars, ...)"
+
