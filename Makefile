@@ -1,5 +1,5 @@
 # The README's commands. `make test` is what CI runs (through .ci/run).
-.PHONY: test sync lint nbtest pytest export hooks
+.PHONY: test sync lint nbtest pytest export pictures hooks
 
 test: sync lint nbtest pytest   ## everything CI checks, in order of cost
 
@@ -17,6 +17,9 @@ pytest:   ## what a notebook can't hold: subprocesses, servers, browsers, torchr
 
 export:   ## after editing a notebook
 	nbdev-export && nbdev-clean
+
+pictures: ## run each stage notebook (slow cells too) and store its closing picture, the cells tagged `picture` only
+	python tools/pictures.py
 
 hooks:    ## once per clone: notebook-aware git merge/diff drivers, clean-on-save in Jupyter
 	nbdev-install-hooks

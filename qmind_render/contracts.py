@@ -87,11 +87,12 @@ def check_compatible(contract: str, made: str, reader: str, what: str = "data") 
 # %% ../nbs/00_contracts.ipynb #aa43b205
 @dataclass(frozen=True)
 class ChannelSpec:
-    "The parsed `channel_spec.yaml`: `size` is (height, width); `channels` maps name -> rules."
+    "The parsed `channel_spec.yaml`: `size` is (height, width); `channels` maps name -> rules; `map`: how a world's map is drawn (display only)."
     version: str
     size: tuple[int, int]
     channels: dict = field(repr=False)
     path: Path | None = field(default=None, repr=False, compare=False)
+    map: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def names(self) -> list[str]: return list(self.channels)
@@ -135,7 +136,7 @@ def _load_spec(path: str, mtime_ns: int) -> ChannelSpec:
         np.dtype(rules["dtype"])
     for name in ("depth", "surface", "material", "uv", "light"):
         if name not in chans: raise ValueError(f"{path}: channel {name!r} is missing")
-    return ChannelSpec(str(d["version"]), tuple(size), chans, path)
+    return ChannelSpec(str(d["version"]), tuple(size), chans, path, d.get("map") or {})
 
 # %% ../nbs/00_contracts.ipynb #ceb73eb4
 def bytes_per_pixel(spec: ChannelSpec, rgb: bool = True) -> int:

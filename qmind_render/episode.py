@@ -23,7 +23,7 @@ from .contracts import ChannelSpec
 from .engine import (ENGINE_VERSION, MAX_ENEMIES, N_HEADINGS, OPEN, Frames, Runner, World, engine_spec,
                                  episode_streams)
 from .util import atomic_write
-from .viz import palette
+from .viz import top_down
 
 # %% auto #0
 __all__ = ['MAP_SIZE', 'MAX_ROOMS', 'CHUNK', 'GOLDEN_CASES', 'check_seed', 'make_world', 'map_image', 'render_episode',
@@ -151,13 +151,12 @@ def make_world(seed: int, materials: Sequence[int] | None = None, spec: ChannelS
 
 # %% ../nbs/11_episode.ipynb #deaf92b3
 def map_image(grid: np.ndarray, sector: np.ndarray, light: np.ndarray, spec: ChannelSpec | None = None) -> np.ndarray:
-    "Top-down RGB [MH, MW, 3] of a map: visible walls by material (the spec's palette), hidden rock dark, floor by its sector's light."
+    "Top-down RGB [MH, MW, 3] of a map (`viz.top_down`): visible walls by material, open floor by its sector's light, hidden rock."
     open_ = grid == OPEN
-    img = np.full(grid.shape + (3,), 45, np.uint8)
-    img[open_] = (60 + 180 * light[sector[open_]]).astype(np.uint8)[:, None]
     seen = _grow(open_) & ~open_
-    img[seen] = palette(spec).material[grid[seen]]
-    return img
+    floor = np.full(grid.shape, np.nan, np.float32)
+    floor[open_] = light[sector[open_]]
+    return top_down(np.where(seen, grid, OPEN).astype(np.uint8), floor, spec)
 
 # %% ../nbs/11_episode.ipynb #a2c13bc7
 CHUNK = 8  # frames per numba call

@@ -19,7 +19,7 @@ from .contracts import ChannelSpec
 from .engine import ACTIONS, N_HEADINGS, PLANE, Runner, World, engine_spec
 from .episode import check_seed, make_world, map_image
 from .util import save_figure, save_image
-from .viz import channel_strip, palette
+from .viz import channel_strip, draw_map, map_legend, palette
 
 # %% auto #0
 __all__ = ['Game', 'plot_map', 'render_parser', 'write_episode', 'render_main']
@@ -71,36 +71,22 @@ Game.player, Game.enemies = _player, _enemies
 
 # %% ../nbs/12_game.ipynb #0cedbf6a
 def plot_map(game: Game, ax=None, trail: np.ndarray | None = None, title: str | None = None, legend: bool = False):
-    "Top-down view of `game`: walls by material, floor by light, enemies, the player and its view cone. Returns the figure."
+    "Top-down view of `game` (`viz.draw_map`): walls by material, floor by light, enemies, the player and its view cone. Returns the figure."
     from matplotlib.figure import Figure
     ax = ax or Figure(figsize=(4, 4)).subplots()
-    st, b = game._runner.state, 0
-    MH, MW = st.grid.shape[1:]
-    ax.imshow(map_image(st.grid[b], st.sector[b], st.light[b], game.spec), extent=(0, MW, MH, 0), interpolation="nearest")
+    st, b, pal = game._runner.state, 0, palette(game.spec)
+    draw_map(ax, map_image(st.grid[b], st.sector[b], st.light[b], game.spec), game.player, game.enemies, game.spec)
     if game._zcol is None: game.channels()
     x, y, _ = game.player
     c, s = game._runner.tab.heading[game._runner.pose(b)[2]]
     cam = game._runner.tab.camx
     cx, cy = x + game._zcol * (c - s * PLANE * cam), y + game._zcol * (s + c * PLANE * cam)  # where each column's ray hit
-    ax.fill(np.r_[x, cx], np.r_[y, cy], color="white", alpha=0.5, lw=0)
+    ax.fill(np.r_[x, cx], np.r_[y, cy], color=pal.view / 255, alpha=0.5, lw=0)
     ax.plot([cx[0], x, cx[-1]], [cy[0], y, cy[-1]], c="k", lw=0.6)
-    if trail is not None and len(trail): ax.plot(*np.asarray(trail).T[:2], c="tab:blue", lw=1.2, alpha=0.8)
-    ax.plot(*game.enemies.T, "o", c="tab:red", ms=4); ax.plot(x, y, "o", c="tab:blue", ms=5)
-    ax.set_axis_off(); ax.set_title(title or f"after frame {game.frame - 1}", fontsize=9)
-    if legend: _map_legend(ax, trail is not None)
+    if trail is not None and len(trail): ax.plot(*np.asarray(trail).T[:2], c=pal.player / 255, lw=1.2, alpha=0.8)
+    ax.set_title(title or f"after frame {game.frame - 1}", fontsize=9)
+    if legend: map_legend(ax, view=True, trail=trail is not None, spec=game.spec)
     return ax.figure
-
-def _map_legend(ax, trail: bool) -> None:
-    "What the map's colours and marks mean, beside it."
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    pal = palette()
-    h = [Patch(color=pal.material[m] / 255, label=f"wall, material {m}") for m in range(pal.n_materials)]
-    h += [Patch(color=(0.9, 0.9, 0.9), label="floor (brighter: more light)"), Patch(color=(45 / 255,) * 3, label="rock"),
-          Patch(facecolor="white", edgecolor="k", lw=0.6, label="what the player sees"), Line2D([], [], marker="o", ls="", c="tab:blue", label="player"),
-          Line2D([], [], marker="o", ls="", c="tab:red", label="enemy")]
-    if trail: h.append(Line2D([], [], c="tab:blue", alpha=0.8, label="the path walked"))
-    ax.legend(handles=h, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7, frameon=False)
 
 # %% ../nbs/12_game.ipynb #9382a150
 def render_parser() -> argparse.ArgumentParser:

@@ -84,11 +84,12 @@ def _cpu_variants(size: str, batch: int, compile: bool):
     return v
 
 def bench_cpu(size: str = "small", batch: int = 8, iters: int = 7, warmup: int = 2, compile: bool = True,
-              threads: int | None = None) -> dict:
-    "CPU training-step medians (s): ours vs diffusers' UNet2DModel (same layout), each with the switches, round-robin."
+              threads: int | None = None, only: tuple | None = None) -> dict:
+    "CPU training-step medians (s): ours vs diffusers' UNet2DModel (same layout), each with the switches (`only`: just these beside both in fp32), round-robin."
     if threads: torch.set_num_threads(int(threads))
     x0, cond = prepare_batch(synthetic_batch(batch))
     variants = _cpu_variants(size, batch, compile)
+    if only: variants = {k: v for k, v in variants.items() if k in ("ours", "diffusers", *only)}
     fns = {k: _stepper(m, x0, cond, ac) for k, (m, ac) in variants.items()}
     first = {}
     for k, f in fns.items():
@@ -98,9 +99,10 @@ def bench_cpu(size: str = "small", batch: int = 8, iters: int = 7, warmup: int =
     r = {"size": size, "batch": batch, "iters": iters, "params_ours": n_params(variants["ours"][0].net),
          "params_diffusers": n_params(variants["diffusers"][0].twin)}
     r |= {f"step_s_{k}": v for k, v in med.items()}
-    for sw in ("", "_channels_last", "_bf16"): r[f"diffusers_over_ours{sw}"] = med[f"diffusers{sw}"] / med[f"ours{sw}"]
-    r["diffusers_over_ours_defaults"] = med["diffusers"] / med["ours_channels_last"]   # each in its default format
-    if compile: r["compile_first_step_s"] = first["ours_compile"]
+    for sw in ("", "_channels_last", "_bf16"):
+        if {f"diffusers{sw}", f"ours{sw}"} <= set(med): r[f"diffusers_over_ours{sw}"] = med[f"diffusers{sw}"] / med[f"ours{sw}"]
+    if "ours_channels_last" in med: r["diffusers_over_ours_defaults"] = med["diffusers"] / med["ours_channels_last"]   # each in its default format
+    if "ours_compile" in first: r["compile_first_step_s"] = first["ours_compile"]
     return r
 
 # %% ../nbs/46_model_bench.ipynb #0f0e5573

@@ -333,5 +333,3 @@ def wait(self: SlurmBackend, jobs: list[dict] | None = None, timeout_s: float | 
     while any(self.status(j) in ("queued", "running") for j in jobs):
         if end is not None and time.monotonic() > end: raise TimeoutError(f"Slurm jobs still running after {timeout_s} s")
         time.sleep(self.poll_s)
-
-assert isinstance(SlurmBackend(), Backend)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cloud import RunSpec
 from .sweep import eval_psnr, expand_sweep, load_sweep, read_json, run_finished, write_json
-from .util import format_cell, format_table
+from .util import atomic_write, format_cell, format_table
 
 # %% auto #0
 __all__ = ['METRICS', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'write_report']
@@ -66,8 +66,8 @@ def _xlabel(key: str, values: list) -> str:
     if all(str(v).startswith("coverage_") for v in values): return "coverage: % of factor cells seen in training"
     return key
 
-def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], path: str | Path, title: str = "") -> Path:
-    "PSNR against the one numeric grid key (line, seeds as error bars), else one bar per grid combination."
+def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], title: str = ""):
+    "PSNR against the one numeric grid key (line, seeds as error bars), else one bar per grid combination: a matplotlib `Figure`."
     import numpy as np
     from matplotlib.figure import Figure
     fig = Figure(figsize=(max(6.4, 1.1 * len(agg)), 3.8)); ax = fig.subplots()
@@ -95,8 +95,7 @@ def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], path: str | Pat
     n = sorted({a["seeds"] for a in agg})
     ax.set_ylabel("PSNR (dB)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
     ax.set_title(f"{title}: mean ± std over {'/'.join(map(str, n))} seed(s); dots: single runs", fontsize=9)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return Path(path)
+    return fig
 
 # %% ../nbs/87_sweep_report.ipynb #1a74d6a3
 def _report_cell(v) -> str: return f"{v:.2f}" if isinstance(v, float) else format_cell(v)
@@ -110,14 +109,16 @@ def _pm(a: dict, m: str) -> str:
 
 def write_report(sweep: str | Path | dict, out: str | Path | None = None, root: str | Path | None = None,
                  overrides: list[str] = (), sweep_root: str | Path | None = None) -> dict:
-    "The sweep's report from its runs' eval.json: `report.md`, `psnr.png` and `results.json` in `out`."
+    "The sweep's report from its runs' eval.json: `report.md`, `psnr.png` and `results.json` in `out`, each written whole or not at all."
     from qmind_render.train import runs_root
     s, runs = load_sweep(sweep), expand_sweep(sweep, overrides, sweep_root)
     by = [k for k in s["grid"] if k != "seed"]
     rows = sweep_results(runs, s["grid"], root)
     agg = aggregate(rows, by)
     out = Path(out or runs_root(root) / f"{s['name']}-report"); out.mkdir(parents=True, exist_ok=True)
-    png = plot_sweep(agg, rows, by, out / "psnr.png", s["name"]) if agg else None
+    fig = plot_sweep(agg, rows, by, s["name"]) if agg else None
+    save = lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})  # noqa: E731
+    png = atomic_write(out / "psnr.png", write=save) if fig else None
     k = next((r["ddim_steps"] for r in rows if r.get("ddim_steps")), None)
     lines = [f"# Sweep {s['name']}", "", f"Base `{s['base']}`, grid " + ", ".join(f"`{g}` {v}" for g, v in s["grid"].items()) +
              f"; {sum(r['status'] == 'done' for r in rows)} of {len(rows)} runs done. PSNR at {k} DDIM steps, "
@@ -125,6 +126,6 @@ def write_report(sweep: str | Path | dict, out: str | Path | None = None, root: 
     if png: lines += [f"![PSNR]({png.name})", ""]
     lines += [md_table([{**{g: a[g] for g in by}, "seeds": a["seeds"], **{m: _pm(a, m) for m in METRICS}} for a in agg], [*by, "seeds", *METRICS]),
               "", "## Runs", "", md_table(rows, ["run", "status", *s["grid"], *METRICS, "step"]), ""]
-    (out / "report.md").write_text("\n".join(lines))
+    atomic_write(out / "report.md", "\n".join(lines))
     write_json(out / "results.json", {"sweep": s, "runs": rows, "groups": agg})
-    return {"report": out / "report.md", "png": png, "rows": rows, "groups": agg}
+    return {"report": out / "report.md", "png": png, "figure": fig, "rows": rows, "groups": agg}

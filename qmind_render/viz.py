@@ -1,4 +1,4 @@
-"""The project's one picture vocabulary: palettes read from the channel spec, the channel strip, the sample and cell grids, the heatmap and the episode video; each returns an array or a matplotlib `Figure` and leaves pyplot alone.
+"""The project's one picture vocabulary: palettes read from the channel spec, the channel strip, the sample and cell grids, the heatmap, the episode video, the map of a world and charts; each returns an array or a matplotlib `Figure` and leaves pyplot alone.
 
 Docs: https://qmind.github.io/qmind-render/viz.html.md"""
 
@@ -17,21 +17,27 @@ import numpy as np
 from .contracts import ChannelSpec, UserError, load_spec
 
 # %% auto #0
-__all__ = ['SURFACE_RGB', 'MATERIAL_RGB', 'PANELS', 'PaletteError', 'Palette', 'palette', 'colormap', 'colorize', 'joined',
-           'channel_strip', 'picture', 'figure_of', 'mosaic', 'grid_figure', 'sample_grid', 'episode_frames',
-           'write_gif', 'heatmap']
+__all__ = ['PANELS', 'PaletteError', 'Palette', 'palette', 'colormap', 'colorize', 'joined', 'channel_strip', 'picture',
+           'figure_of', 'mosaic', 'grid_figure', 'sample_grid', 'episode_frames', 'write_gif', 'heatmap', 'top_down',
+           'draw_map', 'map_legend', 'lines', 'bars', 'scatter']
 
 # %% ../nbs/05_viz.ipynb #8ecdb6b5
 class PaletteError(UserError, ValueError):
-    "The channel spec's display fields (`colours`, `cmap`) are missing or malformed: the message names the channel."
+    "The channel spec's display fields (`colours`, `cmap`, `map`) are missing or malformed: the message names the field."
 
 @dataclass(frozen=True)
 class Palette:
-    "How pictures draw the channels: `surface` [n_classes, 3] by class id, `material` [256, 3] by stored id, `cmaps` by channel."
+    """How pictures draw the channels: `surface` [n_classes, 3] by class id, `material` [256, 3] by stored id, `cmaps` by
+    channel; and the map: `rock`, `floor` [2, 3] (at light 0 and 1), `player`, `view`, `enemy` (the surface colour of enemies)."""
     surface: np.ndarray
     material: np.ndarray
     cmaps: dict
     n_materials: int
+    rock: np.ndarray
+    floor: np.ndarray
+    player: np.ndarray
+    view: np.ndarray
+    enemy: np.ndarray | None = None
 
 def _rgb(v, where: str, spec: ChannelSpec) -> list[int]:
     if not (isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, int) and 0 <= x <= 255 for x in v)):
@@ -39,6 +45,16 @@ def _rgb(v, where: str, spec: ChannelSpec) -> list[int]:
     return list(v)
 
 # %% ../nbs/05_viz.ipynb #45cfc911
+def _map_colours(spec: ChannelSpec, fail) -> dict:
+    "The map's colours from the spec's `map` display fields."
+    mp = spec.map or {}
+    missing = [k for k in ("rock", "floor", "player", "view") if k not in mp]
+    if missing: raise fail(f"`map` has no colour for {missing[0]!r}")
+    floor = mp["floor"]
+    if not (isinstance(floor, list) and len(floor) == 2): raise fail(f"map `floor` must be two colours [dark, lit], got {floor!r}")
+    c = {k: np.array(_rgb(mp[k], f"map colour of {k!r}", spec), np.uint8) for k in ("rock", "player", "view")}
+    return c | {"floor": np.array([_rgb(f, "map colour of 'floor'", spec) for f in floor], np.uint8)}
+
 def palette(spec: ChannelSpec | None = None) -> Palette:
     "The palette the spec's display fields give (default: the project's channel spec)."
     spec = spec or load_spec()
@@ -55,10 +71,8 @@ def palette(spec: ChannelSpec | None = None) -> Palette:
     for name in ("depth", "uv", "light"):
         if not isinstance(ch[name].get("cmap"), str): raise fail(f"channel {name!r} has no `cmap`")
         cmaps[name] = ch[name]["cmap"]
-    return Palette(surface, material, cmaps, spec.n_materials)
-
-SURFACE_RGB = palette().surface                                 # [n_classes, 3], by class id
-MATERIAL_RGB = palette().material[: palette().n_materials]      # [n_materials, 3], by material id
+    enemy = surface[spec.surface_id("enemy")] if "enemy" in spec.classes else None
+    return Palette(surface, material, cmaps, spec.n_materials, enemy=enemy, **_map_colours(spec, fail))
 
 # %% ../nbs/05_viz.ipynb #565e1c7d
 @functools.lru_cache(maxsize=None)
@@ -133,14 +147,17 @@ def _figure(w: float, h: float):
     return Figure(figsize=(w, h), layout="constrained")
 
 def figure_of(images, titles: Sequence[str] = (), size: float = 2.2, title: str | None = None, cmap: str | None = None,
-              vmin: float | None = None, vmax: float | None = None):
-    "One array, or a list of arrays side by side, each `size` inches high with its title: a matplotlib `Figure`."
+              vmin: float | None = None, vmax: float | None = None, ncols: int | None = None):
+    "One array, or a list of arrays side by side (`ncols` to a row), each `size` inches high with its title: a matplotlib `Figure`."
     images = [images] if isinstance(images, np.ndarray) else list(images)
-    ws = [size * np.shape(im)[1] / np.shape(im)[0] for im in images]
-    fig = _figure(sum(ws), size + (0.3 if titles or title else 0))
-    axs = fig.subplots(1, len(images), squeeze=False, width_ratios=ws)[0]
+    ncols = min(ncols or len(images), len(images))
+    ws = [size * np.shape(im)[1] / np.shape(im)[0] for im in images[:ncols]]
+    rows = -(-len(images) // ncols)
+    fig = _figure(sum(ws), rows * (size + (0.3 if titles or title else 0)))
+    axs = fig.subplots(rows, ncols, squeeze=False, width_ratios=ws).ravel()
+    for ax in axs: ax.set_axis_off()
     for i, (ax, im) in enumerate(zip(axs, images)):
-        ax.imshow(np.asarray(im), cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest"); ax.set_axis_off()
+        ax.imshow(np.asarray(im), cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
         if i < len(titles): ax.set_title(titles[i], fontsize=8)
     if title: fig.suptitle(title, fontsize=9)
     return fig
@@ -206,4 +223,101 @@ def heatmap(values: np.ndarray, grid_names: tuple, held_out: Sequence = (), titl
     ax.set_xticks(range(M), list(materials), rotation=45)
     ax.set_yticks(range(T * L), [f"{themes[i // L]}/{lightings[i % L]}" for i in range(T * L)], fontsize=7)
     ax.set_title(title, fontsize=9); fig.colorbar(im, ax=ax, label=label)
+    return fig
+
+# %% ../nbs/05_viz.ipynb #30575b74
+def top_down(walls: np.ndarray, floor_light: np.ndarray, spec: ChannelSpec | None = None) -> np.ndarray:
+    """A map, one pixel per cell, RGB uint8 [MH, MW, 3]: a cell whose `walls` entry is a material id in that material's colour,
+    an open cell (`floor_light` in [0, 1]; NaN elsewhere) in the floor's colour at that light, any other cell rock."""
+    pal = palette(spec)
+    walls, light = np.asarray(walls), np.asarray(floor_light, np.float32)
+    if walls.shape != light.shape: raise ValueError(f"top_down: walls {walls.shape} and floor_light {light.shape} differ")
+    img = np.broadcast_to(pal.rock, walls.shape + (3,)).copy()
+    floor = ~np.isnan(light)
+    lo, hi = pal.floor.astype(np.float32)
+    img[floor] = (lo + (hi - lo) * light[floor][:, None]).astype(np.uint8)
+    seen = walls < pal.n_materials
+    img[seen] = pal.material[walls[seen]]
+    return img
+
+def draw_map(ax, img: np.ndarray, player=None, enemies=None, spec: ChannelSpec | None = None):
+    "A `top_down` map on the axes `ax` in cell units (x right, y down), the `enemies` ([E, 2]: x, y) and the `player` ((x, y, ...)) marked; returns `ax`."
+    pal = palette(spec)
+    H, W = np.shape(img)[:2]
+    ax.imshow(img, extent=(0, W, H, 0), interpolation="nearest")
+    if enemies is not None and len(enemies): ax.plot(*np.asarray(enemies, float)[:, :2].T, "o", c=pal.enemy / 255, ms=4, zorder=3)
+    if player is not None: ax.plot(float(player[0]), float(player[1]), "o", c=pal.player / 255, ms=5, zorder=3)
+    ax.set_axis_off()
+    return ax
+
+def map_legend(ax, view: bool = False, trail: bool = False, spec: ChannelSpec | None = None) -> None:
+    "What a map's colours and marks mean, beside the axes `ax`: walls by material, floor, rock, then (`view`, `trail`) what the player sees and the path it walked, the player, the enemies."
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    pal, c = palette(spec), lambda rgb: np.asarray(rgb) / 255
+    h = [Patch(color=c(pal.material[m]), label=f"wall, material {m}") for m in range(pal.n_materials)]
+    h += [Patch(color=c(pal.floor[1]), label="floor (brighter: more light)"), Patch(color=c(pal.rock), label="rock")]
+    if view: h.append(Patch(facecolor=c(pal.view), edgecolor="k", lw=0.6, label="what the player sees"))
+    h += [Line2D([], [], marker="o", ls="", c=c(pal.player), label="player"), Line2D([], [], marker="o", ls="", c=c(pal.enemy), label="enemy")]
+    if trail: h.append(Line2D([], [], c=c(pal.player), alpha=0.8, label="the path walked"))
+    ax.legend(handles=h, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7, frameon=False)
+
+# %% ../nbs/05_viz.ipynb #eb2975b6
+def _chart(size: tuple, title: str, xlabel: str, ylabel: str):
+    fig = _figure(*size); ax = fig.subplots()
+    ax.set_xlabel(xlabel); ax.set_ylabel(ylabel); ax.grid(alpha=0.3)
+    if title: ax.set_title(title, fontsize=9)
+    return fig, ax
+
+def lines(series: dict, title: str = "", xlabel: str = "", ylabel: str = "", styles: dict | None = None,
+          marks: Sequence[float] = (), logy: bool = False, size: tuple = (5.0, 2.6)):
+    "A curve per key of `series` (an (x, y) pair, or y against 0, 1, ...), named in a legend; `marks`: thin lines at those x. A `Figure`."
+    fig, ax = _chart(size, title, xlabel, ylabel)
+    for k, v in series.items():
+        x, y = v if isinstance(v, tuple) else (np.arange(len(v)), v)
+        ax.plot(x, y, (styles or {}).get(k, "-"), ms=3, label=str(k))
+    for x in marks: ax.axvline(x, color="grey", lw=0.5)
+    if logy: ax.set_yscale("log")
+    if len(series) > 1: ax.legend(fontsize=7)
+    return fig
+
+# %% ../nbs/05_viz.ipynb #f50400ef
+def bars(values, labels: Sequence[str], title: str = "", xlabel: str = "", ylabel: str = "", start=None, stacked: bool = False,
+         horizontal: bool = False, line: tuple | None = None, log: bool = False, size: tuple = (5.0, 2.6)):
+    """Bars, a group per label. `values`: a value per label, or a dict of such series (a bar each, side by side or `stacked`);
+    `start` (the same shape) makes each bar the range [start, start + value); `line` = (value, name), a reference level. A `Figure`."""
+    series = values if isinstance(values, dict) else {"": values}
+    starts = start if isinstance(start, dict) else {k: start for k in series} if start is not None else {}
+    fig, ax = _chart(size, title, xlabel, ylabel)
+    n, pos, base = len(series), np.arange(len(labels)), np.zeros(len(labels))
+    w = 0.8 if stacked or n == 1 else 0.8 / n
+    for i, (k, v) in enumerate(series.items()):
+        v = np.asarray(v, float)
+        s = base.copy() if stacked else np.asarray(starts.get(k, base), float)
+        at = pos if stacked else pos + (i - (n - 1) / 2) * w
+        (ax.barh if horizontal else ax.bar)(at, v, w, s, label=k or None)
+        if stacked: base = base + np.nan_to_num(v)
+    (ax.set_yticks if horizontal else ax.set_xticks)(pos, list(labels), fontsize=7)
+    ax.grid(False); ax.grid(axis="x" if horizontal else "y", alpha=0.3)
+    if horizontal: ax.invert_yaxis()                                   # the first label on top
+    if line is not None: (ax.axvline if horizontal else ax.axhline)(line[0], color="k", ls="--", lw=0.8, label=line[1])
+    if log:                                                            # bars from 0: start the axis a decade below the least
+        (ax.set_xscale if horizontal else ax.set_yscale)("log")
+        least = min((x for v in series.values() for x in np.ravel(np.asarray(v, float)) if x > 0), default=1.0)
+        (ax.set_xlim if horizontal else ax.set_ylim)(10 ** np.floor(np.log10(least)), None)
+    if n > 1 or line is not None: ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1)} if horizontal else {}))
+    return fig
+
+def scatter(series: dict, title: str = "", xlabel: str = "", ylabel: str = "", logx: bool = False, logy: bool = False,
+            size: tuple = (5.0, 3.0)):
+    "Labelled points: `series` maps a legend name to [(x, y, label), ...], each point named beside it. A `Figure`."
+    fig, ax = _chart(size, title, xlabel, ylabel)
+    for i, (k, pts) in enumerate(series.items()):
+        x, y, names = zip(*pts) if pts else ((), (), ())
+        ax.plot(x, y, "os^Dv"[i % 5], ls="", label=k)
+        for a, b, t in zip(x, y, names): ax.annotate(t, (a, b), xytext=(4, 3), textcoords="offset points", fontsize=7)
+    if logx: ax.set_xscale("log")
+    if logy: ax.set_yscale("log")
+    ax.margins(0.15)                                                    # room for the names beside the points
+    if len(series) > 1: ax.legend(fontsize=7)
     return fig

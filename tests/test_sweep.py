@@ -263,6 +263,28 @@ def test_aggregate_groups_by_the_non_seed_keys():
     assert a[0]["heldout_psnr_std"] == pytest.approx(2 ** 0.5) and a[1]["heldout_psnr_std"] == 0.0
 
 
+def test_report_files_are_written_whole_and_the_plot_is_a_figure(tmp_path, monkeypatch):
+    "write_report writes report.md and psnr.png through util.atomic_write; plot_sweep hands back its Figure, pyplot untouched."
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from qmind_render import sweep_report
+    from qmind_render.checkpoint import checkpoint_name
+    s = {"name": "two", "base": "quickstart", "grid": {"seed": [1, 2]}}
+    for r in expand_sweep(s, root=REPO):                # what evaluate leaves in a run dir, for its final checkpoint
+        part = {"baseline": {"psnr": 18.0}, "ddim_1": {"psnr": 20.0 + r.config["seed"]}}
+        ev = tmp_path / "runs" / r.name / "eval" / "eval.json"; ev.parent.mkdir(parents=True)
+        ev.write_text(json.dumps({"checkpoint": str(ev.parents[1] / "checkpoints" / checkpoint_name(r.config["train"]["steps"])),
+                                  "step": r.config["train"]["steps"], "ddim_steps": [1], "parts": {"heldout": part, "train": part}}))
+    written, real = [], sweep_report.atomic_write
+    monkeypatch.setattr(sweep_report, "atomic_write", lambda path, *a, **k: written.append(Path(path).name) or real(path, *a, **k))
+    before = plt.get_fignums()
+    rep = sweep_report.write_report(s, tmp_path / "report", root=tmp_path / "runs", sweep_root=REPO)
+    assert {"report.md", "psnr.png"} <= set(written) and isinstance(rep["figure"], Figure) and plt.get_fignums() == before
+    assert rep["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list((tmp_path / "report").glob(".*"))   # no temporary left
+    assert isinstance(sweep_report.plot_sweep(rep["groups"], rep["rows"], []), Figure)
+
+
 def test_multirun_from_the_command_line_and_its_wall_time(monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     assert sweep_main(["quickstart", "-m", "seed=1,2", "data.holdout=coverage_50,coverage_75", "train.steps=40", "--dry-run"]) == 0

@@ -63,13 +63,39 @@ def test_palette_change_is_one_edit(tmp_path):
     grid = np.full((4, 4), E.OPEN, np.uint8); grid[0] = 3
     mp = EP.map_image(grid, np.zeros((4, 4), np.int32), np.ones(1, np.float32), spec)
     assert colours(mp[0]) == {(1, 2, 3)}
+    d["map"]["rock"] = [7, 8, 9]; d["map"]["floor"] = [[10, 10, 10], [20, 20, 20]]
+    p.write_text(yaml.safe_dump(d))
+    spec = load_spec(p)
+    room = np.zeros((6, 6), np.uint8); room[1:3, 1:3] = E.OPEN                  # a lit room, walls around, rock beyond
+    mp = EP.map_image(room, np.zeros((6, 6), np.int32), np.ones(1, np.float32), spec)
+    assert colours(mp[5]) == {(7, 8, 9)} and colours(mp[1:3, 1:3]) == {(20, 20, 20)}   # rock and lit floor: the spec's too
     del d["channels"]["material"]["colours"]
     p.write_text(yaml.safe_dump(d))
     with pytest.raises(viz.PaletteError, match="material `colours`"): viz.palette(load_spec(p))
 
 
+def test_map_colours_and_marks_have_one_home():
+    "The episode's and the game's maps draw with viz (`top_down`, `draw_map`, `map_legend`): no colour is written down twice."
+    import inspect
+    for mod in (EP, G):
+        src = inspect.getsource(mod)
+        assert "45," not in src and "180 *" not in src, mod.__name__                          # no rock grey, no floor ramp
+        assert "tab:" not in src and "_map_legend" not in src, mod.__name__                   # no colours by name, no own legend
+    game = G.Game(3); game.step()
+    ax = G.plot_map(game, legend=True).axes[0]
+    pal = viz.palette()
+    enemy, player = (l for l in ax.lines if l.get_marker() == "o")
+    assert tuple(np.round(np.array(enemy.get_color()) * 255)) == tuple(pal.enemy)             # the frames' enemy red
+    assert tuple(np.round(np.array(player.get_color()) * 255)) == tuple(pal.player)
+
+
+def test_no_palette_is_copied_at_import():
+    "Pictures read the palette from the spec when they draw: no module-level colour table goes stale after an edit."
+    assert not [k for k, v in vars(viz).items() if isinstance(v, np.ndarray)]
+
+
 def test_drawing_leaves_matplotlib_alone(monkeypatch):
-    "heatmap, figure_of and grid_figure return Figures; none switches the backend or opens a pyplot figure."
+    "heatmap, figure_of, grid_figure and the charts return Figures; none switches the backend or opens a pyplot figure."
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
     monkeypatch.setattr(matplotlib, "use", lambda *a, **k: pytest.fail("matplotlib.use called"))
@@ -77,7 +103,10 @@ def test_drawing_leaves_matplotlib_alone(monkeypatch):
     names = (["a", "b"], ["m0", "m1", "m2"], ["l0", "l1"])
     figs = [viz.heatmap(np.arange(12.0), names, held_out=[(1, 2, 0)], title="t"),
             viz.figure_of([np.zeros((4, 4, 3), np.uint8)] * 2, ["x", "y"]),
-            viz.grid_figure(viz.mosaic([[np.zeros((4, 4, 3), np.uint8)] * 3] * 2), ["r0", "r1"], ["c0", "c1", "c2"])]
+            viz.grid_figure(viz.mosaic([[np.zeros((4, 4, 3), np.uint8)] * 3] * 2), ["r0", "r1"], ["c0", "c1", "c2"]),
+            viz.figure_of([np.zeros((4, 4))] * 5, ncols=2), viz.lines({"loss": [3.0, 2.0]}, logy=True),
+            viz.bars({"a": [1, 2], "b": [2, 3]}, ["x", "y"], log=True, horizontal=True, line=(2, "cap")),
+            viz.scatter({"p": [(1, 2, "one")]}, logx=True)]
     assert all(isinstance(f, Figure) for f in figs) and plt.get_fignums() == before
 
 

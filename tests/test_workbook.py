@@ -1,5 +1,7 @@
-"""The workbook's own machinery: the sync check CI relies on, and papermill's tag through nbdev-clean."""
+"""The workbook's own machinery: the sync check CI relies on, papermill's tag through nbdev-clean, and the chapters' pictures
+(every stage notebook ends with its picture, stored; drawing never goes through pyplot)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -79,3 +81,49 @@ def test_every_notebook_is_valid_nbformat():
     for p in sorted((ROOT / "nbs").rglob("*.ipynb")):
         if ".ipynb_checkpoints" in p.parts: continue
         nbformat.validate(nbformat.read(p, as_version=4))
+
+
+# The notebooks in nbs/ that are not stages of the system, so end with no picture: the foundations before the picture
+# stage exists (contracts, helpers, configs), the workbook's own tooling, and the landing page.
+NOT_STAGES = {"00_contracts", "00_util", "01_config", "90_cli", "95_docs", "96_talks", "98_deck_numbers", "index"}
+# Notebooks that may name pyplot, and why: neither draws with it.
+PYPLOT_OK = {"05_viz": "checks that drawing leaves pyplot's list of figures empty",
+             "96_talks": "its toy talk draws with pyplot, as the talks do, to check that the talk kernel captures the figure"}
+
+
+def _notebooks() -> dict[str, dict]:
+    "The notebooks in nbs/ itself (talks/ and experiments/ are folders of their own), by name."
+    return {p.stem: json.loads(p.read_text()) for p in sorted((ROOT / "nbs").glob("*.ipynb"))}
+
+
+def _code(nb: dict) -> list[dict]: return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _tagged(cell: dict) -> bool: return "picture" in cell.get("metadata", {}).get("tags", [])
+
+
+def test_no_stage_notebook_draws_with_pyplot():
+    "Pictures are viz's Figures and arrays: no notebook in nbs/ imports or calls pyplot (its global state is a notebook's backend)."
+    found = [f"{name} cell {c['id']}" for name, nb in _notebooks().items() if name not in PYPLOT_OK
+             for c in _code(nb) if re.search(r"pyplot|\bplt\.", "".join(c["source"]))]
+    assert not found, f"pyplot in {found}: draw with qmind_render.viz (figure_of, grid_figure, lines, bars, ...)"
+
+
+def test_every_stage_notebook_ends_with_its_stored_picture():
+    "Each stage notebook's last code cell is tagged `picture` and stores an image (`make pictures`), so GitHub shows it."
+    nbs = {k: v for k, v in _notebooks().items() if k not in NOT_STAGES}
+    assert len(nbs) >= 30
+    untagged = [name for name, nb in nbs.items() if not _tagged(_code(nb)[-1])]
+    assert not untagged, f"last code cell not tagged `picture` in {untagged}"
+    bare = [name for name, nb in nbs.items() if not any(k.startswith("image/") for o in _code(nb)[-1]["outputs"] for k in o.get("data", {}))]
+    assert not bare, f"no stored picture in {bare}: run `make pictures` (or python tools/pictures.py nbs/NAME.ipynb) and commit"
+
+
+def test_only_picture_cells_store_outputs():
+    "Outputs are stored for the cells tagged `picture` alone, and small (PNGs at 80 dpi, large ones in 256 colours), so notebooks stay small."
+    stored = {name: sum(len(json.dumps(c["outputs"])) for c in _code(nb)) for name, nb in _notebooks().items()}
+    extra = [f"{name} cell {c['id']}" for name, nb in _notebooks().items() for c in _code(nb) if c["outputs"] and not _tagged(c)]
+    assert not extra, f"outputs stored in untagged cells {extra}: clear them (tools/pictures.py keeps only the tagged ones)"
+    big = {k: v for k, v in stored.items() if v > 250_000}
+    assert not big, f"stored outputs over 250 kB: {big}: draw the picture smaller"
+    assert sum(stored.values()) < 2_500_000
