@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cloud import RunSpec
 from .sweep import eval_psnr, expand_sweep, load_sweep, read_json, run_finished, write_json
-from .util import atomic_write, format_cell, format_table
+from .util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
 __all__ = ['METRICS', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'write_report']
@@ -117,8 +117,7 @@ def write_report(sweep: str | Path | dict, out: str | Path | None = None, root: 
     agg = aggregate(rows, by)
     out = Path(out or runs_root(root) / f"{s['name']}-report"); out.mkdir(parents=True, exist_ok=True)
     fig = plot_sweep(agg, rows, by, s["name"]) if agg else None
-    save = lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})  # noqa: E731
-    png = atomic_write(out / "psnr.png", write=save) if fig else None
+    png = save_figure(fig, out / "psnr.png", dpi=110, bbox_inches="tight", metadata={"Software": None}) if fig else None
     k = next((r["ddim_steps"] for r in rows if r.get("ddim_steps")), None)
     lines = [f"# Sweep {s['name']}", "", f"Base `{s['base']}`, grid " + ", ".join(f"`{g}` {v}" for g, v in s["grid"].items()) +
              f"; {sum(r['status'] == 'done' for r in rows)} of {len(rows)} runs done. PSNR at {k} DDIM steps, "

@@ -38,7 +38,6 @@ WRITES_ALLOWED = {
     "sweep.py": ('open(rd / "kernel.log", "ab")',),                           # an append-only log
     "train.py": ('self.path.open("a")',),                                     # metrics.jsonl, appended a line at a time
     "viz.py": ("imgs[0].save(path, save_all=True",),                          # write_gif: evaluate hands it a temporary path
-    "sweep_report.py": ("fig.savefig(path", '(out / "report.md").write_text'),   # 87_sweep_report: not on util yet
 }
 WRITE = r"\.write_text\(|\.write_bytes\(|\.savefig\(|np\.savez?\(|open\([^)]*[\"'](w|a|x)b?[\"']|\.save\(|os\.rename\(|os\.replace\(|copyfile\(|\.rename\("
 

@@ -264,7 +264,7 @@ def test_aggregate_groups_by_the_non_seed_keys():
 
 
 def test_report_files_are_written_whole_and_the_plot_is_a_figure(tmp_path, monkeypatch):
-    "write_report writes report.md and psnr.png through util.atomic_write; plot_sweep hands back its Figure, pyplot untouched."
+    "write_report writes report.md and psnr.png through util (atomic_write, save_figure); plot_sweep hands back its Figure, pyplot untouched."
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
@@ -276,8 +276,10 @@ def test_report_files_are_written_whole_and_the_plot_is_a_figure(tmp_path, monke
         ev = tmp_path / "runs" / r.name / "eval" / "eval.json"; ev.parent.mkdir(parents=True)
         ev.write_text(json.dumps({"checkpoint": str(ev.parents[1] / "checkpoints" / checkpoint_name(r.config["train"]["steps"])),
                                   "step": r.config["train"]["steps"], "ddim_steps": [1], "parts": {"heldout": part, "train": part}}))
-    written, real = [], sweep_report.atomic_write
-    monkeypatch.setattr(sweep_report, "atomic_write", lambda path, *a, **k: written.append(Path(path).name) or real(path, *a, **k))
+    from qmind_render import util
+    written, real = [], util.atomic_write                 # report.md directly, psnr.png through util.save_figure
+    record = lambda path, *a, **k: written.append(Path(path).name) or real(path, *a, **k)   # noqa: E731
+    monkeypatch.setattr(sweep_report, "atomic_write", record); monkeypatch.setattr(util, "atomic_write", record)
     before = plt.get_fignums()
     rep = sweep_report.write_report(s, tmp_path / "report", root=tmp_path / "runs", sweep_root=REPO)
     assert {"report.md", "psnr.png"} <= set(written) and isinstance(rep["figure"], Figure) and plt.get_fignums() == before
