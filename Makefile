@@ -6,8 +6,8 @@ test: sync lint nbtest pytest   ## everything CI checks, in order of cost
 sync:     ## notebooks and library in sync, notebooks clean
 	@bash .ci/check_sync
 
-lint:     ## ruff on the generated package and the tests
-	ruff check qmind_render tests
+lint:     ## ruff on the generated package, the tests and the tools
+	ruff check qmind_render tests tools
 
 nbtest:   ## run every notebook's examples (cells flagged `slow` are skipped); the talks run once, in tests/test_talks.py
 	nbdev-test --n-workers 2 --skip-folder-re '^(_|\.|talks$$)'
