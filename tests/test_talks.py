@@ -104,7 +104,7 @@ def _off_machine(urls: list[str]) -> list[str]:
 # What the current slide shows: loaded PNG pictures (data: URLs, as nbconvert embeds a cell's figure) and typeset display
 # equations, each counted only if it has a size on screen; TeX errors, which MathJax draws inside the equation (so a broken
 # one still has an mjx-math): a parse error as mjx-merror, an undefined macro as its own name in red; TeX delimiters left
-# in the text outside code; the slide's heading.
+# in the text outside code; the slide's heading; how far its content runs past the slide's bottom edge.
 _SHOWN = """() => {
   const s = Reveal.getCurrentSlide(), seen = e => e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().height > 0;
   const prose = s.cloneNode(true);
@@ -117,6 +117,13 @@ _SHOWN = """() => {
       + [...s.querySelectorAll('mjx-assistive-mml mtext[mathcolor="red"]')].filter(t => t.textContent.startsWith('\\\\')).length,
     raw_tex: ['$$', '\\\\[', '\\\\]', '\\\\(', '\\\\)'].filter(d => prose.textContent.includes(d)),
     heading: h ? h.textContent.replace('\u00b6', '').trim() : '',
+    overflow_px: (() => {                 // how far the slide's content runs past the slide's bottom edge, in slide pixels
+      const box = document.querySelector('.reveal .slides').getBoundingClientRect(), scale = box.height / Reveal.getConfig().height;
+      const content = e => ['IMG', 'SVG', 'CANVAS', 'MJX-CONTAINER', 'TABLE'].includes(e.tagName.toUpperCase())
+        || [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());     // pictures, equations and text, not padding
+      const bottom = Math.max(box.top, ...[...s.querySelectorAll('*')].filter(e => seen(e) && content(e)).map(e => e.getBoundingClientRect().bottom));
+      return Math.round((bottom - box.bottom) / scale);
+    })(),
   };
 }"""
 
@@ -141,6 +148,7 @@ def test_talk_steps_through_its_slides_in_chromium_offline(site, page, slug):
     assert sum(s["equations"] for s in shown) >= 1, f"{slug}: no display equation typeset on any slide: {shown}"
     assert not any(s["tex_errors"] for s in shown), f"{slug}: MathJax could not typeset some TeX: {shown}"
     assert not any(s["raw_tex"] for s in shown), f"{slug}: TeX left untypeset: {shown}"
+    assert all(s["overflow_px"] <= 2 for s in shown), f"{slug}: a slide runs off the bottom: {[s['overflow_px'] for s in shown]} px"
     assert shown[2]["heading"].lower() == WHY.lower(), f"{slug}: the last slide is headed {shown[2]['heading']!r}, not {WHY!r}"
     assert not _off_machine(page.urls), f"{slug}: requests left the machine: {_off_machine(page.urls)}"
     assert not page.failed and not page.errors, (page.failed, page.errors)
