@@ -1,5 +1,6 @@
 """Shared fixtures: a real S3 API (moto_server) on loopback, started and stopped by the tests; Debian's Chromium for
 the browser tests."""
+import contextlib
 import os
 import shutil
 import socket
@@ -25,6 +26,16 @@ def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=[
         "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"])
+
+
+@contextlib.contextmanager
+def chromium_page():
+    "A fresh page in Debian's Chromium (launch_chromium); the browser closes when the block ends."
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try: yield browser.new_page()
+        finally: browser.close()
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from qmind_render.app import encode_array, render_request
 from qmind_render.serve import load_served
 from qmind_render.serve_bench import load_test
 
-from tests.conftest import free_port, launch_chromium, needs_chromium
+from tests.conftest import chromium_page, free_port, launch_chromium, needs_chromium
 
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -544,39 +544,28 @@ def test_page_in_chromium(server, tmp_path):
 @needs_chromium
 def test_the_page_plays_again_after_an_idle_close(idle_server):
     "A tab left alone: the server closes its session (1001), the page says it paused, and the next key press plays again."
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        try:
-            page = browser.new_page()
-            page.goto(idle_server + "/")
-            page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
-            page.wait_for_function("document.getElementById('status').textContent.startsWith('paused (idle')", timeout=30_000)
-            assert page.locator("#status").inner_text() == f"paused (idle {IDLE_S:g} s): press a key to play again"
-            page.keyboard.press("ArrowUp")
-            page.wait_for_function("Number(document.body.dataset.frames) >= 2", timeout=30_000)
-            assert page.locator("#status").inner_text() == "playing"
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.goto(idle_server + "/")
+        page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
+        page.wait_for_function("document.getElementById('status').textContent.startsWith('paused (idle')", timeout=30_000)
+        assert page.locator("#status").inner_text() == f"paused (idle {IDLE_S:g} s): press a key to play again"
+        page.keyboard.press("ArrowUp")
+        page.wait_for_function("Number(document.body.dataset.frames) >= 2", timeout=30_000)
+        assert page.locator("#status").inner_text() == "playing"
     assert httpx.get(f"{idle_server}/metrics").json()["counts"]["play sessions"] >= 2        # a new session, not the old one
 
 
 @needs_chromium
 def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it_is(tmp_path):
     "`qmind serve` with no arguments: the model that ships with the package, its held-out PSNR on the page."
-    from playwright.sync_api import sync_playwright
     with qmind_serve("--backend", "bf16") as (url, log):
         info = httpx.get(f"{url}/info", timeout=10).json()
         assert info["source"] == "shipped:small" and info["heldout_psnr"]["ddim_2"] > info["heldout_psnr"]["baseline"]
-        with sync_playwright() as p:
-            browser = launch_chromium(p)
-            try:
-                page = browser.new_page()
-                page.goto(url + "/")
-                page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
-                about = page.locator("#about").inner_text()
-                assert "shipped:small" in about and "Held-out PSNR" in about and f"{info['heldout_psnr']['ddim_2']:.2f}" in about, about
-            finally: browser.close()
+        with chromium_page() as page:
+            page.goto(url + "/")
+            page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
+            about = page.locator("#about").inner_text()
+            assert "shipped:small" in about and "Held-out PSNR" in about and f"{info['heldout_psnr']['ddim_2']:.2f}" in about, about
     out = log["out"]                                   # the port open first, then the model loaded and warmed, then ready
     assert out.index(f"listening on {url}/") < out.index("shipped:small (step") < out.index(f"ready: open {url}/"), out[-3000:]
 
