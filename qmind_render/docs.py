@@ -97,11 +97,13 @@ def execute_nb(src: Path, dst: Path, skip_flags: tuple[str, ...] = ("slow",), ce
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     write_nb(nb, dst)
 
-def process_nb(src: Path, dst: Path, cwd: Path, lenient: bool = True) -> list[str]:
+def process_nb(src: Path, dst: Path, cwd: Path, lenient: bool = True, skip_flags: tuple[str, ...] = ("slow",)) -> list[str]:
     """nbdev's documentation processing of one notebook (what `nbdev-proc-nbs` does to each), run in `cwd`.
-    `lenient`: a failing cell that nbdev re-runs only because it imports is skipped; returns those cells."""
+    `lenient`: a failing cell that nbdev re-runs only because it imports is skipped; returns those cells. A cell flagged
+    with one of `skip_flags` (`#| slow`) that nbdev would re-run only because it imports is not run at all."""
     from fastcore.nbio import read_nb, write_nb
     _SKIPPED.clear()
+    lenient_exec_show_docs.skip_flags = set(skip_flags)
     with _cwd(cwd):
         nb = read_nb(src)
         (DocsFilter if lenient else FilterDefaults)()(nb)
@@ -114,11 +116,16 @@ _SKIPPED: list[str] = []
 _DOC_DIRECTIVES = {"export", "exports", "exporti", "exec_doc"}
 
 class lenient_exec_show_docs(exec_show_docs):
-    "nbdev's `exec_show_docs`, except that a failing cell that neither exports nor calls `show_doc` is skipped and recorded."
+    """nbdev's `exec_show_docs`, except that a failing cell that neither exports nor calls `show_doc` is skipped and recorded,
+    and one flagged `slow` (a flag in `skip_flags`) is not run: nbdev would re-run it only because it imports something."""
+    skip_flags: set = {"slow"}
     def __call__(self, cell):
+        flags = (getattr(cell, "directives_", None) or {}).keys()
+        doc = bool(flags & _DOC_DIRECTIVES) or "show_doc" in cell.source
+        if flags & self.skip_flags and not doc: return
         try: super().__call__(cell)
         except Exception as e:
-            if (getattr(cell, "directives_", None) or {}).keys() & _DOC_DIRECTIVES or "show_doc" in cell.source: raise
+            if doc: raise
             err = e.__cause__ or e
             _SKIPPED.append(f"cell {getattr(cell, 'idx_', '?')}: {type(err).__name__}: {err}")
             self.k.exc = None
@@ -168,7 +175,7 @@ def _render_job(job: dict) -> dict:
             executed = dst.with_suffix(".executed.ipynb")
             if job["execute"]: execute_nb(src, executed, tuple(job["skip_flags"])); result["executed"] = True
             else: shutil.copyfile(src, executed)
-            result["skipped_cells"] = process_nb(executed, dst, src.parent)
+            result["skipped_cells"] = process_nb(executed, dst, src.parent, skip_flags=tuple(job["skip_flags"]))
             executed.unlink()
             if cached:
                 atomic_write(cached.with_suffix(".json"), json.dumps(result["skipped_cells"]))
