@@ -10,6 +10,22 @@ import urllib.request
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make pytest` runs the files on one worker per core (pytest-xdist): each worker, and every process it starts, gets
+    # one intra-op thread, so the workers share the cores instead of stalling each other's OpenMP threads.
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    import torch
+    torch.set_num_threads(1)
+
+# The files that take longest, started first, so that the workers finish together (xdist hands files out in collection order).
+LONGEST_FIRST = ("test_docs.py", "test_evaluate.py", "test_train.py", "test_talks.py", "test_serve.py", "test_cloud.py",
+                 "test_sweep.py", "test_sweep_backends.py", "test_model.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda it: rank.get(it.path.name, len(rank)))   # stable: within a file, the written order
+
 
 def free_port() -> int:
     with socket.socket() as s:

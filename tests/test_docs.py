@@ -15,10 +15,10 @@ from qmind_render.docs import build_site, serve_site
 from tests.conftest import launch_chromium, needs_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
-# Executing every notebook takes minutes; the test executes the landing page and the skinner, which draws pictures
-# (the rest are processed, so their pages carry the API reference and code but no outputs). QMIND_DOCS_EXECUTE=*
-# runs the full build.
-EXECUTE = os.environ.get("QMIND_DOCS_EXECUTE", "index.ipynb,20_skinner.ipynb")
+# Executing every notebook takes minutes; the test executes the landing page (the executing path, and the shipped model's
+# picture) and processes the rest, whose pages carry the API reference, the code and the outputs stored in the notebook
+# (every stage's closing picture). QMIND_DOCS_EXECUTE=* runs the full build.
+EXECUTE = os.environ.get("QMIND_DOCS_EXECUTE", "index.ipynb")
 # The talks' reveal.js slides are built and tested by tests/test_talks.py; QMIND_DOCS_SLIDES=1 builds them into this site too.
 SLIDES = os.environ.get("QMIND_DOCS_SLIDES") == "1"
 pytestmark = needs_chromium
@@ -94,7 +94,7 @@ def test_build_has_a_page_per_notebook_and_pictures(site):
     for rel in rep["page_list"]: assert (folder / rel.replace(".md", ".html")).is_file(), rel
     assert (folder / "talks" / "index.html").is_file()
     assert (folder / "search" / "search_index.json").is_file()
-    assert rep["images"] > 0 and rep["executed"] >= 2, rep
+    assert rep["executed"] >= 1 and rep["images"] >= 20, rep   # stored pictures of the processed pages count too
     html = (folder / "episode.html").read_text()
     assert 'id="render_episode"' in html  # nbdev's show_doc entry, under nbdev's anchor
 

@@ -6,6 +6,7 @@ and bad inputs named. Where a comparison could pass vacuously, a paired check sh
 diffusers is a dev-only dependency (`pip install diffusers`: it does not pull torch); its tests are skipped without it.
 """
 import itertools
+import os
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from qmind_render.grid import load_grid
 
 SPEC, GRID = load_spec(), load_grid()
 TABLES = condition_tables(GRID, SPEC)
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 2)))
 
 
 def cfg(**kw):
