@@ -33,11 +33,11 @@ from .optim import make_ema, make_optimizer, masked_step
 from .util import atomic_write, save_image
 
 # %% auto #0
-__all__ = ['DEVICES', 'RunsError', 'runs_root', 'make_runs_root', 'pick_device', 'Dist', 'dist_from_env', 'step_seed',
-           'seed_step', 'lr_factor', 'wandb_mode', 'Tracker', 'read_metrics', 'Progress', 'fixed_samples', 'Guard',
-           'Run', 'setup', 'state_dict', 'restore', 'maybe_restore', 'NonFiniteError', 'train_step', 'batches', 'Meter',
-           'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main',
-           'overfit_one_batch', 'quick_train', 'bench_train']
+__all__ = ['DEVICES', 'WANDB_MODES', 'RunsError', 'runs_root', 'make_runs_root', 'pick_device', 'Dist', 'dist_from_env',
+           'step_seed', 'seed_step', 'lr_factor', 'TrackerError', 'wandb_mode', 'Tracker', 'read_metrics', 'Progress',
+           'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'maybe_restore', 'NonFiniteError',
+           'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory',
+           'loop_step', 'train', 'train_main', 'overfit_one_batch', 'quick_train', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 class RunsError(UserError, OSError):
@@ -108,9 +108,19 @@ def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
 
 # %% ../nbs/50_train.ipynb #0c212414
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")   # the values wandb accepts
+
+class TrackerError(UserError, ValueError): pass
+
 def wandb_mode() -> str:
-    "`$WANDB_MODE`, else online when a key is configured, else offline (never a login prompt)."
-    if os.environ.get("WANDB_MODE"): return os.environ["WANDB_MODE"]
+    """`$WANDB_MODE`, else online when a key is configured, else offline (never a login prompt). A `$WANDB_MODE` wandb would
+    reject (deep inside `wandb.init`, even an empty one) is refused here, by name."""
+    if "WANDB_MODE" in os.environ:
+        mode = os.environ["WANDB_MODE"]
+        if mode not in WANDB_MODES:
+            raise TrackerError(f"WANDB_MODE={mode!r} is not a wandb mode (one of {', '.join(WANDB_MODES)}); "
+                               "unset it, or set WANDB_MODE=offline (tracker=none turns wandb off)")
+        return mode
     if os.environ.get("WANDB_API_KEY"): return "online"
     netrc = Path.home() / ".netrc"
     return "online" if netrc.is_file() and "api.wandb.ai" in netrc.read_text() else "offline"

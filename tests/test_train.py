@@ -321,6 +321,16 @@ def test_wandb_offline_tracking(data, monkeypatch):
     assert {"loss", "lr", "grad_norm", "samples_per_s", "data_wait"} <= set(m[-1])
 
 
+def test_a_wandb_mode_wandb_would_reject_is_one_line(data, capsys, monkeypatch):
+    "An empty or misspelt WANDB_MODE: one line naming the variable and the fix, exit 2 (wandb's own refusal names neither)."
+    from qmind_render.cli import main
+    monkeypatch.setenv("QMIND_RUNS", str(data / "runs"))
+    monkeypatch.setenv("WANDB_MODE", "")
+    assert main(["train", *args(data, "wb-empty", 2, "tracker=wandb")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("qmind train: error: WANDB_MODE='' is not a wandb mode") and "WANDB_MODE=offline" in err, err
+
+
 def _flip_a_weight(path):
     "Flip one bit inside a weight tensor's bytes: torch.load still reads the file."
     ck = torch.load(path, weights_only=True)
