@@ -17,16 +17,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
     torch.set_num_threads(1)
 
-# The files that take longest, started first, so that the workers finish together (xdist hands files out in collection order).
-LONGEST_FIRST = ("test_docs.py", "test_evaluate.py", "test_train.py", "test_talks.py", "test_serve.py", "test_cloud.py",
-                 "test_sweep.py", "test_sweep_backends.py", "test_model.py")
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda it: rank.get(it.path.name, len(rank)))   # stable: within a file, the written order
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
