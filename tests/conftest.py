@@ -17,6 +17,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
     torch.set_num_threads(1)
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
