@@ -33,9 +33,9 @@ from .util import atomic_dir, atomic_write, format_table
 
 # %% auto #0
 __all__ = ['FINGERPRINT_DIRS', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'execute_nb', 'process_nb',
-           'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'render_notebooks', 'quarto_options',
-           'markdown_ready', 'notebook_markdown', 'local_links', 'build_slides', 'talks_index', 'slugify', 'nav',
-           'mkdocs_yaml', 'write_pages', 'build_site', 'serve_site', 'docs_main']
+           'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'NotebookWorker', 'render_notebooks',
+           'quarto_options', 'markdown_ready', 'notebook_markdown', 'local_links', 'build_slides', 'talks_index',
+           'slugify', 'nav', 'mkdocs_yaml', 'write_pages', 'build_site', 'serve_site', 'docs_main']
 
 # %% ../nbs/95_docs.ipynb #33e3bfb6
 @dataclass(frozen=True)
@@ -186,30 +186,36 @@ def _render_job(job: dict) -> dict:
     return {**result, "seconds": time.perf_counter() - t0}
 
 _RESULT = "qmind-docs-result: "   # marks the worker's answer among whatever a notebook prints
-_WORKER = ("import json, sys\nfrom qmind_render.docs import _RESULT, _render_job\n"
-           "for line in sys.stdin: print(_RESULT + json.dumps(_render_job(json.loads(line))), flush=True)")
+# Once its input ends the worker leaves by `os._exit`: IPython's exit hook would reset every shell it made, a full garbage
+# collection each (half a minute for the site's sixty pages), in a process whose work is all written and reported.
+_WORKER = ("import importlib, json, os, sys\nfrom qmind_render.docs import _RESULT\n"
+           "module, name = sys.argv[1].split(':'); work = getattr(importlib.import_module(module), name)\n"
+           "for line in sys.stdin: print(_RESULT + json.dumps(work(json.loads(line))), flush=True)\n"
+           "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
 
 _RUNNING: set = set()  # worker processes of the build in progress, killed if it is interrupted
 
-class _Worker:
-    "A Python process that renders the notebooks it is given (a JSON job per line on stdin), one after another."
-    def __init__(self, root: str):
+class NotebookWorker:
+    """A Python process that calls `entry` ("module:function") on each job it is given, a JSON object per line on stdin, one
+    after another, and answers with the function's JSON result. The docs' pages and the talks run in these: the library and
+    torch are imported once per worker, not once per notebook."""
+    def __init__(self, root: str | Path, entry: str = "qmind_render.docs:_render_job"):
         import subprocess
-        self.err = tempfile.TemporaryFile(mode="w+")   # a file, not a pipe: a chatty notebook can't fill it and stall
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.err, text=True, cwd=root)
+        self.err, self.died = tempfile.TemporaryFile(mode="w+"), None   # stderr to a file, not a pipe: a chatty notebook can't stall it
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, entry], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.err, text=True, cwd=str(root))
         _RUNNING.add(self.proc)
 
-    def run(self, job: dict) -> dict:
+    def run(self, job: dict) -> dict | None:
+        "The job's result; None if the process died first, and then `died` says how (its exit status and the end of its stderr)."
         try:
             self.proc.stdin.write(json.dumps(job) + "\n"); self.proc.stdin.flush()
             for line in self.proc.stdout:
                 if (i := line.find(_RESULT)) >= 0: return json.loads(line[i + len(_RESULT):])
         except OSError: pass                        # it died before reading the job
         self.proc.wait(); self.err.seek(0)
-        Path(job["dst"]).with_suffix(".executed.ipynb").unlink(missing_ok=True)    # what it was working on
-        return {"rel": job["rel"], "seconds": 0.0, "executed": False, "cached": False, "skipped_cells": [],
-                "error": f"the worker exited with status {self.proc.returncode}:\n{self.err.read()[-3000:]}"}
+        self.died = f"the worker exited with status {self.proc.returncode}:\n{self.err.read()[-3000:]}"
+        return None
 
     @property
     def alive(self) -> bool: return self.proc.poll() is None
@@ -221,17 +227,26 @@ class _Worker:
             self.proc.wait()
         _RUNNING.discard(self.proc); self.err.close()
 
+    def kill(self):
+        "Stop it now (an interrupted build)."
+        self.proc.kill(); self.close()
+
 def _run_job(job: dict, workers: threading.local, started: list) -> dict:
     """Render one notebook in a worker process. A notebook to execute gets a fresh process of its own (as `nbdev-test`
     isolates them); one only processed (its definitions and `show_doc` calls run, its examples don't) goes to this
     thread's long-lived worker, so the library is imported once per worker rather than once per page."""
     if job["execute"]:
-        w = _Worker(job["root"])
-        try: return w.run(job)
+        w = NotebookWorker(job["root"])
+        try: r = w.run(job)
         finally: w.close()
-    if getattr(workers, "w", None) is None or not workers.w.alive:
-        workers.w = _Worker(job["root"]); started.append(workers.w)
-    return workers.w.run(job)
+    else:
+        if getattr(workers, "w", None) is None or not workers.w.alive:
+            workers.w = NotebookWorker(job["root"]); started.append(workers.w)
+        w = workers.w
+        r = w.run(job)
+    if r is not None: return r
+    Path(job["dst"]).with_suffix(".executed.ipynb").unlink(missing_ok=True)    # what it was working on
+    return {"rel": job["rel"], "seconds": 0.0, "executed": False, "cached": False, "skipped_cells": [], "error": w.died}
 
 def render_notebooks(pages: list[Page], out: Path, root: Path, execute: str | None = "*", jobs: int = 2,
                      cache: Path | None = None, skip_flags: tuple[str, ...] = ("slow",), log=None) -> list[dict]:

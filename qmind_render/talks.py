@@ -17,22 +17,25 @@ import re
 import shutil
 import string
 import subprocess
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from nbformat.v4.rwbase import rejoin_lines
 
 from .contracts import UserError
 from .util import atomic_dir, atomic_write
 
 # %% auto #0
-__all__ = ['DECK_TOPICS', 'WHY', 'NPM_PACKAGES', 'ASSET_FILES', 'TALK_ASSETS', 'talks_dir', 'talk_slug', 'Talk', 'find_talks',
-           'Topic', 'lineup', 'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError',
+__all__ = ['DECK_TOPICS', 'WHY', 'NPM_PACKAGES', 'ASSET_FILES', 'TALK_ASSETS', 'TALK_RUNNER', 'talks_dir', 'talk_slug', 'Talk',
+           'find_talks', 'Topic', 'lineup', 'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError',
            'npm_cache_dir', 'ensure_npm_packages', 'copy_assets', 'talk_asset', 'slides_exporter', 'OfflineError',
-           'remote_refs', 'check_offline', 'prepare', 'has_outputs', 'TalkRunError', 'execute_talk', 'render_talk',
-           'index_html', 'write_index', 'build_talks', 'talks_main']
+           'remote_refs', 'check_offline', 'prepare', 'has_outputs', 'TalkRunError', 'run_talk_job', 'execute_talk',
+           'render_talk', 'index_html', 'write_index', 'build_talks', 'talks_main']
 
 # %% ../nbs/96_talks.ipynb #b6f1b060
 def talks_dir(root: str | Path | None = None) -> Path:
@@ -255,7 +258,7 @@ def prepare(nb, slow: bool = False):
         if not d: continue
         if "hide" in d or "export" in d or "exports" in d: c.metadata["slideshow"] = {"slide_type": "skip"}
         if d.get("echo") == "false": c.metadata["transient"] = {"remove_source": True}
-        if d.get("eval") == "false": c.metadata["tags"] = [*c.metadata.get("tags", []), "skip-execution"]   # nbclient's own tag
+        if d.get("eval") == "false": c.metadata["tags"] = [*c.metadata.get("tags", []), "skip-execution"]   # nbclient's tag; run_talk_job skips it too
         c.source = "\n".join(line for line in c.source.splitlines() if not line.startswith("#|"))
     return nb
 
@@ -264,14 +267,43 @@ def has_outputs(nb) -> bool: return any(c.get("outputs") for c in nb.cells if c.
 class TalkRunError(UserError, RuntimeError):
     "A talk's cell raised (an assert, a bug); the message names the talk, its file and the error, the chained one has the cell."
 
-def execute_talk(nb, cwd: Path, timeout: int = 600, name: str = "talk"):
-    "Run `nb` (in place) in a fresh python3 kernel with `cwd` as working directory; a cell that raises is a `TalkRunError`."
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-    try: NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute(env=env)
-    except CellExecutionError as e:
-        raise TalkRunError(f"talk {name} (in {cwd}): a cell raised {e.ename}: {(e.evalue or '').strip()[:300]}") from e
+TALK_RUNNER = "qmind_render.talks:run_talk_job"   # the `NotebookWorker` entry that runs a talk
+
+def run_talk_job(job: dict) -> dict:
+    """Run the notebook at `job["src"]` in a fresh IPython shell (torch's generator as a new process has it) with `job["cwd"]` as
+    working directory, and write it with its outputs to `job["dst"]`. Runs in a worker process; returns {"error": None} or the
+    error and its traceback."""
+    from execnb.shell import CaptureShell
+    from fastcore.nbio import read_nb, write_nb
+
+    from qmind_render.docs import _cwd, _fresh_rng
+    _fresh_rng()
+    nb, shell = read_nb(job["src"]), CaptureShell(job["cwd"], mpl_format="png")    # png, as a kernel's inline backend draws
+    skip = lambda c: c.cell_type != "code" or "skip-execution" in c.metadata.get("tags", [])
+    try:
+        with _cwd(Path(job["cwd"])): shell.run_all(nb, exc_stop=True, preproc=skip, cell_timeout=job.get("timeout"))
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {str(e).strip()[:300]}", "traceback": shell.prettytb() or repr(e)}
+    write_nb(nb, job["dst"])
+    return {"error": None}
+
+def execute_talk(nb, cwd: Path, timeout: int = 600, name: str = "talk", worker=None):
+    """Run `nb` (in place) with `cwd` as working directory, in `worker` (a `NotebookWorker` on `TALK_RUNNER`; default: a process
+    of its own); a cell that raises is a `TalkRunError` whose chained error holds the traceback."""
+    from qmind_render.docs import NotebookWorker
+    own = worker is None
+    if own: worker = NotebookWorker(cwd, TALK_RUNNER)
+    with tempfile.TemporaryDirectory(prefix="qmind-talk-") as tmp:
+        src, dst = Path(tmp) / "talk.ipynb", Path(tmp) / "ran.ipynb"
+        nbformat.write(nb, src)
+        try: r = worker.run({"src": str(src), "dst": str(dst), "cwd": str(Path(cwd).absolute()), "timeout": timeout})
+        finally:
+            if own: worker.close()
+        if r is None: raise TalkRunError(f"talk {name} (in {cwd}): {worker.died}")
+        if r["error"]: raise TalkRunError(f"talk {name} (in {cwd}): a cell raised {r['error']}") from RuntimeError(r["traceback"])
+        ran = rejoin_lines(nbformat.from_dict(json.loads(dst.read_text()))).cells    # text as strings, as nbformat.read gives it
+    for c, d in zip(nb.cells, ran, strict=True):   # outputs only: the shell's timing metadata is not nbformat's
+        if c.cell_type == "code": c.outputs, c.execution_count = d.get("outputs", []), d.get("execution_count")
     return nb
 
 # %% ../nbs/96_talks.ipynb #ae43cc57
@@ -285,16 +317,16 @@ def _cached_slides(talk: Talk, cache: Path | None, slow: bool, assets: str) -> P
     return Path(cache) / f"{talk.slug}-{h.hexdigest()[:20]}.html"
 
 def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = False, assets: str = "_assets",
-                cache: Path | None = None) -> Path:
-    """Check, run (if asked, or if it has no outputs) and render one talk to `out_dir/<slug>.html`; with `cache`, reuse the slides
-    made from the same notebook, library and settings (`execute` renders anew)."""
+                cache: Path | None = None, worker=None) -> Path:
+    """Check, run (if asked, or if it has no outputs; in `worker`, see `execute_talk`) and render one talk to `out_dir/<slug>.html`;
+    with `cache`, reuse the slides made from the same notebook, library and settings (`execute` renders anew)."""
     out, kept = Path(out_dir) / f"{talk.slug}.html", _cached_slides(talk, cache, slow, assets)
     if kept is not None and kept.is_file() and not execute:
         return atomic_write(out, src=kept)
     nb = nbformat.read(talk.path, as_version=4)
     check_talk(nb, talk.slug)
     nb = prepare(nb, slow)
-    if execute or not has_outputs(nb): execute_talk(nb, talk.path.parent, name=talk.slug)
+    if execute or not has_outputs(nb): execute_talk(nb, talk.path.parent, name=talk.slug, worker=worker)
     check_talk(nb, talk.slug, executed=True)
     nb.metadata["title"] = talk.title
     body, _ = slides_exporter(assets).from_notebook_node(nb, resources={"metadata": {"name": talk.slug}})
@@ -335,19 +367,32 @@ def build_talks(out_dir: str | Path, execute: bool = False, only=None, slow: boo
 
     A talk is executed when `execute` is set or when it is stored without outputs (as notebooks are here), so every number is
     fresh; `slow` also runs its `#| slow` cells. `only`: slugs to build. `cache`: where npm packages are kept; `slides_cache`: where
-    rendered slides are kept for reuse (the docs site passes its cache). `jobs`: talks rendered at once, each in its own kernel.
+    rendered slides are kept for reuse (the docs site passes its cache). `jobs`: talks rendered at once, each run in a fresh IPython
+    shell in one of `jobs` worker processes (torch is imported once per worker, not once per talk).
     Returns the slide files, in talk order."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     talks = find_talks(folder, only)
     if not talks: raise FileNotFoundError(f"no talks in {folder or talks_dir()}")
     copy_assets(out_dir, cache)
+    from qmind_render.docs import NotebookWorker
+    local, workers = threading.local(), []
     def one(t: Talk) -> Path:
         t0 = time.perf_counter()
-        p = render_talk(t, out_dir, execute, slow, cache=slides_cache)
+        if getattr(local, "w", None) is None or not local.w.alive:          # this thread's worker, started on first use
+            local.w = NotebookWorker(t.path.parent, TALK_RUNNER); workers.append(local.w)
+        p = render_talk(t, out_dir, execute, slow, cache=slides_cache, worker=local.w)
         if log: log(f"{t.slug}: {p} ({time.perf_counter() - t0:.1f} s)")
         return p
-    with ThreadPoolExecutor(max(1, jobs)) as pool: paths = list(pool.map(one, talks))   # each talk runs in its own kernel process
+    pool = ThreadPoolExecutor(max(1, jobs))
+    try: paths = list(pool.map(one, talks))
+    except BaseException:                            # a failed talk or Ctrl-C: start no more, stop the running ones
+        pool.shutdown(wait=False, cancel_futures=True)
+        for w in workers: w.kill()
+        raise
+    finally:
+        pool.shutdown()
+        for w in workers: w.close()
     write_index(talks, out_dir, complete=not only)
     check_offline(out_dir / "index.html")
     return paths
@@ -360,7 +405,7 @@ def talks_main(argv: list[str]) -> int:
     ap.add_argument("--only", nargs="+", default=None, metavar="SLUG", help="just these talks, e.g. autograd unet")
     ap.add_argument("--execute", action="store_true", help="re-run talks that hold stored outputs too")
     ap.add_argument("--slow", action="store_true", help="also run cells flagged `#| slow` (e.g. the torch.compile measurement)")
-    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="talks rendered at once, each in its own kernel (default 1)")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="talks rendered at once, each in its own worker process (default 1)")
     ap.add_argument("--folder", default=None, help="talk notebooks (default: nbs/talks of this checkout)")
     a = ap.parse_args(argv)
     paths = build_talks(a.out, a.execute, a.only, a.slow, a.folder, jobs=a.jobs)

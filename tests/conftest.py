@@ -2,6 +2,7 @@
 the browser tests."""
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -33,6 +34,22 @@ def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=[
         "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"])
+
+
+# Any URL but this machine's (http(s) on 127.0.0.1, data:, blob:). Routing only these to Python keeps loopback requests inside
+# Chromium: a Python handler on every request made the docs' every-page test three times slower.
+OFF_HOST_URL = re.compile(r"^(?!(?:https?://127\.0\.0\.1(?:[:/]|$)|data:|blob:))")
+
+
+def block_off_host(page) -> list[str]:
+    "Abort every request of `page` that would leave 127.0.0.1; returns the list in which their URLs are recorded."
+    urls = []
+
+    def abort(route):
+        urls.append(route.request.url)
+        route.abort()
+    page.route(OFF_HOST_URL, abort)
+    return urls
 
 
 @contextlib.contextmanager

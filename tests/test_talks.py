@@ -18,7 +18,7 @@ import pytest
 import qmind_render
 from qmind_render.docs import serve_site
 from qmind_render.talks import DECK_TOPICS, TALK_ASSETS, WHY, build_talks, check_offline, find_talks, lineup
-from tests.conftest import launch_chromium, needs_chromium
+from tests.conftest import block_off_host, launch_chromium, needs_chromium
 
 FOLDER = Path(__file__).resolve().parents[1] / "nbs" / "talks"
 SLUGS = [t.slug for t in find_talks(FOLDER)]
@@ -81,16 +81,11 @@ def browser():
 @pytest.fixture
 def page(site, browser):
     "A fresh page that records every request (`page.urls`), aborts any that would leave 127.0.0.1, and keeps failures and JS errors."
-    host = urlparse(site[0]).netloc
     ctx = browser.new_context(viewport={"width": 1100, "height": 760})
     pg = ctx.new_page()
     pg.urls, pg.failed, pg.errors = [], [], []
-
-    def route(r):
-        pg.urls.append(r.request.url)
-        if urlparse(r.request.url).netloc == host: r.continue_()
-        else: r.abort()
-    pg.route("**/*", route)
+    block_off_host(pg)
+    pg.on("request", lambda r: pg.urls.append(r.url))
     pg.on("response", lambda r: r.status >= 400 and pg.failed.append(f"{r.status} {r.url}"))
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
     yield pg
