@@ -33,9 +33,9 @@ from .util import atomic_dir, atomic_write, format_table
 
 # %% auto #0
 __all__ = ['FINGERPRINT_DIRS', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'execute_nb', 'process_nb',
-           'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'NotebookWorker', 'render_notebooks',
-           'quarto_options', 'markdown_ready', 'notebook_markdown', 'local_links', 'build_slides', 'talks_index',
-           'slugify', 'nav', 'mkdocs_yaml', 'write_pages', 'build_site', 'serve_site', 'docs_main']
+           'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'fresh_torch_rng', 'NotebookWorker',
+           'render_notebooks', 'quarto_options', 'markdown_ready', 'notebook_markdown', 'local_links', 'build_slides',
+           'talks_index', 'slugify', 'nav', 'mkdocs_yaml', 'write_pages', 'build_site', 'serve_site', 'docs_main']
 
 # %% ../nbs/95_docs.ipynb #33e3bfb6
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def library_fingerprint(root: Path) -> str:
 
 _FRESH_TORCH_SEED: list[int] = []  # torch's seed in a process that has not seeded it: what every page starts from
 
-def _fresh_rng() -> None:
+def fresh_torch_rng() -> None:
     "Torch's global generator as a fresh process has it, so a worker's second page draws what it would draw first."
     import torch
     if not _FRESH_TORCH_SEED: _FRESH_TORCH_SEED.append(torch.initial_seed())
@@ -163,7 +163,7 @@ def _fresh_rng() -> None:
 def _render_job(job: dict) -> dict:
     "Execute (if asked) and process one notebook into `job['dst']`, unless the cache has it. Runs in a worker process."
     t0, src, dst = time.perf_counter(), Path(job["src"]), Path(job["dst"])
-    _fresh_rng()
+    fresh_torch_rng()
     cached = Path(job["cache"]) / f"{job['key']}.ipynb" if job["cache"] else None
     result = {"rel": job["rel"], "executed": False, "cached": False, "error": None, "skipped_cells": []}
     try:
