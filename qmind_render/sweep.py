@@ -7,11 +7,15 @@ Docs: https://qmind.github.io/qmind-render/sweep.html.md"""
 # %% ../nbs/86_sweep.ipynb #7c4a1e02
 from __future__ import annotations
 
+import functools
 import itertools
 import json
+import os
 import re
 import subprocess
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import yaml
@@ -24,8 +28,8 @@ from .util import atomic_write, process_pool
 
 # %% auto #0
 __all__ = ['SLURM_RESOURCES', 'SLURM_STATES', 'load_sweep', 'multirun', 'expand_sweep', 'run_finished', 'read_json', 'write_json',
-           'eval_psnr', 'job_record', 'write_run_dir', 'execute_run', 'LocalBackend', 'prepare_datasets',
-           'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend']
+           'eval_psnr', 'job_record', 'write_run_dir', 'kernel_manager_class', 'execute_run', 'LocalBackend',
+           'prepare_datasets', 'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend']
 
 # %% ../nbs/86_sweep.ipynb #20491db6
 SLURM_RESOURCES = ("partition", "gpus", "time", "cpus", "mem")   # a sweep file's optional `slurm:` section
@@ -127,9 +131,22 @@ def write_run_dir(run: RunSpec, job: dict, state: str = "queued") -> dict:
     write_json(rd / "job.json", job)
     return job
 
+@functools.cache
+def kernel_manager_class():
+    """The kernel manager each run's kernel starts under: on POSIX one whose kernel talks over Unix sockets in the temp folder,
+    not TCP ports, so kernels started together (`--jobs N`, or beside servers that pick free ports) can't both pick a port
+    and one lose it ("Address already in use", seen in the sweep test); elsewhere Jupyter's own."""
+    from jupyter_client.manager import AsyncKernelManager
+    if os.name != "posix": return AsyncKernelManager
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kw):
+            kw.setdefault("transport", "ipc")
+            kw.setdefault("ip", os.path.join(tempfile.gettempdir(), f"qmind-kernel-{uuid.uuid4().hex[:12]}"))  # its sockets: ip-1 ... ip-5
+            super().__init__(**kw)
+    return IPCKernelManager
+
 def execute_run(job: dict, kernel: str = "python3") -> str:
     "Run one job's notebook with papermill (in a worker process); records running/done/failed in its `job.json`."
-    import os
     import papermill as pm
     rd = Path(job["run_dir"]); jp = rd / "job.json"
     os.environ["QMIND_RUN"] = job["run"]   # the kernel inherits it: `ps e`, logs and tests can tell runs apart
@@ -141,7 +158,8 @@ def execute_run(job: dict, kernel: str = "python3") -> str:
         os.dup2(klog.fileno(), 2)
         try:
             pm.execute_notebook(job["notebook"], str(rd / Path(job["notebook"]).name), parameters=job["parameters"],
-                                kernel_name=kernel, cwd=job["cwd"], progress_bar=False, log_output=False)
+                                kernel_name=kernel, cwd=job["cwd"], progress_bar=False, log_output=False,
+                                kernel_manager_class=kernel_manager_class())
             state, err = "done", None
         except Exception as e:  # noqa: BLE001 - the job record carries the failure
             state, err = "failed", f"{type(e).__name__}: {str(e)[-2000:]}"
@@ -161,7 +179,6 @@ class LocalBackend:
     def run_dir(self, run: RunSpec) -> Path: return self.runs / run.name
 
     def submit(self, run: RunSpec, dry_run: bool = False) -> dict:
-        import os
         job = job_record(self.name, run, self.runs, self.cwd) | {"threads": max(1, (os.cpu_count() or 1) // self.jobs)}
         if dry_run: return job | {"state": "dry-run"}
         if run_finished(job["run_dir"], job["steps"]): return job | {"state": "done", "skipped": True}
