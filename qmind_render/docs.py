@@ -152,11 +152,14 @@ def library_fingerprint(root: Path) -> str:
         if Path(d).is_dir(): _hash_tree(h, Path(d))
     return h.hexdigest()
 
-_FRESH_TORCH_SEED: list[int] = []  # torch's seed in a process that has not seeded it: what every page starts from
+_FRESH_TORCH_SEED: list[int] = []  # the seed every page of this worker starts from: the first torch had when a page began
 
 def fresh_torch_rng() -> None:
-    "Torch's global generator as a fresh process has it, so a worker's second page draws what it would draw first."
-    import torch
+    """Torch's global generator back to this worker's one seed before each page, so what a page draws does not depend on the
+    pages before it in the same worker. Nothing to do while torch is not imported: importing it seeds it, and importing it
+    here would cost every worker (and every page executed in a process of its own) 3 s of CPU."""
+    torch = sys.modules.get("torch")
+    if torch is None: return
     if not _FRESH_TORCH_SEED: _FRESH_TORCH_SEED.append(torch.initial_seed())
     torch.manual_seed(_FRESH_TORCH_SEED[0])
 

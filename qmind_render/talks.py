@@ -271,7 +271,7 @@ class TalkRunError(UserError, RuntimeError):
 TALK_RUNNER = "qmind_render.talks:run_talk_job"   # the `NotebookWorker` entry that runs a talk
 
 def run_talk_job(job: dict) -> dict:
-    """Run the notebook at `job["src"]` in a fresh IPython shell (torch's generator as a new process has it) with `job["cwd"]` as
+    """Run the notebook at `job["src"]` in a fresh IPython shell (torch's generator at the worker's one seed) with `job["cwd"]` as
     working directory, and write it with its outputs to `job["dst"]`. Runs in a worker process; returns {"error": None} or the
     error and its traceback."""
     from execnb.shell import CaptureShell
