@@ -103,12 +103,13 @@ def test_classifiers_learn_real_labels_and_not_shuffled_ones(work, ran):
     sizes = {"theme": 5, "lighting": 4}
     y_tr = {k: v for k, v in factor_labels(tr, 5).items() if k in sizes}
     y_te = {k: v for k, v in factor_labels(te, 5).items() if k in sizes}
-    net = train_classifier(as_float(tr["rgb"]), y_tr, sizes, steps=300)
+    # 150 steps: held-out theme 0.89 and lighting 1.0 here, the shuffled labels' 0.21 and 0.26 (300 steps: 0.92, 0.99; 0.36, 0.35)
+    net = train_classifier(as_float(tr["rgb"]), y_tr, sizes, steps=150)
     acc = accuracy(net, as_float(te["rgb"]), y_te)
     assert acc["theme"] > 0.8 and acc["lighting"] > 0.6, acc
     g = torch.Generator().manual_seed(0)
     shuffled = {k: v[torch.randperm(len(v), generator=g)] for k, v in y_tr.items()}
-    net_s = train_classifier(as_float(tr["rgb"]), shuffled, sizes, steps=300)
+    net_s = train_classifier(as_float(tr["rgb"]), shuffled, sizes, steps=150)
     acc_s = accuracy(net_s, as_float(te["rgb"]), y_te)
     assert acc_s["theme"] < 0.45 and acc_s["lighting"] < 0.5, acc_s   # chance: 0.2 and 0.25
 

@@ -333,7 +333,8 @@ def test_tiny_model_overfits_one_batch(batch, one_thread):
     torch.manual_seed(0)
     model = build_model(cfg(size="tiny"), SPEC, TABLES)
     x0, cond = prepare_batch({k: v[:2] for k, v in batch.items()})
-    losses = overfit_one_batch(model, Diffusion(prediction="eps"), x0, cond, steps=300, lr=2e-3)   # ε: the loss starts at ~1
+    # ε: the loss starts at ~1; here it is 0.019 at step 100 and 0.0023 at 150 (0.0011 at 300, for twice the time)
+    losses = overfit_one_batch(model, Diffusion(prediction="eps"), x0, cond, steps=150, lr=2e-3)
     assert losses[0] > 0.5 and losses[-1] < 1e-2, (losses[0], losses[-1])
 
 
