@@ -32,7 +32,7 @@ from nbdev.processors import FilterDefaults, exec_show_docs
 from .util import atomic_dir, atomic_write, format_table
 
 # %% auto #0
-__all__ = ['FINGERPRINT_DIRS', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'execute_nb', 'process_nb',
+__all__ = ['FINGERPRINT_DIRS', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'working_dir', 'execute_nb', 'process_nb',
            'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'fresh_torch_rng', 'NotebookWorker',
            'render_notebooks', 'quarto_options', 'markdown_ready', 'notebook_markdown', 'local_links', 'build_slides',
            'talks_index', 'slugify', 'nav', 'mkdocs_yaml', 'write_pages', 'build_site', 'serve_site', 'docs_main']
@@ -68,7 +68,8 @@ def find_pages(nbs: Path) -> list[Page]:
 
 # %% ../nbs/95_docs.ipynb #2c689683
 @contextmanager
-def _cwd(path: Path):
+def working_dir(path: str | Path):
+    "`path` as the working directory inside the block (contextlib.chdir, which needs Python 3.11; we support 3.10)."
     old = os.getcwd()
     os.chdir(path)
     try: yield
@@ -90,7 +91,7 @@ def execute_nb(src: Path, dst: Path, skip_flags: tuple[str, ...] = ("slow",), ce
                           or bool(flags & (getattr(c, "directives_", {}) or {}).keys()))
         os.environ["IN_TEST"] = "1"
         k = CaptureShell(src)
-        with _cwd(src.parent):
+        with working_dir(src.parent):
             try: k.run_all(nb, exc_stop=True, preproc=skip, cell_timeout=cell_timeout)
             except Exception as e:
                 raise RuntimeError(f"{src}: a cell failed while executing it for the docs:\n{k.prettytb(fname=src) or e}") from None
@@ -104,7 +105,7 @@ def process_nb(src: Path, dst: Path, cwd: Path, lenient: bool = True, skip_flags
     from fastcore.nbio import read_nb, write_nb
     _SKIPPED.clear()
     lenient_exec_show_docs.skip_flags = set(skip_flags)
-    with _cwd(cwd):
+    with working_dir(cwd):
         nb = read_nb(src)
         (DocsFilter if lenient else FilterDefaults)()(nb)
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
@@ -472,7 +473,7 @@ def build_site(root: Path, out: Path | None = None, execute: str | None = "*", j
     t, times = time.perf_counter(), {}
     pages = find_pages(cfg.nbs_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="qmind-docs-") as work, _cwd(root):
+    with tempfile.TemporaryDirectory(prefix="qmind-docs-") as work, working_dir(root):
         work = Path(work)
         say(f"qmind docs: {len(pages)} notebooks, executing {execute or 'none'} with {jobs} workers")
         res = render_notebooks(pages, work / "_proc", root, execute, jobs, cache, tuple(str(cfg.get("tst_flags") or "").split()),

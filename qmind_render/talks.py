@@ -8,7 +8,6 @@ Docs: https://qmind.github.io/qmind-render/talks.html.md"""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import hashlib
 import html
@@ -277,12 +276,12 @@ def run_talk_job(job: dict) -> dict:
     from execnb.shell import CaptureShell
     from fastcore.nbio import read_nb, write_nb
 
-    from qmind_render.docs import fresh_torch_rng
+    from qmind_render.docs import fresh_torch_rng, working_dir
     fresh_torch_rng()
     nb, shell = read_nb(job["src"]), CaptureShell(job["cwd"], mpl_format="png")    # png, as a kernel's inline backend draws
     skip = lambda c: c.cell_type != "code" or "skip-execution" in c.metadata.get("tags", [])
     try:
-        with contextlib.chdir(job["cwd"]): shell.run_all(nb, exc_stop=True, preproc=skip, cell_timeout=job.get("timeout"))
+        with working_dir(job["cwd"]): shell.run_all(nb, exc_stop=True, preproc=skip, cell_timeout=job.get("timeout"))
     except Exception as e:
         return {"error": f"{type(e).__name__}: {str(e).strip()[:300]}", "traceback": shell.prettytb() or repr(e)}
     write_nb(nb, job["dst"])
