@@ -23,10 +23,10 @@ from .contracts import UserError, project_dirs
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'precision_dtype',
-           'DataConfig', 'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config',
-           'check_config', 'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args',
-           'config_args', 'config_from_args', 'config_main']
+__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'native_bf16',
+           'resolve_precision', 'precision_dtype', 'DataConfig', 'ModelConfig', 'TrainConfig', 'EvalConfig',
+           'ExperimentConfig', 'ConfigError', 'find_config', 'check_config', 'load_config', 'config_to_dict',
+           'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args', 'config_main']
 
 # %% ../nbs/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -38,7 +38,8 @@ class ThemeEnc(str, Enum):
     planes = "planes"; id = "id"; param_vector = "param_vector"
 
 class Precision(str, Enum):
-    fp32 = "fp32"; bf16 = "bf16"
+    "What a run computes in: fp32, bf16 (autocast), or auto: bf16 where the device has it natively, else fp32."
+    fp32 = "fp32"; bf16 = "bf16"; auto = "auto"
 
 class Prediction(str, Enum):
     eps = "eps"; v = "v"
@@ -54,10 +55,23 @@ class NonFinite(str, Enum):
     stop = "stop"; skip = "skip"
 
 # %% ../nbs/01_config.ipynb #d008ba56
-def precision_dtype(precision: Precision | str):
-    "The torch dtype a run of `precision` computes in: bfloat16 for bf16 (autocast), float32 for fp32."
+def native_bf16(device="cpu") -> bool:
+    "Whether `device` computes bf16 natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX (oneDNN says); elsewhere it is emulated."
     import torch
-    return {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16}[Precision(precision)]
+    d = torch.device(device)
+    if d.type == "cuda": return torch.cuda.is_bf16_supported(including_emulation=False)
+    return d.type == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+def resolve_precision(precision: Precision | str, device="cpu") -> Precision:
+    "`precision`, with `auto` made concrete for `device`: bf16 where it is native (`native_bf16`), else fp32."
+    p = Precision(precision)
+    if p is not Precision.auto: return p
+    return Precision.bf16 if native_bf16(device) else Precision.fp32
+
+def precision_dtype(precision: Precision | str, device="cpu"):
+    "The torch dtype a run of `precision` computes in on `device`: bfloat16 for bf16 (autocast), float32 for fp32; auto resolved."
+    import torch
+    return {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16}[resolve_precision(precision, device)]
 
 # %% ../nbs/01_config.ipynb #b9300cda
 @dataclass

@@ -165,7 +165,7 @@ def step_seconds(cfg, threads: int | None = None, batch_cap: int = 8, iters: int
         torch.manual_seed(0)
         model, d, b = build_model(cfg.model, grid=load_grid()), Diffusion.from_config(cfg.model), min(cfg.train.batch, batch_cap)
         opt, (x0, cond), g = make_optimizer(model, cfg.train.lr), prepare_batch(synthetic_batch(b)), torch.Generator().manual_seed(0)
-        ac = precision_dtype(cfg.train.precision)                      # fp32: no autocast, as in training
+        ac = precision_dtype(cfg.train.precision)                      # fp32: no autocast, as in training; auto: this CPU's choice
         s = median_time(lambda: train_step(model, opt, d, x0, cond, g, ac), iters, 1)
     finally: torch.set_num_threads(old)
     return s * cfg.train.batch * cfg.train.grad_accum / b

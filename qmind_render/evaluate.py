@@ -94,8 +94,8 @@ class Loaded:
     def device(self) -> torch.device: return next(self.model.parameters()).device
     @property
     def dtype(self) -> torch.dtype:
-        "Render in the run's training precision (bf16 is about twice as fast on CPUs with native bf16)."
-        return precision_dtype(self.cfg.train.precision)
+        "Render in the run's training precision (bf16 is about twice as fast on CPUs with native bf16); auto: this device's choice."
+        return precision_dtype(self.cfg.train.precision, self.device)
     def sampler(self, batch: int | None = None) -> GraphSampler:
         "The sampler evaluation renders with: this model, batches of up to `batch` (one CUDA graph per step count on a GPU)."
         return GraphSampler(self.model, self.diffusion, dtype=self.dtype, buckets=(batch or eval_batch(self.device),))

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 from fastcore.basics import patch
 
+from .config import precision_dtype
 from .contracts import UserError
 from .model import (COND_KEYS, ConditionalUNet, Diffusion, build_model, check_tensor, ddim_sample, draw_noise,
                                 prepare_batch, synthetic_batch)
@@ -25,9 +26,8 @@ __all__ = ['BUCKETS', 'fast_dtype', 'InferenceNet', 'SamplerError', 'GraphSample
 
 # %% ../nbs/42_sampler.ipynb #39a74c78
 def fast_dtype(device="cpu") -> torch.dtype:
-    "bf16 where the hardware has it natively (a CUDA GPU, a CPU with AVX-512 BF16 or AMX), else float32."
-    if torch.device(device).type == "cuda": return torch.bfloat16
-    return torch.bfloat16 if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+    "bf16 where the hardware has it natively (a CUDA GPU, a CPU with AVX-512 BF16 or AMX), else float32: `train.precision=auto`'s choice."
+    return precision_dtype("auto", device)
 
 def _vec_or_zeros(model, e) -> torch.Tensor:
     return e.vec if e.vec is not None else e.planes.new_zeros(e.planes.shape[0], model.net.emb_dim)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .config import config_to_dict, load_config, precision_dtype, save_config
+from .config import config_to_dict, load_config, precision_dtype, resolve_precision, save_config
 from .checkpoint import check_resume, checkpoint_name, pick_resume, restore_rng, rng_state, save_checkpoint, versions
 from .contracts import UserError
 from .data import fetch, git_commit, open_store
@@ -294,8 +294,12 @@ def restore(run: Run, ckpt: dict, path: Path) -> None:
 
 # %% ../nbs/50_train.ipynb #00d4179a
 def maybe_restore(run: Run) -> None:
-    "Restore the checkpoint `train.resume` asks for (after `check_resume`); `latest` falls back past corrupt files."
+    """Restore the checkpoint `train.resume` asks for (after `check_resume`); `latest` falls back past corrupt files.
+    A run asked for `train.precision=auto` is pinned here: to the checkpoint's precision when it resumes, else to this device's."""
     got = pick_resume(run.dir, run.cfg.train.resume, set_aside=run.dist.main)
+    if run.cfg.train.precision == "auto":
+        pinned = got[1]["config"]["train"]["precision"] if got else resolve_precision("auto", run.device).value
+        run.cfg = load_config(config_to_dict(run.cfg), [f"train.precision={pinned}"])
     if got is None: return
     path, ckpt = got
     check_resume(ckpt, run.cfg, path, run.ds.manifest.content_sha256)      # the same dataset *content*, too
@@ -306,7 +310,7 @@ class NonFiniteError(UserError, FloatingPointError):
     "A NaN/Inf loss or gradient; the message names the step and the last good checkpoint."
 
 def _precision(run: Run):
-    dtype = precision_dtype(run.cfg.train.precision)
+    dtype = precision_dtype(run.cfg.train.precision, run.device)
     return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
 
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -432,6 +436,7 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None, pr
     `stop_after`: checkpoint and return after that many steps of this call, as if interrupted; `progress`: show it (stderr)."""
     run, t = setup(cfg, root), cfg.train
     maybe_restore(run)                                      # a refused resume leaves the run dir as it was
+    cfg = run.cfg                                           # with train.precision=auto pinned
     if run.dist.main: save_config(cfg, run.dir / "config.yaml")
     start, t_start = run.step, time.monotonic()
     if run.step >= t.steps: return _summary(run, "finished earlier", start, t_start)
@@ -517,7 +522,7 @@ def quick_train(model: torch.nn.Module, diffusion: Diffusion, x0: torch.Tensor, 
     return ema, losses
 
 # %% ../nbs/50_train.ipynb #ee801a2c
-def bench_train(steps: int = 60, batch: int = 32, size: str = "tiny", log_every: int = 10, precision: str = "bf16") -> dict:
+def bench_train(steps: int = 60, batch: int = 32, size: str = "tiny", log_every: int = 10, precision: str = "auto") -> dict:
     "Loop overhead (data, logging, bookkeeping) as a fraction of step time, on this machine's CPU (medians)."
     import tempfile
     from qmind_render.generate import generate
@@ -539,4 +544,4 @@ def bench_train(steps: int = 60, batch: int = 32, size: str = "tiny", log_every:
             t0 = time.perf_counter(); train_step(run, m); run.step += 1; times.append(time.perf_counter() - t0)
         bare = float(np.median(times[log_every:]))
     return {"step_ms_loop": 1000 * loop, "step_ms_bare": 1000 * bare, "overhead_fraction": 1 - bare / loop,
-            "model": size, "batch": batch, "precision": precision, "steps": steps, "threads": torch.get_num_threads()}
+            "model": size, "batch": batch, "precision": resolve_precision(precision).value, "steps": steps, "threads": torch.get_num_threads()}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.config import load_config
+from qmind_render.config import load_config, resolve_precision
 from qmind_render.data import fetch, open_store
 from qmind_render.generate import generate
 from qmind_render.checkpoint import CheckpointError, checkpoints, load_checkpoint, save_checkpoint, seal
@@ -341,6 +341,23 @@ def _flip_a_weight(path):
     b[i + 17] ^= 0x04
     path.write_bytes(bytes(b))
     torch.load(path, weights_only=True)
+
+
+def test_auto_precision_is_pinned_when_a_run_starts_and_kept_when_it_resumes(data):
+    "train.precision=auto: this device's choice is what config.yaml and the checkpoints record; a resumed run keeps the one it started in."
+    def recorded(name):
+        on_disk = load_config(data / "runs" / name / "config.yaml").train.precision.value
+        assert weights(data / "runs" / name)["config"]["train"]["precision"] == on_disk
+        return on_disk
+    here = resolve_precision("auto").value
+    other = {"fp32": "bf16", "bf16": "fp32"}[here]
+    train(load_config(None, args(data, "auto", 2, "train.precision=auto")), data / "runs", progress=False)
+    assert recorded("auto") == here
+    train(load_config(None, args(data, "started-other", 2, f"train.precision={other}")), data / "runs", progress=False)
+    res = train(load_config(None, args(data, "started-other", 4, "train.precision=auto")), data / "runs", progress=False)
+    assert res["step"] == 4 and res["steps_this_call"] == 2 and recorded("started-other") == other   # resumed, not refused
+    with pytest.raises(CheckpointError, match=f"train.precision='{other}', this run has '{here}'"):     # asked for explicitly: refused
+        train(load_config(None, args(data, "started-other", 6, f"train.precision={here}")), data / "runs", progress=False)
 
 
 def test_a_flipped_bit_is_refused_in_one_line_and_latest_falls_back(data, capsys):
