@@ -427,9 +427,10 @@ def run_main(argv: list[str]) -> int:
     return 0 if res["eval"] is not None else 1
 
 # %% ../nbs/60_evaluate.ipynb #7dd21a87
-def bench_eval(frames: int = 1000, steps=None, size: str = "small", device: str = "cpu", batch: int | None = None) -> dict:
+def bench_eval(frames: int = 1000, steps=None, size: str = "small", device: str = "cpu", batch: int | None = None,
+               classifier_steps: int | None = None) -> dict:
     """Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts (default: `eval.ddim_steps`),
-    and to fit the classifiers as evaluation does (`eval.classifier_steps` steps, one head per factor of the grid file)."""
+    and to fit the classifiers as evaluation does (`classifier_steps`, default `eval.classifier_steps`, one head per factor of the grid file)."""
     from qmind_render.model import synthetic_batch
     from qmind_render.sampler import fast_dtype
     from qmind_render.grid import load_grid
@@ -446,7 +447,7 @@ def bench_eval(frames: int = 1000, steps=None, size: str = "small", device: str 
     labels = {k: v.to(dev) for k, v in factor_labels(b, sizes["material"]).items()}
     out = {"frames": frames, "ddim_steps": steps, "model": size, "device": str(dev), "dtype": str(sampler.net.dtype).replace("torch.", "")}
     render_frames(sampler, {k: v[:batch] for k, v in b.items()}, steps[0]); sync()      # warm-up (capture on a GPU)
-    t0 = time.perf_counter(); clf = train_classifier(as_float(b["rgb"], dev), labels, sizes, cfg.eval.classifier_steps); sync()
+    t0 = time.perf_counter(); clf = train_classifier(as_float(b["rgb"], dev), labels, sizes, classifier_steps or cfg.eval.classifier_steps); sync()
     out["classifier_fit_s"] = round(time.perf_counter() - t0, 2)
     for k in steps:
         render_frames(sampler, {kk: v[:batch] for kk, v in b.items()}, k); sync()         # each step count's graph, untimed
