@@ -3,7 +3,7 @@
 # pytest-xdist workers for `make pytest` (auto: one per core; `make pytest PYTEST_WORKERS=1` for a serial run)
 PYTEST_WORKERS ?= auto
 
-test: sync lint nbtest pytest   ## everything CI checks, in order of cost
+test: sync lint pytest   ## everything CI checks: the notebooks' examples run inside pytest (tests/test_notebooks.py)
 
 sync:     ## notebooks and library in sync, notebooks clean
 	@bash .ci/check_sync
@@ -11,11 +11,11 @@ sync:     ## notebooks and library in sync, notebooks clean
 lint:     ## ruff on the generated package, the tests and the tools
 	ruff check qmind_render tests tools
 
-nbtest:   ## run every notebook's examples (cells flagged `slow` are skipped); the talks run once, in tests/test_talks.py
+nbtest:   ## every notebook's examples alone (cells flagged `slow` skipped; the talks run in tests/test_talks.py); `make test` runs them in pytest
 	nbdev-test --n-workers 2 --skip-folder-re '^(_|\.|talks$$)'
 
-pytest:   ## what a notebook can't hold: subprocesses, servers, browsers, torchrun (a worker per core, a file per worker)
-	python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15
+pytest:   ## the notebooks, and what a notebook can't hold: subprocesses, servers, browsers, torchrun (a worker per core; a file, or a notebook, per unit; heaviest first)
+	python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15
 
 export:   ## after editing a notebook
 	nbdev-export && nbdev-clean

@@ -19,6 +19,32 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+# The order pytest-xdist hands out work (`make pytest`: --dist loadgroup --no-loadscope-reorder): the heaviest first, so
+# the long ones start early and short ones fill the end. A test file goes to one worker whole (its module fixtures are
+# made once); each notebook of test_notebooks.py is a unit of its own. Seconds on one worker of 2 AVX2 cores (make test,
+# 2026-12-02); what is not listed follows, in collection order.
+HEAVY_FIRST = {
+    "test_train.py": 282, "test_talks.py": 132, "test_serve.py": 122, "test_sweep.py": 115, "test_evaluate.py": 115,
+    "test_docs.py": 101, "test_notebook[70_serve.ipynb]": 93, "test_notebook[45_warmup_digits.ipynb]": 78,
+    "test_cloud.py": 60, "test_sweep_backends.py": 67, "test_notebook[75_gpu.ipynb]": 50, "test_model.py": 45,
+    "test_notebook[40_model.ipynb]": 43, "test_jupyterlab.py": 40, "test_engine.py": 34, "test_data_cli.py": 31,
+    "test_notebook[98_deck_numbers.ipynb]": 26, "test_notebook[95_docs.ipynb]": 25, "test_notebook[50_train.ipynb]": 25,
+    "test_workbook.py": 24, "test_notebook[60_evaluate.ipynb]": 22, "test_cli.py": 22, "test_notebook[85_cost.ipynb]": 21,
+}
+
+
+def _unit(item) -> str:
+    "What goes to one worker whole: a notebook's test, or a test file."
+    return item.name if item.path.name == "test_notebooks.py" and item.name.startswith("test_notebook[") else item.path.name
+
+
+@pytest.hookimpl(tryfirst=True)       # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_unit(item)))
+    items.sort(key=lambda item: -HEAVY_FIRST.get(_unit(item), 0))     # stable: a file's tests keep their order
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
