@@ -23,11 +23,11 @@ from .model import ConditionalUNet, Diffusion, build_model
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['RESUME_USE', 'RESUME_FIXED', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints', 'run_dir_of',
-           'find_checkpoint', 'WeightsError', 'content_hash', 'seal', 'seal_problem', 'is_sealed_ok', 'check_seal',
-           'move', 'save_sealed', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint', 'reseal', 'versions',
-           'check_versions', 'resume_from', 'newest_good', 'pick_resume', 'check_resume', 'rng_state', 'restore_rng',
-           'ema_weights', 'load_model', 'shipped_path', 'load_shipped']
+__all__ = ['RESUME_USE', 'RESUME_FIXED', 'RUNTIME_MODEL_KEYS', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints',
+           'run_dir_of', 'find_checkpoint', 'WeightsError', 'content_hash', 'seal', 'seal_problem', 'is_sealed_ok',
+           'check_seal', 'move', 'save_sealed', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint', 'reseal',
+           'versions', 'check_versions', 'resume_from', 'newest_good', 'pick_resume', 'check_resume', 'rng_state',
+           'restore_rng', 'ema_weights', 'check_model_config', 'load_model', 'shipped_path', 'load_shipped']
 
 # %% ../nbs/48_checkpoint.ipynb #5e80d7f3
 class CheckpointError(UserError, RuntimeError):
@@ -217,7 +217,7 @@ def pick_resume(run_dir: str | Path, resume: str, set_aside: bool = True) -> tup
 
 # %% ../nbs/48_checkpoint.ipynb #fd9b0e7a
 RESUME_FIXED = ("seed", "data.dataset", "data.holdout", "model", "train.batch", "train.grad_accum", "train.lr",
-                "train.warmup", "train.ema", "train.precision")
+                "train.warmup", "train.ema", "train.precision", "train.sampler_share", "train.loss", "train.finetune_steps")
 
 def _get(d: dict, key: str):
     for k in key.split("."): d = d[k]
@@ -226,7 +226,7 @@ def _get(d: dict, key: str):
 def check_resume(ckpt: dict, cfg, path: Path, dataset_sha256: str | None = None) -> None:
     """Refuse a checkpoint from an incompatible config or contract version, or (given this run's dataset's `dataset_sha256`)
     one trained on other content under the same dataset name, naming what differs."""
-    now, then = config_to_dict(cfg), ckpt["config"]
+    now, then = config_to_dict(cfg), config_to_dict(config_from_dict(ckpt["config"]))   # keys added since: their defaults
     diff = [k for k in RESUME_FIXED if _get(now, k) != _get(then, k)]
     if diff:
         k = diff[0]
@@ -261,11 +261,24 @@ def ema_weights(ck: dict) -> dict:
     "The EMA model's weights in a checkpoint or shipped model, named as the network names them (`module.` dropped, `n_averaged` left out)."
     return {k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")}
 
+RUNTIME_MODEL_KEYS = ("channels_last",)          # how the network runs, not what it is: a loader may choose
+
+def check_model_config(asked, trained, what: str = "the checkpoint") -> None:
+    "Refuse a model config (`asked`) whose encodings, network or objective differ from the one `what` was trained with."
+    a, t = (config_to_dict(c) if not isinstance(c, dict) else c for c in (asked, trained))
+    diff = [k for k in t if k not in RUNTIME_MODEL_KEYS and a.get(k) != t[k]]
+    if diff:
+        k = diff[0]
+        raise CheckpointError(f"{what} was trained with model.{k}={t[k]!r}, not {a.get(k)!r}: its weights only fit the encodings "
+                              f"and objective it was trained with; drop the model.{k} override (or train a run with it)")
+
 def load_model(ck: dict, model_cfg=None, device="cpu", what: str = "the checkpoint") -> tuple[ConditionalUNet, Diffusion]:
     "The EMA model of `ck` (eval mode, float32, on `device`) and its diffusion, as `model_cfg` (default: the checkpoint's) describes them."
     from qmind_render.grid import load_grid
     check_versions(ck, what)
-    mcfg = model_cfg if model_cfg is not None else config_from_dict(ck["config"]).model
+    trained = config_from_dict(ck["config"]).model                  # keys added since the checkpoint: their defaults
+    mcfg = model_cfg if model_cfg is not None else trained
+    check_model_config(mcfg, trained, what)
     model = build_model(mcfg, grid=load_grid())
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ema_weights(ck).items()})
     return model.to(device).eval(), Diffusion.from_config(mcfg)

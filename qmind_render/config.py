@@ -23,10 +23,11 @@ from .contracts import UserError, project_dirs
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Tracker', 'NonFinite', 'native_bf16',
-           'resolve_precision', 'precision_dtype', 'DataConfig', 'ModelConfig', 'TrainConfig', 'EvalConfig',
-           'ExperimentConfig', 'ConfigError', 'find_config', 'check_config', 'load_config', 'config_to_dict',
-           'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args', 'config_main']
+__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Loss', 'Tracker', 'NonFinite',
+           'native_bf16', 'resolve_precision', 'precision_dtype', 'DataConfig', 'ModelConfig', 'TrainConfig',
+           'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config', 'check_config', 'load_config',
+           'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args',
+           'config_main']
 
 # %% ../nbs/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -46,6 +47,10 @@ class Prediction(str, Enum):
 
 class Schedule(str, Enum):
     cosine = "cosine"; linear = "linear"
+
+class Loss(str, Enum):
+    "What the training loss compares: the network's target (ε or v), the clean frame it implies, or the target weighted by min-SNR-γ."
+    target = "target"; x0 = "x0"; min_snr = "min_snr"
 
 class Tracker(str, Enum):
     wandb = "wandb"; none = "none"
@@ -98,6 +103,9 @@ class ModelConfig:
     timesteps: int = 1000
     dropout: float = 0.0
     channels_last: bool = True                          # NHWC: faster on CPU, what tensor cores want
+    uv_freqs: list[int] = field(default_factory=lambda: [1])   # uv as sin/cos(2π f u) per f (textures repeat up to 12 times a cell)
+    depth_freqs: list[int] = field(default_factory=list)       # depth as sin/cos(π f d) per f, beside depth itself
+    pixel_head: int = 0                                 # width of a per-pixel MLP beside the U-Net's output (0: none)
 
 # %% ../nbs/01_config.ipynb #0488c609
 @dataclass
@@ -121,6 +129,9 @@ class TrainConfig:
     resume: str = "latest"                              # latest | never | a checkpoint path
     log_every: int = 50
     sample_every: int = 500
+    sampler_share: float = 0.0                          # share of each batch at the timesteps eval.ddim_steps' samplers visit
+    loss: Loss = Loss.target                            # target: MSE on ε or v | x0: on the clean frame | min_snr: min-SNR-5
+    finetune_steps: int = 0                             # the run's last N steps: one step from pure noise (t = T-1), x0 loss
 
 @dataclass
 class EvalConfig:
@@ -212,6 +223,7 @@ _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 def _at_least(n): return (lambda v: v >= n), f"must be at least {n}"
 def _above(n): return (lambda v: v > n), f"must be above {n}"
 def _fraction(): return (lambda v: 0 <= v < 1), "must be in [0, 1)"
+def _in_unit(): return (lambda v: 0 <= v <= 1), "must be in [0, 1]"
 _NAME = (lambda v: bool(_FOLDER_NAME.fullmatch(v)), "must be one folder name: letters, digits and . _ + = -, no / or leading .")
 _DEV = (lambda v: bool(_DEVICE.fullmatch(v)), "must be auto, cpu, mps, cuda or cuda:N")
 
@@ -223,7 +235,8 @@ RULES: dict[str, tuple] = {
     "train.grad_clip": _above(0), "train.grad_accum": _at_least(1), "train.ema": _fraction(),
     "train.ckpt_every_min": _above(0), "train.ckpt_every_steps": _at_least(0), "train.keep_last": _at_least(0),
     "train.workers": _at_least(0), "train.log_every": _at_least(1), "train.sample_every": _at_least(0), "train.device": _DEV,
-    "eval.ddim_steps": _at_least(1), "eval.frames_per_cell": _at_least(1), "eval.classifier_steps": _at_least(1), "eval.device": _DEV,
+    "train.sampler_share": _in_unit(), "train.finetune_steps": _at_least(0),
+    "model.uv_freqs": _at_least(1), "model.pixel_head": _at_least(0), "eval.ddim_steps": _at_least(1), "eval.frames_per_cell": _at_least(1), "eval.classifier_steps": _at_least(1), "eval.device": _DEV,
 }
 
 def check_config(cfg: DictConfig) -> DictConfig:

@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 
-from .config import MaterialEnc, ModelConfig, Prediction, Schedule, ThemeEnc
+from .config import Loss, MaterialEnc, ModelConfig, Prediction, Schedule, ThemeEnc
 from .contracts import UserError, ChannelSpec, load_spec, load_theme_schema, theme_parts, theme_vector
 
 # %% auto #0
@@ -27,7 +27,7 @@ __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PRE
            'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch',
            'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet',
            'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'train_flops', 'size_table', 'make_schedule',
-           'Diffusion', 'draw_noise', 'diffusion_loss', 'ddim_sample', 'to_uint8']
+           'Diffusion', 'draw_noise', 'draw_timesteps', 'min_snr_weight', 'diffusion_loss', 'ddim_sample', 'to_uint8']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -68,6 +68,8 @@ class Encodings:
     material_dim: int = _DEFAULT.material_dim                                           # width of the learned material embedding
     theme: str = choice(_DEFAULT.theme_enc, ThemeEnc, "model.theme_enc")                 # planes | id | param_vector
     lighting: str = choice(_DEFAULT.lighting_enc or _DEFAULT.theme_enc, ThemeEnc, "model.lighting_enc")
+    uv_freqs: tuple[int, ...] = tuple(_DEFAULT.uv_freqs)                                # uv as sin/cos(2π f u), per f
+    depth_freqs: tuple[int, ...] = tuple(_DEFAULT.depth_freqs)                          # depth as sin/cos(π f d) too, per f
 
     @classmethod
     def from_config(cls, cfg: ModelConfig | None = None) -> Encodings:
@@ -75,7 +77,8 @@ class Encodings:
         cfg = cfg if cfg is not None else ModelConfig()
         theme = choice(cfg.theme_enc, ThemeEnc, "model.theme_enc")
         return cls(choice(cfg.material_enc, MaterialEnc, "model.material_enc"), int(cfg.material_dim), theme,
-                   choice(cfg.lighting_enc or theme, ThemeEnc, "model.lighting_enc"))
+                   choice(cfg.lighting_enc or theme, ThemeEnc, "model.lighting_enc"),
+                   tuple(int(f) for f in cfg.uv_freqs), tuple(int(f) for f in cfg.depth_freqs))
 
 def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
     "A `ModelConfig`: `cfg` (the dataclass or its OmegaConf form; None: the defaults) with `changes`, e.g. `size=\"small\"`."
@@ -125,6 +128,8 @@ class ConditionEncoder(nn.Module):
         self.spec, self.enc = spec, enc
         self.M, self.C = spec.n_materials, len(spec.classes)
         self.register_buffer("surface_table", torch.eye(self.C), persistent=False)
+        self.register_buffer("uv_freqs", torch.tensor(enc.uv_freqs, dtype=torch.float32) * (2 * math.pi), persistent=False)
+        self.register_buffer("depth_freqs", torch.tensor(enc.depth_freqs, dtype=torch.float32) * math.pi, persistent=False)
         if enc.material == "one_hot": self.register_buffer("material_table", torch.cat([torch.eye(self.M), torch.zeros(1, self.M)]), persistent=False)
         else: self.material_emb = nn.Embedding(self.M + 1, enc.material_dim, padding_idx=self.M)   # row M = none
         need = {"planes": ("theme_palette", "theme_pattern"), "param_vector": ("theme_vec",)}.get(enc.theme, ())
@@ -140,7 +145,8 @@ class ConditionEncoder(nn.Module):
         theme = 6 + tables["theme_pattern"].shape[1] if self.enc.theme == "planes" else 0
         lighting = tables["lighting_vec"].shape[1] if self.enc.lighting == "planes" else 0
         mat = self.M if self.enc.material == "one_hot" else self.enc.material_dim
-        return {"depth": 1, "surface": self.C, "material": mat, "uv": 4, "light": 1, "theme": theme, "lighting": lighting}
+        depth, uv = 1 + 2 * len(self.enc.depth_freqs), 4 * len(self.enc.uv_freqs)
+        return {"depth": depth, "surface": self.C, "material": mat, "uv": uv, "light": 1, "theme": theme, "lighting": lighting}
 
     @property
     def channels(self) -> int: return sum(self.layout.values())
@@ -150,7 +156,10 @@ class ConditionEncoder(nn.Module):
         "A name for every conditioning plane, in order."
         mat = [f"material {i}" for i in range(self.M)] if self.enc.material == "one_hot" else [f"material emb {i}" for i in range(self.layout["material"])]
         theme = [f"theme {w} {c}" for w in ("base", "accent") for c in "RGB"] + [f"theme pattern {i}" for i in range(self.layout["theme"] - 6)]
-        return (["depth"] + [f"surface {c}" for c in self.spec.classes] + mat + ["sin 2πu", "cos 2πu", "sin 2πv", "cos 2πv", "light"]
+        f = lambda k: "" if k == 1 else str(k)
+        depth = ["depth"] + [f"{fn} π{f(k)}d" for k in self.enc.depth_freqs for fn in ("sin", "cos")]
+        uv = [f"{fn} 2π{f(k)}{c}" for c in "uv" for k in self.enc.uv_freqs for fn in ("sin", "cos")]
+        return (depth + [f"surface {c}" for c in self.spec.classes] + mat + uv + ["light"]
                 + theme[:self.layout["theme"]] + [f"lighting {i}" for i in range(self.layout["lighting"])])
 
     def forward(self, cond: dict) -> Encoded:
@@ -193,9 +202,11 @@ def _planes(self: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
     surf, mat = cond["surface"].long(), cond["material"].long()
     m_idx = torch.where(mat == self.spec.material_none, self.M, mat).clamp_(0, self.M)
     mat_planes = self.material_table[m_idx] if self.enc.material == "one_hot" else self.material_emb(m_idx)
-    uv = cond["uv"].float() * (2 * math.pi)
-    out = [cond["depth"].float()[..., None] * 2 - 1, self.surface_table[surf], mat_planes,
-           torch.stack([uv.sin(), uv.cos()], -1).flatten(-2), cond["light"].float()[..., None] * 2 - 1]
+    uv = cond["uv"].float()[..., None] * self.uv_freqs                         # [B, H, W, 2, F]: u's then v's
+    d = cond["depth"].float()[..., None]
+    depth = torch.cat([d * 2 - 1, *(torch.stack([a.sin(), a.cos()], -1).flatten(-2) for a in [d * self.depth_freqs] if a.shape[-1])], -1)
+    out = [depth, self.surface_table[surf], mat_planes,
+           torch.stack([uv.sin(), uv.cos()], -1).flatten(-3), cond["light"].float()[..., None] * 2 - 1]
     B, H, W = surf.shape
     if self.enc.theme == "planes":
         theme = cond["theme"].long()
@@ -318,9 +329,13 @@ SIZES: dict[str, UNetSize] = {
 }
 
 # %% ../nbs/40_model.ipynb #7ec40529
+def _pixel_head(cin: int, width: int, cout: int) -> nn.Sequential:
+    "A per-pixel MLP (1×1 convs) from the last features and the input planes, added to the output: width where textures live."
+    return nn.Sequential(nn.Conv2d(cin, width, 1), nn.SiLU(), nn.Conv2d(width, width, 1), nn.SiLU(), _zero(nn.Conv2d(width, cout, 1)))
+
 class UNet(nn.Module):
     "The denoiser: (x [B, in_ch, H, W], t [B], global vector [B, E] or None) -> [B, out_ch, H, W]."
-    def __init__(self, in_ch: int, out_ch: int, size: UNetSize, res: int, dropout: float = 0.0):
+    def __init__(self, in_ch: int, out_ch: int, size: UNetSize, res: int, dropout: float = 0.0, pixel_head: int = 0):
         super().__init__()
         w, E, G = size.width, 4 * size.width, size.groups
         self.emb_dim, self.in_ch, self.levels = E, in_ch, len(size.mults)
@@ -339,6 +354,7 @@ class UNet(nn.Module):
                 self.up.append(nn.ModuleList(block(ch + skips.pop(), w * m, r))); ch = w * m
             if i > 0: self.up.append(nn.ModuleList([Up(ch)])); r *= 2
         self.out = nn.Sequential(nn.GroupNorm(G, ch), nn.SiLU(), _zero(nn.Conv2d(ch, out_ch, 3, padding=1)))
+        self.head = _pixel_head(ch + in_ch, pixel_head, out_ch) if pixel_head else None
         self.film = [m for m in self.modules() if isinstance(m, ResBlock)]    # not registered twice: a plain list
         for i, b in enumerate(self.film): b.film_index = i
 
@@ -361,13 +377,15 @@ class UNet(nn.Module):
         for layers in self.up:
             if not isinstance(layers[0], Up): h = torch.cat([h, hs.pop()], 1)
             for f in layers: h = run(f, h)
-        return self.out(h)
+        if self.head is None: return self.out(h)
+        h = self.out[1](self.out[0](h))
+        return self.out[2](h) + self.head(torch.cat([h, x], 1))
 
 # %% ../nbs/40_model.ipynb #6db14689
 class ConditionalUNet(nn.Module):
     "Noisy frame + encoded channels in, ε or v out."
     def __init__(self, spec: ChannelSpec, enc: Encodings, size: str | UNetSize, tables: dict, dropout: float = 0.0,
-                 channels_last: bool = True):
+                 channels_last: bool = True, pixel_head: int = 0):
         super().__init__()
         if isinstance(size, str) and size not in SIZES: raise ValueError(f"model.size={size!r} is not one of {', '.join(SIZES)}")
         self.spec, self.enc, self.size_name = spec, enc, size if isinstance(size, str) else "custom"
@@ -377,7 +395,7 @@ class ConditionalUNet(nn.Module):
         if H % 2 ** (len(self.size.mults) - 1) or W % 2 ** (len(self.size.mults) - 1):
             raise ValueError(f"frame size {spec.size} is not divisible by 2**{len(self.size.mults) - 1} (size {self.size_name})")
         self.encoder = ConditionEncoder(spec, enc, tables, 4 * self.size.width)
-        self.net = UNet(self.image_channels + self.encoder.channels, self.image_channels, self.size, H, dropout)
+        self.net = UNet(self.image_channels + self.encoder.channels, self.image_channels, self.size, H, dropout, pixel_head)
         self.channels_last = False
         if channels_last: self.set_channels_last(True)
 
@@ -410,7 +428,8 @@ def build_model(cfg: ModelConfig | None = None, spec: ChannelSpec | None = None,
     "The conditional U-Net a `ModelConfig` (None: `ModelConfig()`) describes, conditioned on `grid`'s themes and lightings."
     cfg, spec = cfg if cfg is not None else ModelConfig(), spec or load_spec()
     tables = tables if tables is not None else condition_tables(grid, spec)
-    return ConditionalUNet(spec, Encodings.from_config(cfg), cfg.size, tables, float(cfg.dropout), bool(cfg.channels_last))
+    return ConditionalUNet(spec, Encodings.from_config(cfg), cfg.size, tables, float(cfg.dropout), bool(cfg.channels_last),
+                           int(cfg.pixel_head))
 
 def n_params(model: nn.Module) -> int: return sum(p.numel() for p in model.parameters())
 
@@ -513,14 +532,36 @@ def draw_noise(shape, generator, device):
     g_dev = generator.device if generator is not None else device
     return torch.randn(shape, generator=generator, device=g_dev).to(device)
 
+def draw_timesteps(diffusion: Diffusion, n: int, generator: torch.Generator | None = None, device=None,
+                   visit: list[int] = (), share: float = 0.0) -> torch.Tensor:
+    "`n` timesteps, uniform over 0..T-1; with `share` > 0, each is instead (with that probability) one of `visit`."
+    g_dev = generator.device if generator is not None else torch.device(device or "cpu")
+    t = torch.randint(0, diffusion.T, (n,), generator=generator, device=g_dev)
+    if share > 0 and len(visit):
+        pick = torch.as_tensor(list(visit), device=g_dev)[torch.randint(0, len(visit), (n,), generator=generator, device=g_dev)]
+        t = torch.where(torch.rand(n, generator=generator, device=g_dev) < share, pick, t)
+    return t.to(device or g_dev)
+
+def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) -> torch.Tensor:
+    "Min-SNR-γ (Hang et al., 2023): the loss weight per timestep that makes ε or v errors count as min(SNR, γ) x0 errors."
+    ab = diffusion.coefs(t, t)[0].double() ** 2
+    snr = ab / (1 - ab)
+    return (snr.clamp(max=gamma) / (snr if diffusion.prediction == "eps" else snr + 1)).float()
+
 def diffusion_loss(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond, generator: torch.Generator | None = None,
-                   t: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
-    "The DDPM objective: MSE between the model's output and ε (or v) at a random t."
+                   t: torch.Tensor | None = None, noise: torch.Tensor | None = None, loss: str = "target") -> torch.Tensor:
+    """The DDPM objective at a random t (or `t`): MSE between the model's output and ε (or v) (`loss="target"`), between
+    the clean frame it implies and x0 (`"x0"`: the task loss), or the target's MSE weighted by min-SNR-5 (`"min_snr"`)."""
     B, dev = x0.shape[0], x0.device
-    if t is None: t = torch.randint(0, diffusion.T, (B,), generator=generator, device=generator.device if generator else dev).to(dev)
+    if t is None: t = draw_timesteps(diffusion, B, generator, dev)
     if noise is None: noise = draw_noise(x0.shape, generator, dev)
-    out = model(diffusion.q_sample(x0, t, noise), t, cond)
-    return F.mse_loss(out.float(), diffusion.target(x0, t, noise))
+    x_t = diffusion.q_sample(x0, t, noise)
+    out = model(x_t, t, cond).float()
+    kind = choice(loss, Loss, "train.loss")
+    if kind == "x0": return F.mse_loss(diffusion.split(out, x_t, t)[0], x0)
+    if kind == "target": return F.mse_loss(out, diffusion.target(x0, t, noise))
+    err = (out - diffusion.target(x0, t, noise)).square().mean((1, 2, 3))
+    return (err * min_snr_weight(diffusion, t)).mean()
 
 # %% ../nbs/40_model.ipynb #bf1bf141
 @patch
@@ -528,6 +569,11 @@ def ddim_timesteps(self: Diffusion, steps: int) -> list[int]:
     "The K timesteps a K-step DDIM sample visits, from T-1 down ('trailing' spacing)."
     if not 1 <= int(steps) <= self.T: raise ValueError(f"DDIM steps must be in 1..{self.T} (the training timesteps), got {steps}")
     return [int(x) for x in np.round(np.arange(self.T, 0, -self.T / int(steps))).astype(np.int64) - 1]
+
+@patch
+def sampler_timesteps(self: Diffusion, step_counts) -> list[int]:
+    "Every timestep that a K-step DDIM sample visits, for each K in `step_counts` (ascending)."
+    return sorted({t for k in step_counts for t in self.ddim_timesteps(int(k))})
 
 @patch
 def ddim_step(self: Diffusion, out, x_t, t: int, t_prev: int, eta: float = 0.0, noise=None, clip: bool = True):

@@ -28,7 +28,7 @@ from .data import fetch, git_commit, open_store
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid
-from .model import Diffusion, build_model, ddim_sample, diffusion_loss, prepare_batch, to_uint8
+from .model import Diffusion, build_model, ddim_sample, diffusion_loss, draw_timesteps, prepare_batch, to_uint8
 from .optim import make_ema, make_optimizer, masked_step
 from .util import atomic_write, save_image
 
@@ -36,8 +36,8 @@ from .util import atomic_write, save_image
 __all__ = ['DEVICES', 'WANDB_MODES', 'RunsError', 'runs_root', 'make_runs_root', 'pick_device', 'Dist', 'dist_from_env',
            'step_seed', 'seed_step', 'lr_factor', 'TrackerError', 'wandb_mode', 'Tracker', 'read_metrics', 'Progress',
            'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'maybe_restore', 'NonFiniteError',
-           'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory',
-           'loop_step', 'train', 'train_main', 'overfit_one_batch', 'quick_train', 'bench_train']
+           'objective', 'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample', 'stop_on_signals',
+           'OutOfMemory', 'loop_step', 'train', 'train_main', 'overfit_one_batch', 'quick_train', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 class RunsError(UserError, OSError):
@@ -313,6 +313,15 @@ def _precision(run: Run):
     dtype = precision_dtype(run.cfg.train.precision, run.device)
     return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
 
+def objective(cfg, diffusion: Diffusion, step: int, n: int, g: torch.Generator, device="cpu") -> tuple[torch.Tensor, str]:
+    """Step `step`'s `n` timesteps and its loss: in the run's last `train.finetune_steps`, the one-step fine-tune's
+    (t = T-1, the x0 task loss); before, uniform t with a `train.sampler_share` at the timesteps the samplers of
+    `eval.ddim_steps` visit, and `train.loss`."""
+    t = cfg.train
+    if step >= t.steps - t.finetune_steps: return torch.full((n,), diffusion.T - 1, device=device), "x0"
+    visit = diffusion.sampler_timesteps(cfg.eval.ddim_steps) if t.sampler_share > 0 else []
+    return draw_timesteps(diffusion, n, g, device, visit, t.sampler_share), t.loss
+
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device: nothing here waits for it."
     g = seed_step(run.cfg.seed, run.step, run.dist.rank, run.device)
@@ -322,7 +331,8 @@ def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
         x0, cond = prepare_batch(b, run.device)
         sync = i == len(micro) - 1 or not hasattr(run.net, "no_sync")
         with (run.net.no_sync() if not sync else contextlib.nullcontext()), _precision(run):
-            loss = diffusion_loss(run.net, run.diffusion, x0, cond, g)
+            t, kind = objective(run.cfg, run.diffusion, run.step, x0.shape[0], g, run.device)
+            loss = diffusion_loss(run.net, run.diffusion, x0, cond, g, t=t, loss=kind)
         (loss / len(micro)).backward()
         total += loss.detach() / len(micro)
     norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.train.grad_clip)

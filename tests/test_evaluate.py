@@ -123,6 +123,18 @@ def test_a_device_the_machine_lacks_is_one_line(work, ran, capsys, monkeypatch):
     assert err.count("\n") == 1 and "qmind eval: error: eval.device=mps, but this machine has no MPS device" in err, err
 
 
+def test_an_encoding_or_objective_the_checkpoint_was_not_trained_with_is_refused_by_name(work, ran, capsys, monkeypatch):
+    "An override of the model section (an encoding, the objective) on eval: one line naming the key and both values, exit 2."
+    from qmind_render.cli import main
+    monkeypatch.setenv("QMIND_CACHE", str(work / "cache"))
+    for override, said in [("model.uv_freqs=[1,2,4]", "model.uv_freqs=[1], not [1, 2, 4]"),
+                           ("model.prediction=eps", "model.prediction='v', not 'eps'"),
+                           ("model.theme_enc=planes", "model.theme_enc='param_vector', not 'planes'")]:
+        assert main(["eval", str(work / "runs" / "small"), override]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err and "drop the " in err, err
+
+
 def test_a_corrupt_checkpoint_is_one_line_with_evals_own_advice(work, ran, tmp_path, capsys):
     "A run whose latest checkpoint is corrupt: one line, exit 2, naming the file `qmind eval` can take instead (not train.resume)."
     import shutil
