@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 
-from .config import Loss, MaterialEnc, ModelConfig, Prediction, Schedule, ThemeEnc
+from .config import Loss, MaterialEnc, ModelConfig, Prediction, Schedule, ThemeEnc, TrainConfig
 from .contracts import UserError, ChannelSpec, load_spec, load_theme_schema, theme_parts, theme_vector
 
 # %% auto #0
@@ -27,7 +27,7 @@ __all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PRE
            'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch',
            'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet',
            'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'train_flops', 'size_table', 'make_schedule',
-           'Diffusion', 'draw_noise', 'draw_timesteps', 'min_snr_weight', 'diffusion_loss', 'ddim_sample', 'to_uint8']
+           'Diffusion', 'draw_noise', 'min_snr_weight', 'diffusion_loss', 'ddim_sample', 'to_uint8']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -329,10 +329,6 @@ SIZES: dict[str, UNetSize] = {
 }
 
 # %% ../nbs/40_model.ipynb #7ec40529
-def _pixel_head(cin: int, width: int, cout: int) -> nn.Sequential:
-    "A per-pixel MLP (1×1 convs) from the last features and the input planes, added to the output: width where textures live."
-    return nn.Sequential(nn.Conv2d(cin, width, 1), nn.SiLU(), nn.Conv2d(width, width, 1), nn.SiLU(), _zero(nn.Conv2d(width, cout, 1)))
-
 class UNet(nn.Module):
     "The denoiser: (x [B, in_ch, H, W], t [B], global vector [B, E] or None) -> [B, out_ch, H, W]."
     def __init__(self, in_ch: int, out_ch: int, size: UNetSize, res: int, dropout: float = 0.0, pixel_head: int = 0):
@@ -354,7 +350,8 @@ class UNet(nn.Module):
                 self.up.append(nn.ModuleList(block(ch + skips.pop(), w * m, r))); ch = w * m
             if i > 0: self.up.append(nn.ModuleList([Up(ch)])); r *= 2
         self.out = nn.Sequential(nn.GroupNorm(G, ch), nn.SiLU(), _zero(nn.Conv2d(ch, out_ch, 3, padding=1)))
-        self.head = _pixel_head(ch + in_ch, pixel_head, out_ch) if pixel_head else None
+        p = pixel_head                  # a per-pixel MLP (1×1 convs) on the last features and the input, added to the output
+        self.head = nn.Sequential(nn.Conv2d(ch + in_ch, p, 1), nn.SiLU(), nn.Conv2d(p, p, 1), nn.SiLU(), _zero(nn.Conv2d(p, out_ch, 1))) if p else None
         self.film = [m for m in self.modules() if isinstance(m, ResBlock)]    # not registered twice: a plain list
         for i, b in enumerate(self.film): b.film_index = i
 
@@ -532,16 +529,6 @@ def draw_noise(shape, generator, device):
     g_dev = generator.device if generator is not None else device
     return torch.randn(shape, generator=generator, device=g_dev).to(device)
 
-def draw_timesteps(diffusion: Diffusion, n: int, generator: torch.Generator | None = None, device=None,
-                   visit: list[int] = (), share: float = 0.0) -> torch.Tensor:
-    "`n` timesteps, uniform over 0..T-1; with `share` > 0, each is instead (with that probability) one of `visit`."
-    g_dev = generator.device if generator is not None else torch.device(device or "cpu")
-    t = torch.randint(0, diffusion.T, (n,), generator=generator, device=g_dev)
-    if share > 0 and len(visit):
-        pick = torch.as_tensor(list(visit), device=g_dev)[torch.randint(0, len(visit), (n,), generator=generator, device=g_dev)]
-        t = torch.where(torch.rand(n, generator=generator, device=g_dev) < share, pick, t)
-    return t.to(device or g_dev)
-
 def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) -> torch.Tensor:
     "Min-SNR-γ (Hang et al., 2023): the loss weight per timestep that makes ε or v errors count as min(SNR, γ) x0 errors."
     ab = diffusion.coefs(t, t)[0].double() ** 2
@@ -549,15 +536,14 @@ def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) ->
     return (snr.clamp(max=gamma) / (snr if diffusion.prediction == "eps" else snr + 1)).float()
 
 def diffusion_loss(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond, generator: torch.Generator | None = None,
-                   t: torch.Tensor | None = None, noise: torch.Tensor | None = None, loss: str = "target") -> torch.Tensor:
-    """The DDPM objective at a random t (or `t`): MSE between the model's output and ε (or v) (`loss="target"`), between
-    the clean frame it implies and x0 (`"x0"`: the task loss), or the target's MSE weighted by min-SNR-5 (`"min_snr"`)."""
+                   t: torch.Tensor | None = None, noise: torch.Tensor | None = None, loss: str | None = None) -> torch.Tensor:
+    "MSE at a random t (or `t`) of the output against ε or v (`train.loss=target`), of the clean frame it implies (x0), or min-SNR-5's."
     B, dev = x0.shape[0], x0.device
-    if t is None: t = draw_timesteps(diffusion, B, generator, dev)
+    if t is None: t = torch.randint(0, diffusion.T, (B,), generator=generator, device=generator.device if generator else dev).to(dev)
     if noise is None: noise = draw_noise(x0.shape, generator, dev)
     x_t = diffusion.q_sample(x0, t, noise)
     out = model(x_t, t, cond).float()
-    kind = choice(loss, Loss, "train.loss")
+    kind = choice(TrainConfig.loss if loss is None else loss, Loss, "train.loss")
     if kind == "x0": return F.mse_loss(diffusion.split(out, x_t, t)[0], x0)
     if kind == "target": return F.mse_loss(out, diffusion.target(x0, t, noise))
     err = (out - diffusion.target(x0, t, noise)).square().mean((1, 2, 3))
@@ -569,11 +555,6 @@ def ddim_timesteps(self: Diffusion, steps: int) -> list[int]:
     "The K timesteps a K-step DDIM sample visits, from T-1 down ('trailing' spacing)."
     if not 1 <= int(steps) <= self.T: raise ValueError(f"DDIM steps must be in 1..{self.T} (the training timesteps), got {steps}")
     return [int(x) for x in np.round(np.arange(self.T, 0, -self.T / int(steps))).astype(np.int64) - 1]
-
-@patch
-def sampler_timesteps(self: Diffusion, step_counts) -> list[int]:
-    "Every timestep that a K-step DDIM sample visits, for each K in `step_counts` (ascending)."
-    return sorted({t for k in step_counts for t in self.ddim_timesteps(int(k))})
 
 @patch
 def ddim_step(self: Diffusion, out, x_t, t: int, t_prev: int, eta: float = 0.0, noise=None, clip: bool = True):

@@ -28,7 +28,7 @@ from .data import fetch, git_commit, open_store
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid
-from .model import Diffusion, build_model, ddim_sample, diffusion_loss, draw_timesteps, prepare_batch, to_uint8
+from .model import Diffusion, build_model, ddim_sample, diffusion_loss, prepare_batch, to_uint8
 from .optim import make_ema, make_optimizer, masked_step
 from .util import atomic_write, save_image
 
@@ -36,8 +36,9 @@ from .util import atomic_write, save_image
 __all__ = ['DEVICES', 'WANDB_MODES', 'RunsError', 'runs_root', 'make_runs_root', 'pick_device', 'Dist', 'dist_from_env',
            'step_seed', 'seed_step', 'lr_factor', 'TrackerError', 'wandb_mode', 'Tracker', 'read_metrics', 'Progress',
            'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'maybe_restore', 'NonFiniteError',
-           'objective', 'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample', 'stop_on_signals',
-           'OutOfMemory', 'loop_step', 'train', 'train_main', 'overfit_one_batch', 'quick_train', 'bench_train']
+           'draw_timesteps', 'sampler_timesteps', 'objective', 'train_step', 'batches', 'Meter', 'check_finite', 'save',
+           'sample', 'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main', 'overfit_one_batch',
+           'quick_train', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 class RunsError(UserError, OSError):
@@ -313,13 +314,27 @@ def _precision(run: Run):
     dtype = precision_dtype(run.cfg.train.precision, run.device)
     return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
 
+def draw_timesteps(diffusion: Diffusion, n: int, generator: torch.Generator | None = None, device=None,
+                   visit: list[int] = (), share: float = 0.0) -> torch.Tensor:
+    "`n` timesteps, uniform over 0..T-1; with `share` > 0, each is instead (with that probability) one of `visit`."
+    g_dev = generator.device if generator is not None else torch.device(device or "cpu")
+    t = torch.randint(0, diffusion.T, (n,), generator=generator, device=g_dev)
+    if share > 0 and len(visit):
+        pick = torch.as_tensor(list(visit), device=g_dev)[torch.randint(0, len(visit), (n,), generator=generator, device=g_dev)]
+        t = torch.where(torch.rand(n, generator=generator, device=g_dev) < share, pick, t)
+    return t.to(device or g_dev)
+
+def sampler_timesteps(diffusion: Diffusion, step_counts) -> list[int]:
+    "Every timestep that a K-step DDIM sample visits, for each K in `step_counts` (ascending)."
+    return sorted({t for k in step_counts for t in diffusion.ddim_timesteps(int(k))})
+
 def objective(cfg, diffusion: Diffusion, step: int, n: int, g: torch.Generator, device="cpu") -> tuple[torch.Tensor, str]:
     """Step `step`'s `n` timesteps and its loss: in the run's last `train.finetune_steps`, the one-step fine-tune's
     (t = T-1, the x0 task loss); before, uniform t with a `train.sampler_share` at the timesteps the samplers of
     `eval.ddim_steps` visit, and `train.loss`."""
     t = cfg.train
     if step >= t.steps - t.finetune_steps: return torch.full((n,), diffusion.T - 1, device=device), "x0"
-    visit = diffusion.sampler_timesteps(cfg.eval.ddim_steps) if t.sampler_share > 0 else []
+    visit = sampler_timesteps(diffusion, cfg.eval.ddim_steps) if t.sampler_share > 0 else []
     return draw_timesteps(diffusion, n, g, device, visit, t.sampler_share), t.loss
 
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
