@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from omegaconf import OmegaConf
+
 from .config import config_from_dict, config_to_dict
 from .contracts import UserError, check_spec_version, contract_versions
 from .model import ConditionalUNet, Diffusion, build_model
@@ -265,7 +267,7 @@ RUNTIME_MODEL_KEYS = ("channels_last",)          # how the network runs, not wha
 
 def check_model_config(asked, trained, what: str = "the checkpoint") -> None:
     "Refuse a model config (`asked`) whose encodings, network or objective differ from the one `what` was trained with."
-    a, t = (config_to_dict(c) if not isinstance(c, dict) else c for c in (asked, trained))
+    a, t = (config_to_dict(OmegaConf.create(c)) for c in (asked, trained))     # a dataclass, a dict or a DictConfig
     diff = [k for k in t if k not in RUNTIME_MODEL_KEYS and a.get(k) != t[k]]
     if diff:
         k = diff[0]

@@ -236,7 +236,8 @@ RULES: dict[str, tuple] = {
     "train.ckpt_every_min": _above(0), "train.ckpt_every_steps": _at_least(0), "train.keep_last": _at_least(0),
     "train.workers": _at_least(0), "train.log_every": _at_least(1), "train.sample_every": _at_least(0), "train.device": _DEV,
     "train.sampler_share": _in_unit(), "train.finetune_steps": _at_least(0),
-    "model.uv_freqs": _at_least(1), "model.pixel_head": _at_least(0), "eval.ddim_steps": _at_least(1), "eval.frames_per_cell": _at_least(1), "eval.classifier_steps": _at_least(1), "eval.device": _DEV,
+    "model.uv_freqs": _at_least(1), "model.pixel_head": _at_least(0),
+    "eval.ddim_steps": _at_least(1), "eval.frames_per_cell": _at_least(1), "eval.classifier_steps": _at_least(1), "eval.device": _DEV,
 }
 
 def check_config(cfg: DictConfig) -> DictConfig:

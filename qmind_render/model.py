@@ -204,8 +204,8 @@ def _planes(self: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
     mat_planes = self.material_table[m_idx] if self.enc.material == "one_hot" else self.material_emb(m_idx)
     uv = cond["uv"].float()[..., None] * self.uv_freqs                         # [B, H, W, 2, F]: u's then v's
     d = cond["depth"].float()[..., None]
-    depth = torch.cat([d * 2 - 1, *(torch.stack([a.sin(), a.cos()], -1).flatten(-2) for a in [d * self.depth_freqs] if a.shape[-1])], -1)
-    out = [depth, self.surface_table[surf], mat_planes,
+    dk = d * self.depth_freqs                                                     # [B, H, W, F]; F = 0: no planes
+    out = [d * 2 - 1, torch.stack([dk.sin(), dk.cos()], -1).flatten(-2), self.surface_table[surf], mat_planes,
            torch.stack([uv.sin(), uv.cos()], -1).flatten(-3), cond["light"].float()[..., None] * 2 - 1]
     B, H, W = surf.shape
     if self.enc.theme == "planes":

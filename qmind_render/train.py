@@ -240,6 +240,7 @@ class Run:
     elapsed: float = 0.0            # seconds of training before this call (from the checkpoint)
     started: float = field(default_factory=time.monotonic)
     log: dict = field(default_factory=dict)
+    visit: torch.Tensor | None = None  # the timesteps train.sampler_share draws from, on the device (made once, not per step)
 
 # %% ../nbs/50_train.ipynb #04a0c962
 def _data(cfg):
@@ -273,7 +274,9 @@ def setup(cfg, root: str | Path | None = None) -> Run:
     opt = make_optimizer(model, t.lr, betas=(0.9, 0.99), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, t.warmup, t.steps))
     ema = make_ema(model, t.ema, warmup=10)                       # decay min(ema, (1+n)/(10+n)): short runs still average
-    return Run(cfg, run_dir, dist, device, ds, split, model, net, ema, opt, sched, Diffusion.from_config(cfg.model), guard=Guard.on(device))
+    diffusion = Diffusion.from_config(cfg.model)
+    visit = torch.tensor(sampler_timesteps(diffusion, cfg.eval.ddim_steps), device=device)
+    return Run(cfg, run_dir, dist, device, ds, split, model, net, ema, opt, sched, diffusion, guard=Guard.on(device), visit=visit)
 
 # %% ../nbs/50_train.ipynb #f38287aa
 def state_dict(run: Run) -> dict:
@@ -315,12 +318,12 @@ def _precision(run: Run):
     return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
 
 def draw_timesteps(diffusion: Diffusion, n: int, generator: torch.Generator | None = None, device=None,
-                   visit: list[int] = (), share: float = 0.0) -> torch.Tensor:
+                   visit=(), share: float = 0.0) -> torch.Tensor:
     "`n` timesteps, uniform over 0..T-1; with `share` > 0, each is instead (with that probability) one of `visit`."
     g_dev = generator.device if generator is not None else torch.device(device or "cpu")
     t = torch.randint(0, diffusion.T, (n,), generator=generator, device=g_dev)
     if share > 0 and len(visit):
-        pick = torch.as_tensor(list(visit), device=g_dev)[torch.randint(0, len(visit), (n,), generator=generator, device=g_dev)]
+        pick = torch.as_tensor(visit, device=g_dev)[torch.randint(0, len(visit), (n,), generator=generator, device=g_dev)]
         t = torch.where(torch.rand(n, generator=generator, device=g_dev) < share, pick, t)
     return t.to(device or g_dev)
 
@@ -328,14 +331,13 @@ def sampler_timesteps(diffusion: Diffusion, step_counts) -> list[int]:
     "Every timestep that a K-step DDIM sample visits, for each K in `step_counts` (ascending)."
     return sorted({t for k in step_counts for t in diffusion.ddim_timesteps(int(k))})
 
-def objective(cfg, diffusion: Diffusion, step: int, n: int, g: torch.Generator, device="cpu") -> tuple[torch.Tensor, str]:
-    """Step `step`'s `n` timesteps and its loss: in the run's last `train.finetune_steps`, the one-step fine-tune's
-    (t = T-1, the x0 task loss); before, uniform t with a `train.sampler_share` at the timesteps the samplers of
-    `eval.ddim_steps` visit, and `train.loss`."""
+def objective(cfg, diffusion: Diffusion, step: int, n: int, g: torch.Generator, visit: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """Step `step`'s `n` timesteps (on `g`'s device) and its loss: in the run's last `train.finetune_steps`, the one-step
+    fine-tune's (t = T-1, the x0 task loss); before, uniform t with a `train.sampler_share` at `visit` (the timesteps the
+    samplers of `eval.ddim_steps` visit, `Run.visit`), and `train.loss`."""
     t = cfg.train
-    if step >= t.steps - t.finetune_steps: return torch.full((n,), diffusion.T - 1, device=device), "x0"
-    visit = sampler_timesteps(diffusion, cfg.eval.ddim_steps) if t.sampler_share > 0 else []
-    return draw_timesteps(diffusion, n, g, device, visit, t.sampler_share), t.loss
+    if step >= t.steps - t.finetune_steps: return torch.full((n,), diffusion.T - 1, device=g.device), "x0"
+    return draw_timesteps(diffusion, n, g, visit=visit, share=t.sampler_share), t.loss
 
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device: nothing here waits for it."
@@ -346,7 +348,7 @@ def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
         x0, cond = prepare_batch(b, run.device)
         sync = i == len(micro) - 1 or not hasattr(run.net, "no_sync")
         with (run.net.no_sync() if not sync else contextlib.nullcontext()), _precision(run):
-            t, kind = objective(run.cfg, run.diffusion, run.step, x0.shape[0], g, run.device)
+            t, kind = objective(run.cfg, run.diffusion, run.step, x0.shape[0], g, run.visit)
             loss = diffusion_loss(run.net, run.diffusion, x0, cond, g, t=t, loss=kind)
         (loss / len(micro)).backward()
         total += loss.detach() / len(micro)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import yaml
-
+from qmind_render.config import config_from_dict, config_to_dict
+from qmind_render.data import git_commit
 from qmind_render.util import atomic_write, format_table
 
 SWITCHES = (
@@ -29,18 +29,18 @@ SWITCHES = (
 )
 
 
-def _get(d: dict, key: str):
-    for k in key.split("."):
-        d = d.get(k, {}) if isinstance(d, dict) else {}
-    return d if d != {} else None
+def switches(config: dict) -> dict:
+    "The switches a run's config sets, keys added since it ran taking their defaults (as a checkpoint's do)."
+    sw = config_to_dict(config_from_dict(config))
+    return {k: sw[k.split(".")[0]][k.split(".")[1]] for k in SWITCHES}
 
 
 def row(run: Path) -> dict:
     "One table row from a run's committed eval.json and config.yaml."
     ev = json.loads((run / "eval.json").read_text())
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    sw = switches(yaml.safe_load((run / "config.yaml").read_text()))
     h, t = ev["parts"]["heldout"], ev["parts"]["train"]
-    out = {"run": run.name, **{k.split(".")[1]: _get(cfg, k) for k in SWITCHES}}
+    out = {"run": run.name, **{k.split(".")[1]: v for k, v in sw.items()}}
     for k in ev["ddim_steps"]:
         out[f"held-out {k}"] = f"{h[f'ddim_{k}']['psnr']:.2f}"
     k = ev["ddim_steps"][0]
@@ -66,14 +66,12 @@ def main(argv=None) -> int:
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(run / "eval" / "eval.json", d / "eval.json")
         shutil.copy(run / "config.yaml", d / "config.yaml")
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     rows = [row(dest / run.name) for run in a.runs]
     first = json.loads((dest / a.runs[0].name / "eval.json").read_text())
     base = first["parts"]["heldout"]["baseline"]
     text = (
-        f"# {a.name}\n\n{a.note}\n\nMade at commit `{commit}` with `{a.command}`; each run's eval.json and "
+        f"# {a.name}\n\n{a.note}\n\nCollected at commit `{commit}`; made with `{a.command}`; each run's eval.json and "
         f"config.yaml are beside this file, and this table is read from them by `tools/collect_results.py`.\n"
         f"PSNR in dB on frames of held-out and training cells; the mean-colour baseline scores "
         f"{base['psnr']:.2f} dB and SSIM {base['ssim']:.3f} held-out.\n\n{format_table(rows, markdown=True)}\n"
