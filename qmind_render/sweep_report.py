@@ -15,7 +15,8 @@ from .sweep import eval_psnr, expand_sweep, load_sweep, read_json, run_finished,
 from .util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = ['METRICS', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'write_report']
+__all__ = ['METRICS', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results',
+           'separation', 'separation_table']
 
 # %% ../nbs/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -107,6 +108,11 @@ def md_table(rows: list[dict], cols: list[str]) -> str:
 def _pm(a: dict, m: str) -> str:
     return f"{a[m]:.2f}" if a["seeds"] == 1 else f"{a[m]:.2f} ± {a[m + '_std']:.2f} [{a[m + '_min']:.2f}, {a[m + '_max']:.2f}]"
 
+def group_table(agg: list[dict], by: list[str]) -> str:
+    "The groups as Markdown: grid values, seeds, and each metric as mean ± sample std [min, max] over seeds."
+    rows = [{**{g: a[g] for g in by}, "seeds": a["seeds"], **{m: _pm(a, m) for m in METRICS}} for a in agg]
+    return md_table(rows, [*by, "seeds", *METRICS])
+
 def write_report(sweep: str | Path | dict, out: str | Path | None = None, root: str | Path | None = None,
                  overrides: list[str] = (), sweep_root: str | Path | None = None) -> dict:
     "The sweep's report from its runs' eval.json: `report.md`, `psnr.png` and `results.json` in `out`, each written whole or not at all."
@@ -123,8 +129,49 @@ def write_report(sweep: str | Path | dict, out: str | Path | None = None, root: 
              f"; {sum(r['status'] == 'done' for r in rows)} of {len(rows)} runs done. PSNR at {k} DDIM steps, "
              "mean ± sample std [min, max] over seeds.", ""]
     if png: lines += [f"![PSNR]({png.name})", ""]
-    lines += [md_table([{**{g: a[g] for g in by}, "seeds": a["seeds"], **{m: _pm(a, m) for m in METRICS}} for a in agg], [*by, "seeds", *METRICS]),
-              "", "## Runs", "", md_table(rows, ["run", "status", *s["grid"], *METRICS, "step"]), ""]
+    lines += [group_table(agg, by), ""]
+    if len(agg) > 1:
+        lines += ["## Differences against the seeds' spread", "", "Held-out PSNR; `separated`: no seed of one group "
+                  "reaches the other's range.", "", separation_table(agg, by), ""]
+    lines += ["## Runs", "", md_table(rows, ["run", "status", *s["grid"], *METRICS, "step"]), ""]
     atomic_write(out / "report.md", "\n".join(lines))
     write_json(out / "results.json", {"sweep": s, "runs": rows, "groups": agg})
     return {"report": out / "report.md", "png": png, "figure": fig, "rows": rows, "groups": agg}
+
+# %% ../nbs/87_sweep_report.ipynb #10a0eead
+def read_results(dest: str | Path, sweep_root: str | Path | None = None) -> dict:
+    "A committed sweep (`dest/sweep.yaml`, `dest/runs/RUN/eval/eval.json`): its sweep, rows, grid keys and groups."
+    dest = Path(dest)
+    s = load_sweep(dest / "sweep.yaml")
+    rows = sweep_results(expand_sweep(dest / "sweep.yaml", (), sweep_root), s["grid"], dest / "runs")
+    by = [k for k in s["grid"] if k != "seed"]
+    return {"sweep": s, "rows": rows, "by": by, "groups": aggregate(rows, by)}
+
+# %% ../nbs/87_sweep_report.ipynb #13371da6
+def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> list[dict]:
+    "Each group beside the next (numeric grids) or the best (categorical): difference, spreads, overlap."
+    label = lambda a: " / ".join(str(a[k]) for k in by)  # noqa: E731
+    numeric = len(by) == 1 and all(_number(a[by[0]]) is not None for a in agg)
+    if numeric:
+        order = sorted(agg, key=lambda a: _number(a[by[0]]))
+        pairs = list(zip(order[1:], order[:-1]))
+    else:
+        best = max(agg, key=lambda a: a[metric])
+        pairs = [(best, a) for a in sorted(agg, key=lambda a: -a[metric]) if a is not best]
+    rows = []
+    for a, b in pairs:
+        overlap = a[f"{metric}_min"] <= b[f"{metric}_max"] and b[f"{metric}_min"] <= a[f"{metric}_max"]
+        rows.append({
+            "group": label(a),
+            "against": label(b),
+            "difference": a[metric] - b[metric],
+            "std": max(a[f"{metric}_std"], b[f"{metric}_std"]),
+            "seeds": f"{a['seeds']}/{b['seeds']}",
+            "verdict": "overlapping" if overlap else "separated",
+        })
+    return rows
+
+def separation_table(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> str:
+    "`separation` as Markdown, differences and spreads in dB."
+    sep = separation(agg, by, metric)
+    return md_table(sep, list(sep[0])) if sep else ""

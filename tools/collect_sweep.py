@@ -1,0 +1,108 @@
+"""Commit a finished sweep as results: the sweep file, each run's eval.json, config.yaml and timing
+under results/NAME/runs/RUN/, the sweep report (report.md, psnr.png, results.json) made from those
+copies, and a README.md with the commit, the command and the CPU time the runs took.
+
+    python tools/collect_sweep.py sweeps/coverage.yaml results/coverage --command "qmind sweep ..."
+
+`report_from_results` remakes the report from the committed files alone; tests/test_results.py
+checks that it gives the committed results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+from pathlib import Path
+
+from qmind_render.data import git_commit
+from qmind_render.sweep import expand_sweep, load_sweep, read_json, run_finished, write_json
+from qmind_render.sweep_report import write_report
+from qmind_render.util import atomic_write
+
+
+def cpu_name() -> str:
+    "The CPU's model name (Linux), else the platform's processor string."
+    for line in (
+        Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    ):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def run_timing(job: dict | None) -> dict:
+    "A run's timing from its job record: when it started and finished, and its wall seconds."
+    if not job or "started" not in job or "finished" not in job:
+        return {}
+    return {
+        "started": job["started"],
+        "finished": job["finished"],
+        "wall_s": round(job["finished"] - job["started"], 1),
+        "threads": int(os.environ.get("OMP_NUM_THREADS", job.get("threads", 0))),
+    }
+
+
+def report_from_results(
+    dest: Path, out: Path | None = None, sweep_root: Path | None = None
+) -> dict:
+    "The sweep report remade from what results/NAME holds (its sweep.yaml and runs/)."
+    return write_report(dest / "sweep.yaml", out or dest, root=dest / "runs", sweep_root=sweep_root)
+
+
+def collect(sweep: Path, dest: Path, runs_dir: Path, command: str) -> dict:
+    "Copy the finished runs of `sweep` from `runs_dir` into `dest` and write its report and README."
+    s = load_sweep(sweep)
+    runs = expand_sweep(sweep)
+    missing = [
+        r.name for r in runs if not run_finished(runs_dir / r.name, r.config["train"]["steps"])
+    ]
+    if missing:
+        raise SystemExit(
+            f"{sweep}: {len(missing)} run(s) not finished ({missing[0]}, ...): run the sweep first"
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(sweep, dest / "sweep.yaml")
+    timings = {}
+    for r in runs:
+        src, d = runs_dir / r.name, dest / "runs" / r.name
+        (d / "eval").mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / "eval" / "eval.json", d / "eval" / "eval.json")
+        shutil.copy(src / "config.yaml", d / "config.yaml")
+        timings[r.name] = run_timing(read_json(src / "job.json"))
+        write_json(d / "timing.json", timings[r.name])
+    rep = report_from_results(dest)
+    walls = [t["wall_s"] for t in timings.values() if t]
+    span = max(t["finished"] for t in timings.values()) - min(
+        t["started"] for t in timings.values()
+    )
+    text = (
+        f"# Sweep {s['name']}: committed results\n\n"
+        f"Made at commit `{git_commit()}` with `{command}` on {os.cpu_count()} cores of {cpu_name()}.\n"
+        f"{len(runs)} runs took {sum(walls) / 60:.1f} CPU-run minutes in all (median {sorted(walls)[len(walls) // 2] / 60:.1f} "
+        f"a run, {max(timings.values(), key=lambda t: t['threads'])['threads']} thread(s) each) and "
+        f"{span / 60:.1f} minutes of wall time from the first start to the last finish.\n\n"
+        f"`runs/` holds each run's eval.json, config.yaml and timing.json; report.md, psnr.png and "
+        f"results.json are made from them by `tools/collect_sweep.py` (the function `report_from_results`).\n"
+    )
+    atomic_write(dest / "README.md", text)
+    return rep
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sweep", type=Path)
+    p.add_argument("dest", type=Path)
+    p.add_argument("--runs", type=Path, default=Path("runs"))
+    p.add_argument("--command", default="")
+    a = p.parse_args(argv)
+    rep = collect(a.sweep, a.dest, a.runs, a.command)
+    print(
+        f"{a.dest}: {len(rep['rows'])} runs, report.md, psnr.png, results.json and README.md written"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
