@@ -43,7 +43,7 @@ class Precision(str, Enum):
     fp32 = "fp32"; bf16 = "bf16"; auto = "auto"
 
 class Prediction(str, Enum):
-    eps = "eps"; v = "v"
+    eps = "eps"; v = "v"; edm = "edm"   # edm: Karras et al. (2022) preconditioning, σ_data 0.5
 
 class Schedule(str, Enum):
     cosine = "cosine"; linear = "linear"
@@ -98,7 +98,7 @@ class ModelConfig:
     theme_enc: ThemeEnc = ThemeEnc.param_vector
     lighting_enc: Optional[ThemeEnc] = None            # None: the same choice as theme_enc
     material_dim: int = 4                               # width of the learned material embedding (material_enc=embedding)
-    prediction: Prediction = Prediction.v               # v: stable few-step DDIM (eps divides by sqrt(alpha_bar) ~ 5e-5 at t=T-1)
+    prediction: Prediction = Prediction.v               # v: stable few-step DDIM (eps divides by sqrt(alpha_bar) ~ 5e-5 at t=T-1); edm: EDM's c_in/c_skip/c_out
     schedule: Schedule = Schedule.cosine
     timesteps: int = 1000
     dropout: float = 0.0

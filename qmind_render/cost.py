@@ -64,7 +64,8 @@ def saved_activation_bytes(model, x0, cond) -> int:
 
 def measure_model(model_cfg, n: int = 2) -> dict:
     "Parameters, forward GFLOP per frame, the counted (forward + backward) / forward ratio, activation bytes per sample."
-    from qmind_render.model import Diffusion, forward_flops, n_params, train_flops
+    from qmind_render.flops import forward_flops, train_flops
+    from qmind_render.model import Diffusion, n_params
     m, x0, cond = _model_and_batch(model_cfg, n)
     fwd = forward_flops(m, batch=n)
     ratio = train_flops(m, x0, cond, Diffusion.from_config(model_cfg)) / (fwd * n)

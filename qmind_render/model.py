@@ -23,11 +23,11 @@ from .config import Loss, MaterialEnc, ModelConfig, Prediction, Schedule, ThemeE
 from .contracts import UserError, ChannelSpec, load_spec, load_theme_schema, theme_parts, theme_vector
 
 # %% auto #0
-__all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PREDICTIONS', 'ModelInputError', 'check_tensor',
-           'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch',
-           'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet',
-           'ConditionalUNet', 'build_model', 'n_params', 'forward_flops', 'train_flops', 'size_table', 'make_schedule',
-           'Diffusion', 'draw_noise', 'min_snr_weight', 'diffusion_loss', 'ddim_sample', 'to_uint8']
+__all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PREDICTIONS', 'SIGMA_DATA', 'ModelInputError',
+           'check_tensor', 'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder',
+           'prepare_batch', 'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize',
+           'UNet', 'ConditionalUNet', 'build_model', 'n_params', 'make_schedule', 'Diffusion', 'draw_noise',
+           'min_snr_weight', 'diffusion_loss', 'ddim_sample', 'to_uint8']
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -430,40 +430,10 @@ def build_model(cfg: ModelConfig | None = None, spec: ChannelSpec | None = None,
 
 def n_params(model: nn.Module) -> int: return sum(p.numel() for p in model.parameters())
 
-# %% ../nbs/40_model.ipynb #14d02970
-def _countable_attention():
-    "SDPA's math backend: plain matmuls that FlopCounterMode sees (it has no formula for the fused CPU kernel)."
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    return sdpa_kernel([SDPBackend.MATH])
-
-def forward_flops(model: ConditionalUNet, batch: int = 1) -> float:
-    "Forward FLOPs per frame (FlopCounterMode; a multiply-add counts 2)."
-    from torch.utils.flop_counter import FlopCounterMode
-    dev = next(model.parameters()).device
-    x0, cond = prepare_batch(synthetic_batch(batch, grid_shape=(model.encoder.n_themes, model.spec.n_materials, model.encoder.n_lightings)), dev, model.spec)
-    with torch.no_grad(), _countable_attention(), FlopCounterMode(display=False) as fc:
-        model(x0, torch.zeros(batch, dtype=torch.long, device=dev), cond)
-    return fc.get_total_flops() / batch
-
-def train_flops(model, x0, cond, diffusion) -> float:
-    "FLOPs of one training step's forward + backward, counted (FlopCounterMode)."
-    from torch.utils.flop_counter import FlopCounterMode
-    with _countable_attention(), FlopCounterMode(display=False) as fc:
-        diffusion_loss(model, diffusion, x0, cond, torch.Generator(x0.device).manual_seed(0)).backward()
-    model.zero_grad(set_to_none=True)
-    return fc.get_total_flops()
-
-def size_table(cfg=None, spec=None, tables=None) -> list[dict]:
-    "Parameters and forward GFLOPs per 64×64 frame for every registered size."
-    out = []
-    for name in SIZES:
-        m = build_model(model_config(cfg, size=name), spec, tables)
-        out.append({"size": name, "params_M": round(n_params(m) / 1e6, 2), "gflops_per_frame": round(forward_flops(m) / 1e9, 2)})
-    return out
-
 # %% ../nbs/40_model.ipynb #65453c8f
 SCHEDULES = tuple(e.value for e in Schedule)
 PREDICTIONS = tuple(e.value for e in Prediction)
+SIGMA_DATA = 0.5    # EDM's and DIAMOND's σ_data (the quickstart frames: std 0.33 about a mean of -0.64, RMS 0.72)
 
 def make_schedule(kind: str, timesteps: int) -> torch.Tensor:
     "ᾱ_t for t = 0..T-1 (float64) of schedule `kind` (`Diffusion` builds it from the config)."
@@ -485,6 +455,7 @@ class Diffusion:
         self.prediction = choice(_DEFAULT.prediction if prediction is None else prediction, Prediction, "model.prediction")
         self.T = int(_DEFAULT.timesteps if timesteps is None else timesteps)
         self.alphas_cumprod = make_schedule(self.schedule, self.T).float()
+        self.sigma_data = SIGMA_DATA
         self._dev = {}
 
     @classmethod
@@ -502,6 +473,18 @@ class Diffusion:
         shape = (-1,) + (1,) * (like.ndim - 1)
         return ab.sqrt().view(shape), (1 - ab).sqrt().view(shape)
 
+    def precond(self, t: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        "EDM's (c_in, c_skip, c_out) in VP terms: x0 = c_skip·x_t + c_out·F(c_in·x_t, t) (`prediction=edm`)."
+        a, s = self.coefs(t, like)
+        d = (s**2 + (a * self.sigma_data) ** 2).sqrt()
+        return 1 / d, self.sigma_data**2 * a / d**2, self.sigma_data * s / d
+
+    def net_input(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        "What the network sees of x_t: x_t itself (ε, v), or EDM's c_in·x_t (unit variance at every t)."
+        if self.prediction != "edm":
+            return x_t
+        return x_t * self.precond(t, x_t)[0]
+
 # %% ../nbs/40_model.ipynb #6ff83439
 @patch
 def q_sample(self: Diffusion, x0, t, noise):
@@ -511,8 +494,11 @@ def q_sample(self: Diffusion, x0, t, noise):
 
 @patch
 def target(self: Diffusion, x0, t, noise):
-    "What the network learns to output: ε, or v = √ᾱ_t ε - √(1-ᾱ_t) x0."
+    "What the network learns to output: ε, v = √ᾱ_t ε - √(1-ᾱ_t) x0, or EDM's F = (x0 - c_skip·x_t) / c_out."
     if self.prediction == "eps": return noise
+    if self.prediction == "edm":
+        _, c_skip, c_out = self.precond(t, x0)
+        return (x0 - c_skip * self.q_sample(x0, t, noise)) / c_out
     a, s = self.coefs(t, x0)
     return a * noise - s * x0
 
@@ -521,6 +507,10 @@ def split(self: Diffusion, out, x_t, t):
     "The network's output at (x_t, t) -> (predicted x0, predicted ε)."
     a, s = self.coefs(t, x_t)
     if self.prediction == "eps": return (x_t - s * out) / a, out
+    if self.prediction == "edm":
+        _, c_skip, c_out = self.precond(t, x_t)
+        x0 = c_skip * x_t + c_out * out
+        return x0, (x_t - a * x0) / s
     return a * x_t - s * out, a * out + s * x_t
 
 # %% ../nbs/40_model.ipynb #da4f1a8e
@@ -533,6 +523,8 @@ def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) ->
     "Min-SNR-γ (Hang et al., 2023): the loss weight per timestep that makes ε or v errors count as min(SNR, γ) x0 errors."
     ab = diffusion.coefs(t, t)[0].double() ** 2
     snr = ab / (1 - ab)
+    if diffusion.prediction == "edm":
+        return (snr.clamp(max=gamma) * diffusion.precond(t, t)[2].double() ** 2).float()
     return (snr.clamp(max=gamma) / (snr if diffusion.prediction == "eps" else snr + 1)).float()
 
 def diffusion_loss(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond, generator: torch.Generator | None = None,
@@ -542,7 +534,7 @@ def diffusion_loss(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, con
     if t is None: t = torch.randint(0, diffusion.T, (B,), generator=generator, device=generator.device if generator else dev).to(dev)
     if noise is None: noise = draw_noise(x0.shape, generator, dev)
     x_t = diffusion.q_sample(x0, t, noise)
-    out = model(x_t, t, cond).float()
+    out = model(diffusion.net_input(x_t, t), t, cond).float()
     kind = choice(TrainConfig.loss if loss is None else loss, Loss, "train.loss")
     if kind == "x0": return F.mse_loss(diffusion.split(out, x_t, t)[0], x0)
     if kind == "target": return F.mse_loss(out, diffusion.target(x0, t, noise))
@@ -585,7 +577,7 @@ def ddim_sample(model: ConditionalUNet, cond: dict, diffusion: Diffusion, steps:
         for i, t in enumerate(ts):
             tt = torch.full((x.shape[0],), t, device=dev, dtype=torch.long)
             with torch.autocast(dev.type, autocast, enabled=autocast is not None):
-                out = model(x, tt, e).float()
+                out = model(diffusion.net_input(x, tt), tt, e).float()
             t_prev = ts[i + 1] if i + 1 < len(ts) else -1
             noise = draw_noise(x.shape, generator, dev) if eta > 0 and t_prev >= 0 else None
             x = diffusion.ddim_step(out, x, t, t_prev, eta, noise, clip)

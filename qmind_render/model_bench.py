@@ -15,8 +15,9 @@ import time
 import torch
 import torch.nn as nn
 
+from .flops import train_flops
 from .model import (ConditionalUNet, Diffusion, build_model, diffusion_loss, model_config, n_params, prepare_batch,
-                                synthetic_batch, train_flops)
+                                synthetic_batch)
 from .optim import make_optimizer
 from .util import device_sync, interleaved, median_time
 

@@ -80,7 +80,8 @@ class GraphSampler:
         planes, vec = e.planes.float(), _vec_or_zeros(m, e).float()
         ts = d.ddim_timesteps(steps)
         for i, t in enumerate(ts):
-            out = self.net(x, torch.full((x.shape[0],), t, dtype=torch.long, device=x.device), planes, vec)
+            tt = torch.full((x.shape[0],), t, dtype=torch.long, device=x.device)
+            out = self.net(d.net_input(x, tt), tt, planes, vec)
             x = d.ddim_step(out.float(), x, t, ts[i + 1] if i + 1 < len(ts) else -1, clip=self.clip)
         return x
 

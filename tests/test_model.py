@@ -15,7 +15,8 @@ import torch.nn as nn
 from qmind_render.contracts import load_spec
 from qmind_render.model import (COND_ENCS, MATERIAL_ENCS, SIZES, ConditionalUNet, ConditionEncoder, Diffusion, Encoded,
                                 Encodings, ModelInputError, UNetSize, build_model, condition_tables, ddim_sample,
-                                diffusion_loss, forward_flops, model_config, n_params, prepare_batch, synthetic_batch)
+                                diffusion_loss, model_config, n_params, prepare_batch, synthetic_batch)
+from qmind_render.flops import forward_flops
 from qmind_render.optim import make_ema
 from qmind_render.model_bench import bench_cpu, bench_throughput
 from qmind_render.train import overfit_one_batch

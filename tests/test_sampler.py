@@ -2,7 +2,7 @@
 
 On every machine: the sampler's fixed-buffer path (what a GPU captures and replays; on a CPU the loop is re-run in its
 place) equals the reference `ddim_sample` in float32 (to the bit when the batch fills its bucket; padded, to rounding), for
-every encoding, batch bucket and step count.
+every encoding, batch bucket and step count, and with EDM's preconditioning.
 With CUDA (skipped without): the captured graph equals the eager loop within bf16 tolerance, replays are deterministic,
 the graph of the compiled network agrees too, and a training step never makes the host wait for the device."""
 import pytest
@@ -29,9 +29,10 @@ def inputs(n, device="cpu", seed=0):
     return cond, torch.randn(n, 3, 64, 64, generator=torch.Generator().manual_seed(seed)).to(device)
 
 
-@pytest.mark.parametrize("enc", ["planes", "id", "param_vector"])
-def test_fixed_buffers_equal_the_reference_on_cpu(enc):
-    model, d = model_and_diffusion("tiny", "cpu", f"model.theme_enc={enc}", "model.material_enc=embedding")
+@pytest.mark.parametrize("enc,pred", [("planes", "v"), ("id", "v"), ("param_vector", "v"), ("planes", "edm")])
+def test_fixed_buffers_equal_the_reference_on_cpu(enc, pred):
+    "edm: the network's input is scaled by c_in on both paths (a path that forgot it would differ)."
+    model, d = model_and_diffusion("tiny", "cpu", f"model.theme_enc={enc}", "model.material_enc=embedding", f"model.prediction={pred}")
     s = GraphSampler(model, d, dtype=torch.float32, buckets=(1, 4, 8), graphs=True)
     for n, steps in [(1, 1), (3, 3), (5, 2), (3, 1)]:
         cond, x = inputs(n, seed=n + steps)

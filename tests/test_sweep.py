@@ -44,9 +44,9 @@ def test_backward_is_about_twice_forward():
 
 
 def test_measure_model_counts_the_step_of_the_configs_diffusion(monkeypatch):
-    import qmind_render.model as model
-    seen, count = [], model.train_flops
-    monkeypatch.setattr(model, "train_flops", lambda m, x0, cond, d: seen.append(d) or count(m, x0, cond, d))
+    import qmind_render.flops as flops
+    seen, count = [], flops.train_flops
+    monkeypatch.setattr(flops, "train_flops", lambda m, x0, cond, d: seen.append(d) or count(m, x0, cond, d))
     cfg = load_config(None, ["model.prediction=eps", "model.schedule=linear", "model.timesteps=50"])
     measure_model(cfg.model)
     assert [(str(d.prediction), str(d.schedule), d.T) for d in seen] == [("eps", "linear", 50)]   # not Diffusion()'s defaults
