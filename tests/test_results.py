@@ -1,6 +1,8 @@
 """Committed results agree with what they claim: each results/NAME/README.md table is what tools/collect_results.py
-reads from the eval.json and config.yaml beside it, and the committed quickstart config is the one measured there."""
+reads from the eval.json and config.yaml beside it, the committed quickstart config is the one measured there, each
+committed sweep's report is what its runs' eval.json give, and the results chapter shows those numbers."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -9,10 +11,20 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from collect_results import row, switches  # noqa: E402
+from collect_sweep import report_from_results  # noqa: E402
+
+from qmind_render.cost import sweep_cost  # noqa: E402
+from qmind_render.sweep import expand_sweep  # noqa: E402
+from qmind_render.sweep_report import group_table, read_results, separation_table  # noqa: E402
+from qmind_render.util import format_table  # noqa: E402
+
+SWEEPS = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.yaml"))
 
 
 def test_every_results_table_row_is_read_from_its_committed_files():
-    names = sorted(p.parent for p in (ROOT / "results").glob("*/README.md"))
+    names = sorted(
+        p.parent for p in (ROOT / "results").glob("*/README.md") if p.parent not in SWEEPS
+    )
     assert names, "no committed results"
     for d in names:
         text = (d / "README.md").read_text()
@@ -32,3 +44,53 @@ def test_the_committed_quickstart_is_the_measured_one():
     now = yaml.safe_load((ROOT / "sweeps" / "exp" / "quickstart.yaml").read_text())
     ran = yaml.safe_load((ROOT / "results" / "texture" / "quickstart" / "config.yaml").read_text())
     assert switches(now) == switches(ran)
+
+
+def test_each_committed_sweep_report_is_remade_from_its_runs(tmp_path):
+    assert {d.name for d in SWEEPS} >= {"coverage", "encoding"}
+    for d in SWEEPS:
+        out = tmp_path / d.name
+        report_from_results(d, out, sweep_root=ROOT)
+        assert json.loads((out / "results.json").read_text()) == json.loads(
+            (d / "results.json").read_text()
+        ), d.name
+        assert (out / "report.md").read_text() == (d / "report.md").read_text(), d.name
+
+
+def _held_out_by_group(d: Path, by: list[str]) -> dict[tuple, list[float]]:
+    "Each run's held-out PSNR at its largest DDIM step count, read straight from its committed files, by group."
+    groups: dict[tuple, list[float]] = {}
+    for run in sorted((d / "runs").iterdir()):
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        ev = json.loads((run / "eval" / "eval.json").read_text())
+        key = tuple(cfg[k.split(".")[0]][k.split(".")[1]] for k in by)
+        psnr = ev["parts"]["heldout"][f"ddim_{max(ev['ddim_steps'])}"]["psnr"]
+        groups.setdefault(key, []).append(psnr)
+    return groups
+
+
+def test_the_results_chapter_shows_the_committed_runs():
+    nb = json.loads((ROOT / "nbs" / "89_results.ipynb").read_text())
+    shown = "\n".join(
+        "".join(o.get("data", {}).get(kind, o.get("text", "")))
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        for o in c["outputs"]
+        for kind in ("text/markdown", "text/plain")
+    )
+    for name in ("coverage", "encoding"):
+        res = read_results(ROOT / "results" / name, ROOT)
+        assert group_table(res["groups"], res["by"]) in shown, (
+            f"89_results: {name}'s group table is stale"
+        )
+        assert separation_table(res["groups"], res["by"]) in shown, (
+            f"89_results: {name}'s separations are stale"
+        )
+        for key, vals in _held_out_by_group(ROOT / "results" / name, res["by"]).items():
+            assert f"| {sum(vals) / len(vals):.2f} ± " in shown, (
+                f"89_results: {name} {key} mean of {vals} not shown"
+            )
+    gpu = format_table(
+        sweep_cost(expand_sweep(ROOT / "sweeps" / "coverage_gpu.yaml", (), ROOT), 0.4)
+    )
+    assert gpu in shown, "89_results: the GPU sweep's cost is stale"
