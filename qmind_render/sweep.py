@@ -152,7 +152,8 @@ def execute_run(job: dict, kernel: str = "python3") -> str:
     os.environ["QMIND_RUN"] = job["run"]   # the kernel inherits it: `ps e`, logs and tests can tell runs apart
     if job.get("threads") and "OMP_NUM_THREADS" not in os.environ:   # N runs share the cores instead of oversubscribing them
         os.environ["OMP_NUM_THREADS"] = str(job["threads"])
-    write_json(jp, job | {"state": "running", "started": time.time()})
+    job = job | {"started": time.time()}   # kept in the final record: a run's wall time is finished - started
+    write_json(jp, job | {"state": "running"})
     saved = os.dup(2)                      # the kernel's own stderr (its start-up notes) goes to the run dir, not the terminal
     with open(rd / "kernel.log", "ab") as klog:
         os.dup2(klog.fileno(), 2)

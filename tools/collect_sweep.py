@@ -11,9 +11,11 @@ checks that it gives the committed results.json.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 from qmind_render.data import git_commit
@@ -32,16 +34,32 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def run_timing(job: dict | None) -> dict:
-    "A run's timing from its job record: when it started and finished, and its wall seconds."
-    if not job or "started" not in job or "finished" not in job:
-        return {}
-    return {
-        "started": job["started"],
-        "finished": job["finished"],
-        "wall_s": round(job["finished"] - job["started"], 1),
-        "threads": int(os.environ.get("OMP_NUM_THREADS", job.get("threads", 0))),
-    }
+def run_timing(run_dir: Path) -> dict:
+    "A run's start, end and wall seconds: papermill's record in the executed notebook, else the job record's."
+    nb = next(run_dir.glob("*.ipynb"), None)
+    pm = json.loads(nb.read_text())["metadata"].get("papermill", {}) if nb else {}
+    if pm.get("start_time") and pm.get("end_time"):
+        start = datetime.fromisoformat(pm["start_time"]).timestamp()
+        end = datetime.fromisoformat(pm["end_time"]).timestamp()
+        return {"started": start, "finished": end, "wall_s": round(end - start, 1)}
+    job = read_json(run_dir / "job.json") or {}
+    if "started" in job and "finished" in job:
+        return {
+            "started": job["started"],
+            "finished": job["finished"],
+            "wall_s": round(job["finished"] - job["started"], 1),
+        }
+    raise SystemExit(f"{run_dir}: no start and end time (executed notebook or job.json)")
+
+
+def run_commit(run_dir: Path) -> str:
+    "The commit a run trained at, from its final checkpoint (`+dirty`: with uncommitted changes)."
+    import torch
+
+    ev = read_json(run_dir / "eval" / "eval.json")
+    ck = Path(ev["checkpoint"])
+    ck = ck if ck.is_file() else run_dir / "checkpoints" / ck.name
+    return torch.load(ck, weights_only=True, map_location="cpu")["git"]
 
 
 def report_from_results(
@@ -70,18 +88,19 @@ def collect(sweep: Path, dest: Path, runs_dir: Path, command: str) -> dict:
         (d / "eval").mkdir(parents=True, exist_ok=True)
         shutil.copy(src / "eval" / "eval.json", d / "eval" / "eval.json")
         shutil.copy(src / "config.yaml", d / "config.yaml")
-        timings[r.name] = run_timing(read_json(src / "job.json"))
+        timings[r.name] = run_timing(src) | {"git": run_commit(src)}
         write_json(d / "timing.json", timings[r.name])
     rep = report_from_results(dest)
-    walls = [t["wall_s"] for t in timings.values() if t]
+    walls = [t["wall_s"] for t in timings.values()]
     span = max(t["finished"] for t in timings.values()) - min(
         t["started"] for t in timings.values()
     )
     text = (
         f"# Sweep {s['name']}: committed results\n\n"
-        f"Made at commit `{git_commit()}` with `{command}` on {os.cpu_count()} cores of {cpu_name()}.\n"
+        f"Run at commit {', '.join(f'`{c}`' for c in sorted({t['git'] for t in timings.values()}))} with "
+        f"`{command}` on {os.cpu_count()} cores of {cpu_name()}; collected at commit `{git_commit()}`.\n"
         f"{len(runs)} runs took {sum(walls) / 60:.1f} CPU-run minutes in all (median {sorted(walls)[len(walls) // 2] / 60:.1f} "
-        f"a run, {max(timings.values(), key=lambda t: t['threads'])['threads']} thread(s) each) and "
+        f"a run) and "
         f"{span / 60:.1f} minutes of wall time from the first start to the last finish.\n\n"
         f"`runs/` holds each run's eval.json, config.yaml and timing.json; report.md, psnr.png and "
         f"results.json are made from them by `tools/collect_sweep.py` (the function `report_from_results`).\n"
