@@ -553,7 +553,8 @@ def serve_main(argv: list[str]) -> int:
                                                       "(default: the model that ships with the package)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--steps", type=int, default=d.steps, help=f"DDIM steps when a request does not say (default {d.steps})")
+    p.add_argument("--steps", type=int, default=None, help="DDIM steps when a request does not say (default: the step count the "
+                   f"model's evaluation scores best, else {d.steps})")
     p.add_argument("--backend", default=d.backend, choices=[*BACKENDS, "auto"], help="how the network runs (auto: the fastest of eager, bf16, onnx and, once its package is cached, compile; measured at startup)")
     p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"micro-batch size limit (default {d.max_batch})")
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help=f"how long a batch waits to fill (default {d.max_wait_ms})")
@@ -568,7 +569,7 @@ def serve_main(argv: list[str]) -> int:
                    "Its own: 127.0.0.1, localhost, ::1 and --host; bound to 0.0.0.0 or ::, this machine's host names and addresses")
     p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, mps, cuda or cuda:N")
     a = p.parse_args(argv)
-    settings = ServeSettings(steps=a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions,
+    settings = ServeSettings(steps=d.steps if a.steps is None else a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions,
                              max_renders=a.max_renders, session_idle_s=a.session_idle_s, allow_origins=tuple(a.allow_origin),
                              allow_hosts=tuple(a.allow_host))
     if not 1 <= a.port <= 65535: raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")
@@ -578,5 +579,8 @@ def serve_main(argv: list[str]) -> int:
     print(f"qmind serve: listening on {serve_url(a.host, a.port)}; loading the model", flush=True)
     try: served = on_model_thread(load_served, a.checkpoint, str(device))
     except BaseException: sock.close(); raise
+    if a.steps is None and served.best_steps is not None:
+        settings = replace(settings, steps=served.best_steps)
+        print(f"qmind serve: {served.best_steps} DDIM step(s) a frame, the model's best held-out PSNR (--steps to change)", flush=True)
     serve(served, settings, a.host, a.port, sock)
     return 0

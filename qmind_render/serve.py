@@ -32,10 +32,10 @@ from .util import atomic_write
 
 # %% auto #0
 __all__ = ['REPRODUCE', 'MAX_STEPS', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'BACKENDS', 'AOT_MAX_BATCH',
-           'Served', 'ServeError', 'load_served', 'random_served', 'ship', 'ship_main', 'RequestError', 'RenderItem',
-           'factor_id', 'int_field', 'render_item', 'eager_net', 'compiled_path', 'compile_package', 'compiled_net',
-           'export_onnx', 'onnx_net', 'make_net', 'stack_cond', 'start_noise', 'serve_buckets', 'Renderer',
-           'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
+           'Served', 'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'ship_main', 'RequestError',
+           'RenderItem', 'factor_id', 'int_field', 'render_item', 'eager_net', 'compiled_path', 'compile_package',
+           'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond', 'start_noise', 'serve_buckets',
+           'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
 
 # %% ../nbs/70_serve.ipynb #18a8356a
 @dataclass
@@ -51,6 +51,13 @@ class Served:
 
     @property
     def spec(self) -> ChannelSpec: return self.model.spec
+
+    @property
+    def best_steps(self) -> int | None:
+        "The DDIM step count with the best held-out PSNR in this model's evaluation; None when it has none."
+        held = self.about.get("metrics", {}).get("heldout", {})
+        scored = {int(k[5:]): v for k, v in held.items() if k.startswith("ddim_")}
+        return max(scored, key=scored.get) if scored else None
 
     @property
     def device(self) -> torch.device: return next(self.model.parameters()).device
@@ -73,7 +80,18 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
         path = find_checkpoint(checkpoint); ck = load_checkpoint(path, use="serve it with --checkpoint {path}")   # sealed, weights_only
         model, diffusion = load_model(ck, device=device, what=f"checkpoint {path}")
     except CheckpointError as e: raise ServeError(str(e)) from None
-    return Served(model, diffusion, config_from_dict(ck["config"]), load_grid(), str(path), int(ck["step"]))
+    ev = find_run_eval(path)
+    about = {"metrics": _metrics(ev)} if ev else {}
+    return Served(model, diffusion, config_from_dict(ck["config"]), load_grid(), str(path), int(ck["step"]), about)
+
+def find_run_eval(path: Path) -> dict | None:
+    "The eval.json of the run a checkpoint belongs to, if it evaluates this checkpoint; else None."
+    ev_path = Path(path).parent.parent / "eval" / "eval.json"
+    try:
+        ev = json.loads(ev_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return ev if Path(ev.get("checkpoint", "")).name == Path(path).name else None
 
 def _shipped_served(device: str = "cpu") -> Served:
     from qmind_render.grid import load_grid
