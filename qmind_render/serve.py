@@ -86,7 +86,7 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
 
 def find_run_eval(path: Path) -> dict | None:
     "The eval.json of the run a checkpoint belongs to, if it evaluates this checkpoint; else None."
-    ev_path = Path(path).parent.parent / "eval" / "eval.json"
+    ev_path = run_dir_of(path) / "eval" / "eval.json"
     try:
         ev = json.loads(ev_path.read_text())
     except (OSError, ValueError):

@@ -47,7 +47,7 @@ def test_the_committed_quickstart_is_the_measured_one():
 
 
 def test_each_committed_sweep_report_is_remade_from_its_runs(tmp_path):
-    assert {d.name for d in SWEEPS} >= {"coverage", "encoding"}
+    assert {d.name for d in SWEEPS} >= {"coverage", "encoding", "switches"}
     for d in SWEEPS:
         out = tmp_path / d.name
         report_from_results(d, out, sweep_root=ROOT)
@@ -78,7 +78,7 @@ def test_the_results_chapter_shows_the_committed_runs():
         for o in c["outputs"]
         for kind in ("text/markdown", "text/plain")
     )
-    for name in ("coverage", "encoding"):
+    for name in ("coverage", "encoding", "switches"):
         res = read_results(ROOT / "results" / name, ROOT)
         assert group_table(res["groups"], res["by"]) in shown, (
             f"89_results: {name}'s group table is stale"
