@@ -93,7 +93,8 @@ def test_dry_run_prints_runs_and_total(monkeypatch, capsys):
     assert sweep_main(["sweeps/coverage.yaml", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("9 runs:") and "coverage-004-coverage_50-seed2" in out
-    one = plan_cost(load_config("quickstart"))["instances"][0]
+    from qmind_render.sweep import load_sweep
+    one = plan_cost(load_config("quickstart", load_sweep("sweeps/coverage.yaml")["overrides"]))["instances"][0]   # the CPU scale
     l4 = next(line for line in out.splitlines() if line.startswith("g6.xlarge"))
     assert l4.split()[3:6] == ["9", f"{9 * one['hours']:.3g}", f"{9 * one['usd_on_demand']:.3g}"]
 
