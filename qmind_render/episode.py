@@ -22,7 +22,7 @@ import numpy as np
 from .contracts import ChannelSpec
 from .engine import (ENGINE_VERSION, MAX_ENEMIES, N_HEADINGS, OPEN, Frames, Runner, World, engine_spec,
                                  episode_streams)
-from .util import atomic_write
+from .util import atomic_write, cpu_name
 from .viz import top_down
 
 # %% auto #0
@@ -246,16 +246,10 @@ def regen_goldens(path: str | Path | None = None, force: bool = False) -> Path:
     return atomic_write(path, json.dumps(new, indent=1) + "\n")        # what --check-goldens and the tests trust
 
 # %% ../nbs/11_episode.ipynb #32c083a5
-def _cpu_name() -> str:
-    p = Path("/proc/cpuinfo")
-    for ln in (p.read_text().splitlines() if p.exists() else []):
-        if ln.startswith("model name"): return ln.split(":", 1)[1].strip()
-    return platform.processor()
-
 def _machine() -> dict:
     "What the benchmark ran on."
     import numba
-    return {"cpu": _cpu_name(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+    return {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__,
             "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['atomic_write', 'save_figure', 'save_image', 'atomic_dir', 'mp_context', 'process_pool', 'pool_map', 'format_cell',
-           'format_table', 'device_sync', 'median_time', 'interleaved']
+           'format_table', 'device_sync', 'median_time', 'interleaved', 'cpu_name']
 
 # %% ../nbs/00_util.ipynb #9587c151
 def _temp_name(path: Path, suffix: str) -> Path:
@@ -148,3 +148,12 @@ def interleaved(fns: dict[str, Callable], iters: int, sync: Callable[[], None] =
         for k, f in fns.items():
             t0 = time.perf_counter(); f(); sync(); times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
+
+def cpu_name() -> str:
+    "The CPU's model name (Linux's /proc/cpuinfo), else the platform's processor string: what a timing was measured on."
+    p = Path("/proc/cpuinfo")
+    for ln in p.read_text().splitlines() if p.exists() else []:
+        if ln.startswith("model name"):
+            return ln.split(":", 1)[1].strip()
+    import platform
+    return platform.processor()

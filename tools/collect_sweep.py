@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -21,17 +20,7 @@ from pathlib import Path
 from qmind_render.data import git_commit
 from qmind_render.sweep import expand_sweep, load_sweep, read_json, run_finished, write_json
 from qmind_render.sweep_report import write_report
-from qmind_render.util import atomic_write
-
-
-def cpu_name() -> str:
-    "The CPU's model name (Linux), else the platform's processor string."
-    for line in (
-        Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
-    ):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+from qmind_render.util import atomic_write, cpu_name
 
 
 def run_timing(run_dir: Path) -> dict:
