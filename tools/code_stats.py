@@ -1,0 +1,155 @@
+"""The code's shape in numbers (issue 31): line density, long lines, module sizes, import order, cells.
+
+    python tools/code_stats.py          # a table on stdout
+"""
+
+import ast
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "qmind_render"
+NBS = ROOT / "nbs"
+
+
+def modules():
+    "Every exported module but the nbdev index, by name."
+    return {p.stem: p for p in sorted(PKG.glob("*.py")) if p.stem not in ("_modidx", "__init__")}
+
+
+def stage_of(mods):
+    "Each module's notebook number (the stage order), read from its `default_exp` line."
+    order = {}
+    for nb in sorted(NBS.glob("*.ipynb")):
+        num = re.match(r"(\d+)_", nb.name)
+        src = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"])
+        for m in re.findall(r"#\|\s*default_exp\s+(\w+)", src):
+            if num and m in mods:
+                order[m] = int(num.group(1))
+    return order
+
+
+def imports_of(path, mods):
+    "The package modules a module imports (by statement or by importlib name)."
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            name = node.module.split(".")[-1]
+            if node.level or node.module.startswith("qmind_render"):
+                if name in mods:
+                    found.add(name)
+                for alias in node.names:
+                    if alias.name in mods:
+                        found.add(alias.name)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            m = re.fullmatch(r"(?:qmind_render)?\.?(\w+)", node.value)
+            if m and m.group(1) in mods and isinstance(getattr(node, "parent", None), ast.Call):
+                found.add(m.group(1))
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, "attr", "") == "import_module":
+            for arg in call.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    name = arg.value.split(".")[-1]
+                    if name in mods:
+                        found.add(name)
+    return found - {path.stem}
+
+
+def cycles(graph):
+    "Strongly connected groups of more than one module (Tarjan)."
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def exported_cells():
+    "Line counts of every exported code cell."
+    sizes = []
+    for nb in sorted(NBS.glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            src = "".join(cell["source"])
+            if cell["cell_type"] == "code" and re.match(r"\s*#\|\s*export", src):
+                body = [ln for ln in src.splitlines() if not ln.startswith("#|")]
+                sizes.append(len(body))
+    return sizes
+
+
+def markdown_words():
+    "Words in each markdown cell of the chapters."
+    counts = []
+    for nb in sorted(NBS.glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                counts.append(len("".join(cell["source"]).split()))
+    return counts
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main():
+    mods = modules()
+    lines = []
+    sizes = {}
+    for name, p in mods.items():
+        text = [ln for ln in p.read_text().splitlines() if ln.strip()]
+        sizes[name] = len(text)
+        lines += text
+    graph = {name: imports_of(p, mods) for name, p in mods.items()}
+    order = stage_of(mods)
+    upward = sorted(
+        f"{a} ({order[a]}) -> {b} ({order[b]})"
+        for a, bs in graph.items()
+        for b in bs
+        if a in order and b in order and order[b] > order[a]
+    )
+    cells = exported_cells()
+    big = max(sizes, key=sizes.get)
+    print(f"modules: {len(mods)}, non-blank lines: {len(lines)}")
+    print(f"mean characters per non-blank line: {statistics.mean(map(len, lines)):.1f}")
+    print(f"lines over 100 characters: {sum(len(ln) > 100 for ln in lines)}")
+    print(f"lines over 120 characters: {sum(len(ln) > 120 for ln in lines)}")
+    print(f"largest module: {big}.py, {sizes[big]} non-blank lines")
+    print("six largest:", ", ".join(f"{m} {sizes[m]}" for m in sorted(sizes, key=sizes.get)[-6:]))
+    print(f"circles: {cycles(graph) or 0}")
+    print(f"upward imports: {upward or 0}")
+    print(
+        f"exported cells: {len(cells)}, median {statistics.median(cells):.0f} lines,"
+        f" p95 {pct(cells, 0.95)}, longest {max(cells)}"
+    )
+    words = markdown_words()
+    print(f"markdown cells: {len(words)}, mean {statistics.mean(words):.0f} words")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
