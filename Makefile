@@ -8,8 +8,9 @@ test: sync lint pytest   ## everything CI checks: the notebooks' examples run in
 sync:     ## notebooks and library in sync, notebooks clean
 	@bash .ci/check_sync
 
-lint:     ## ruff on the generated package, the tests and the tools
-	ruff check qmind_render tests tools
+lint:     ## ruff: the notebooks, the generated package, the tests and the tools formatted and checked
+	ruff format --check --quiet nbs tests tools
+	ruff check qmind_render tests tools nbs
 
 nbtest:   ## every notebook's examples alone (cells flagged `slow` skipped; the talks run in tests/test_talks.py); `make test` runs them in pytest
 	nbdev-test --n-workers 2 --skip-folder-re '^(_|\.|talks$$)'
@@ -17,8 +18,8 @@ nbtest:   ## every notebook's examples alone (cells flagged `slow` skipped; the 
 pytest:   ## the notebooks, and what a notebook can't hold: subprocesses, servers, browsers, torchrun (a worker per core; a file, or a notebook, per unit; heaviest first)
 	python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15
 
-export:   ## after editing a notebook
-	nbdev-export && nbdev-clean
+export:   ## after editing a notebook: its cells formatted, exported (the modules formatted too: nbdev wraps __all__ at 120), cleaned
+	ruff format --quiet nbs && nbdev-export && ruff format --quiet qmind_render && nbdev-clean
 
 pictures: ## run each stage notebook (slow cells too) and store its closing picture, the cells tagged `picture` only
 	python tools/pictures.py

@@ -2,6 +2,6 @@
 
 Modules:
 
-- `qmind_render.assets.watchdog`: The instance watchdog: hand a spot interruption to the trainer, and end a job whose GPU sits idle."""
+- `qmind_render.assets.watchdog`: The instance watchdog: spot interruptions and idle GPUs."""
 
 __version__ = "0.1.0"

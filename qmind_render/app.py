@@ -1,4 +1,4 @@
-"""The server: settings, JSON and arrays over HTTP, the play protocol, the page, Host and Origin checks, the FastAPI app and `qmind serve`.
+"""The server: settings, the play protocol, the page, Host and Origin checks, `qmind serve`.
 
 Docs: https://qmind.github.io/qmind-render/app.html.md"""
 
@@ -33,296 +33,577 @@ from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 
 from .batcher import Metrics, MicroBatcher, model_thread, on_model_thread
-from .serve import (AOT_MAX_BATCH, BACKENDS, DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS, DEFAULT_STEPS, MAX_STEPS, RenderItem,
-                                Renderer, RequestError, Served, ServeError, factor_id, int_field, load_served, make_net, pick_backend,
-                                render_item)
+from qmind_render.serve import (
+    AOT_MAX_BATCH,
+    BACKENDS,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_WAIT_MS,
+    DEFAULT_STEPS,
+    MAX_STEPS,
+    RenderItem,
+    Renderer,
+    RequestError,
+    Served,
+    ServeError,
+    factor_id,
+    int_field,
+    load_served,
+    make_net,
+    pick_backend,
+    render_item,
+)
 
 # %% auto #0
-__all__ = ['LOOPBACK_HOSTS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'PAGE_FILES', 'HTTP_METHODS', 'WILDCARD_HOSTS', 'ServeSettings',
-           'parse_json', 'encode_array', 'decode_array', 'render_request', 'parse_play_message', 'parse_play_query',
-           'PlaySession', 'page_file', 'play_page', 'create_app', 'serve_url', 'bind', 'machine_names', 'serve',
-           'ServerThread', 'serve_main']
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "MAX_JSON_DEPTH",
+    "WIRE_DTYPES",
+    "PAGE_FILES",
+    "HTTP_METHODS",
+    "WILDCARD_HOSTS",
+    "ServeSettings",
+    "parse_json",
+    "encode_array",
+    "decode_array",
+    "render_request",
+    "parse_play_message",
+    "parse_play_query",
+    "PlaySession",
+    "page_file",
+    "play_page",
+    "create_app",
+    "serve_url",
+    "bind",
+    "machine_names",
+    "serve",
+    "ServerThread",
+    "serve_main",
+]
 
 # %% ../nbs/72_app.ipynb #f5eba099
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
+
 def _is_host_name(h: str) -> bool:
     "Is `h` a DNS name or an IP address, as a Host header names a server (without its port)?"
-    try: ipaddress.ip_address(h); return True
-    except ValueError: return bool(re.fullmatch(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?", h)) and len(h) <= 253
+    try:
+        ipaddress.ip_address(h)
+        return True
+    except ValueError:
+        return (
+            bool(re.fullmatch(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?", h))
+            and len(h) <= 253
+        )
+
 
 @dataclass
 class ServeSettings:
     "What the server allows and how it batches; every value is checked here, before anything slow."
-    steps: int = DEFAULT_STEPS          # DDIM steps when a request does not say (2)
-    backend: str = "auto"               # eager | bf16 | compile | onnx | auto (the fastest, measured at startup; compile once cached)
+
+    steps: int = DEFAULT_STEPS  # DDIM steps when a request does not say (2)
+    # eager | bf16 | compile | onnx | auto (the fastest, measured at startup; compile once cached)
+    backend: str = "auto"
     max_batch: int = DEFAULT_MAX_BATCH  # micro-batch size limit (8)
-    max_wait_ms: float = DEFAULT_MAX_WAIT_MS   # how long the first request of a batch waits for company (2 ms)
-    max_sessions: int = 8               # concurrent /play sessions; more are refused (close code 1013)
-    max_renders: int = 16               # /render requests in progress (reading, queued, rendering); more get 503 + Retry-After
-    session_idle_s: float = 120.0       # a /play session that asks for no frame this long is closed (1001); pings do not count
-    allow_origins: tuple = ()           # web page origins allowed besides the server's own page, e.g. "http://localhost:3000"
-    hosts: tuple = LOOPBACK_HOSTS       # the Host names it answers to (DNS rebinding): loopback and its --host, or this machine's own
-    allow_hosts: tuple = ()             # Host names it answers to besides those (--allow-host), e.g. a name in /etc/hosts for this machine
-    max_body_bytes: int = 256 * 1024    # /render request bodies (one 64x64 frame's channels in base64 is ~70 KB)
-    max_message_bytes: int = 4096       # /play client messages (a key press is ~30 bytes)
-    seed: int = 0                       # the /play sessions' starting-noise seed
+    # how long the first request of a batch waits for company (2 ms)
+    max_wait_ms: float = DEFAULT_MAX_WAIT_MS
+    # concurrent /play sessions; more are refused (close code 1013)
+    max_sessions: int = 8
+    # /render requests in progress (reading, queued, rendering); more get 503 + Retry-After
+    max_renders: int = 16
+    # a /play session that asks for no frame this long is closed (1001); pings do not count
+    session_idle_s: float = 120.0
+    # web page origins allowed besides the server's own page, e.g. "http://localhost:3000"
+    allow_origins: tuple = ()
+    # the Host names it answers to (DNS rebinding): loopback and its --host, or this machine's own
+    hosts: tuple = LOOPBACK_HOSTS
+    # Host names it answers to besides those (--allow-host), e.g. a name in /etc/hosts for this
+    # machine
+    allow_hosts: tuple = ()
+    # /render request bodies (one 64x64 frame's channels in base64 is ~70 KB)
+    max_body_bytes: int = 256 * 1024
+    max_message_bytes: int = 4096  # /play client messages (a key press is ~30 bytes)
+    seed: int = 0  # the /play sessions' starting-noise seed
 
     def __post_init__(self):
-        self.allow_origins, self.hosts = tuple(o.rstrip("/") for o in self.allow_origins), tuple(h.lower() for h in self.hosts)
-        self.allow_hosts = tuple(h.lower().removeprefix("[").removesuffix("]") for h in self.allow_hosts)
+        self.allow_origins, self.hosts = (
+            tuple(o.rstrip("/") for o in self.allow_origins),
+            tuple(h.lower() for h in self.hosts),
+        )
+        self.allow_hosts = tuple(
+            h.lower().removeprefix("[").removesuffix("]") for h in self.allow_hosts
+        )
+
         def within(name, lo, hi, kind=int):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int) or not lo <= v <= hi:
-                raise ServeError(f"{name} must be {'' if kind is float else 'an integer '}in {lo}..{hi}, got {v!r}")
-        within("steps", 1, MAX_STEPS); within("max_batch", 1, AOT_MAX_BATCH); within("max_wait_ms", 0, 1000, float)
-        within("max_sessions", 1, 1024); within("max_renders", 1, 4096); within("session_idle_s", 0.1, 86400, float)
-        within("max_body_bytes", 1024, 64 << 20); within("max_message_bytes", 64, 1 << 20)
-        if self.backend not in (*BACKENDS, "auto"): raise ServeError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}, auto")
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float) if kind is float else int)
+                or not lo <= v <= hi
+            ):
+                raise ServeError(
+                    f"{name} must be {'' if kind is float else 'an integer '}in "
+                    f"{lo}..{hi}, got {v!r}"
+                )
+
+        within("steps", 1, MAX_STEPS)
+        within("max_batch", 1, AOT_MAX_BATCH)
+        within("max_wait_ms", 0, 1000, float)
+        within("max_sessions", 1, 1024)
+        within("max_renders", 1, 4096)
+        within("session_idle_s", 0.1, 86400, float)
+        within("max_body_bytes", 1024, 64 << 20)
+        within("max_message_bytes", 64, 1 << 20)
+        if self.backend not in (*BACKENDS, "auto"):
+            raise ServeError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}, auto")
         for o in self.allow_origins:
-            if not re.fullmatch(r"https?://[^/\s]+", o): raise ServeError(f"allow_origins: {o!r} is not an origin like http://localhost:3000")
+            if not re.fullmatch(r"https?://[^/\s]+", o):
+                raise ServeError(
+                    f"allow_origins: {o!r} is not an origin like http://localhost:3000"
+                )
         for h in self.allow_hosts:
-            if not _is_host_name(h): raise ServeError(f"allow_hosts: {h!r} is not a host name or address (e.g. my-box.lan or 192.168.1.20; no port)")
+            if not _is_host_name(h):
+                raise ServeError(
+                    f"allow_hosts: {h!r} is not a host name or address (e.g. my-box.lan "
+                    "or 192.168.1.20; no port)"
+                )
 
     @property
-    def step_choices(self) -> list[int]: return list(range(1, MAX_STEPS + 1))    # every value a request may ask for
+    # every value a request may ask for
+    def step_choices(self) -> list[int]:
+        return list(range(1, MAX_STEPS + 1))
+
 
 # %% ../nbs/72_app.ipynb #ef70e1bd
-MAX_JSON_DEPTH = 8      # the deepest valid request is 4 levels: body -> channels -> array -> shape
+MAX_JSON_DEPTH = 8  # the deepest valid request is 4 levels: body -> channels -> array -> shape
+
 
 def _check_text(s: str, where: str, status: int):
     if not s.isascii():
-        try: s.encode("utf-8")
+        try:
+            s.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise RequestError(where, f"a string holds the lone surrogate {ascii(s[e.start])}: not valid Unicode", status) from None
+            raise RequestError(
+                where,
+                f"a string holds the lone surrogate {ascii(s[e.start])}: not valid Unicode",
+                status,
+            ) from None
 
-def parse_json(text: str | bytes, where: str = "body", status: int = 400, max_depth: int = MAX_JSON_DEPTH):
-    "The JSON document in `text`, at most `max_depth` deep and valid Unicode throughout; else `RequestError(where, ..., status)`."
+
+def parse_json(
+    text: str | bytes, where: str = "body", status: int = 400, max_depth: int = MAX_JSON_DEPTH
+):
+    """The JSON document in `text`, at most `max_depth` deep and valid Unicode throughout; else
+    `RequestError(where, ..., status)`."""
     deep = RequestError(where, f"nested more than {max_depth} deep", status)
-    try: doc = json.loads(text)
-    except RecursionError: raise deep from None
-    except ValueError as e: raise RequestError(where, f"not JSON ({str(getattr(e, 'msg', e))[:80]})", status) from None
-    todo = [(doc, 1)]                                       # walked with a stack, not recursion
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise deep from None
+    except ValueError as e:
+        raise RequestError(where, f"not JSON ({str(getattr(e, 'msg', e))[:80]})", status) from None
+    todo = [(doc, 1)]  # walked with a stack, not recursion
     while todo:
         v, depth = todo.pop()
-        if isinstance(v, str): _check_text(v, where, status)
+        if isinstance(v, str):
+            _check_text(v, where, status)
         elif isinstance(v, (dict, list)):
-            if depth > max_depth: raise deep
+            if depth > max_depth:
+                raise deep
             if isinstance(v, dict):
-                for k in v: _check_text(k, where, status)
+                for k in v:
+                    _check_text(k, where, status)
             todo += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
     return doc
+
 
 # %% ../nbs/72_app.ipynb #4a168d46
 WIRE_DTYPES = ("uint8", "float16", "float32")
 
+
 def encode_array(a: np.ndarray) -> dict:
     "An array as JSON: dtype, shape, base64 of its little-endian bytes."
     a = np.ascontiguousarray(a)
-    return {"dtype": a.dtype.name, "shape": list(a.shape), "data": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode()}
+    return {
+        "dtype": a.dtype.name,
+        "shape": list(a.shape),
+        "data": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode(),
+    }
+
 
 def decode_array(d, where: str, max_elems: int = 1 << 16) -> np.ndarray:
     "The array a JSON object describes, or `RequestError` naming `where`."
     if not isinstance(d, dict) or not {"dtype", "shape", "data"} <= set(d):
         raise RequestError(where, 'must be an object {"dtype", "shape", "data" (base64)}')
     dt, shape, data = d["dtype"], d["shape"], d["data"]
-    if dt not in WIRE_DTYPES: raise RequestError(where, f"dtype {str(dt)[:20]!r} is not one of {', '.join(WIRE_DTYPES)}")
-    if (not isinstance(shape, list) or len(shape) > 4 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= max_elems for s in shape)):
-        raise RequestError(where, f"shape must be a list of at most 4 non-negative integers, got {str(shape)[:40]}")
+    if dt not in WIRE_DTYPES:
+        raise RequestError(where, f"dtype {str(dt)[:20]!r} is not one of {', '.join(WIRE_DTYPES)}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 4
+        or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= max_elems for s in shape
+        )
+    ):
+        raise RequestError(
+            where, f"shape must be a list of at most 4 non-negative integers, got {str(shape)[:40]}"
+        )
     n = math.prod(shape)
-    if n > max_elems: raise RequestError(where, f"{n} elements is more than {max_elems}")
-    if not isinstance(data, str): raise RequestError(where, "data must be a base64 string")
-    try: raw = base64.b64decode(data, validate=True)
-    except ValueError: raise RequestError(where, "data is not valid base64") from None
+    if n > max_elems:
+        raise RequestError(where, f"{n} elements is more than {max_elems}")
+    if not isinstance(data, str):
+        raise RequestError(where, "data must be a base64 string")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        raise RequestError(where, "data is not valid base64") from None
     want = n * np.dtype(dt).itemsize
-    if len(raw) != want: raise RequestError(where, f"{len(raw)} bytes of data for shape {shape} {dt} ({want} bytes)")
+    if len(raw) != want:
+        raise RequestError(where, f"{len(raw)} bytes of data for shape {shape} {dt} ({want} bytes)")
     return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape)
 
-def render_request(channels: dict, theme, lighting, seed: int = 0, steps: int | None = None, format: str = "png") -> dict:
+
+def render_request(
+    channels: dict, theme, lighting, seed: int = 0, steps: int | None = None, format: str = "png"
+) -> dict:
     "The JSON body of a `POST /render` for one frame's channels."
-    body = {"channels": {k: encode_array(v) for k, v in channels.items()}, "theme": theme, "lighting": lighting, "seed": seed, "format": format}
-    if steps is not None: body["steps"] = steps
+    body = {
+        "channels": {k: encode_array(v) for k, v in channels.items()},
+        "theme": theme,
+        "lighting": lighting,
+        "seed": seed,
+        "format": format,
+    }
+    if steps is not None:
+        body["steps"] = steps
     return body
+
 
 # %% ../nbs/72_app.ipynb #95efc933
 def parse_play_message(text: str, grid) -> dict:
-    "A client message's changes: `action` (always), and `theme`, `lighting`, `steps` when given; `RequestError` otherwise."
+    """A client message's changes: `action` (always), and `theme`, `lighting`, `steps` when given;
+    `RequestError` otherwise."""
     from qmind_render.engine import ACTIONS
+
     m = parse_json(text, "message", 1007)
-    if not isinstance(m, dict): raise RequestError("message", f"must be a JSON object, got {type(m).__name__}", 1007)
+    if not isinstance(m, dict):
+        raise RequestError("message", f"must be a JSON object, got {type(m).__name__}", 1007)
     extra = sorted(set(m) - {"action", "theme", "lighting", "steps"})
-    if extra: raise RequestError(str(extra[0])[:30], "unknown key; send action, theme, lighting, steps", 1007)
+    if extra:
+        raise RequestError(
+            str(extra[0])[:30], "unknown key; send action, theme, lighting, steps", 1007
+        )
     a = m.get("action") or "noop"
-    if a not in ACTIONS: raise RequestError("action", f"unknown action {str(a)[:30]!r}; one of {', '.join(ACTIONS)}", 1007)
+    if a not in ACTIONS:
+        raise RequestError(
+            "action", f"unknown action {str(a)[:30]!r}; one of {', '.join(ACTIONS)}", 1007
+        )
     out = {"action": a}
-    if "theme" in m: out["theme"] = factor_id(grid.theme_names, m["theme"], "theme")
-    if "lighting" in m: out["lighting"] = factor_id(grid.lighting_names, m["lighting"], "lighting")
-    if "steps" in m: out["steps"] = int_field(m["steps"], "steps", 1, MAX_STEPS)
+    if "theme" in m:
+        out["theme"] = factor_id(grid.theme_names, m["theme"], "theme")
+    if "lighting" in m:
+        out["lighting"] = factor_id(grid.lighting_names, m["lighting"], "lighting")
+    if "steps" in m:
+        out["steps"] = int_field(m["steps"], "steps", 1, MAX_STEPS)
     return out
 
-_DIGITS = re.compile(r"[0-9]{1,19}")     # ASCII digits only: "²".isdigit() is True and int("²") raises
+
+# ASCII digits only: "²".isdigit() is True and int("²") raises
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
 
 def parse_play_query(params: dict, grid) -> tuple[int, dict]:
-    "A session's episode seed and first settings from `/play`'s query (ids and numbers arrive as text); `RequestError` otherwise."
+    """A session's episode seed and first settings from `/play`'s query (ids and numbers arrive as
+    text); `RequestError` otherwise."""
     q = {k: int(v) if _DIGITS.fullmatch(v) else v for k, v in params.items()}
     seed = int_field(q.pop("seed", 0), "seed", 0, 2**31 - 1)
     return seed, parse_play_message(json.dumps(q), grid)
 
-def _b64(a: np.ndarray) -> str: return base64.b64encode(np.ascontiguousarray(a, np.uint8).tobytes()).decode()
+
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a, np.uint8).tobytes()).decode()
+
 
 class PlaySession:
     "One player: a game, a theme and lighting, a noise seed and a step count."
+
     def __init__(self, seed: int, theme: int, lighting: int, steps: int, noise_seed: int = 0):
         from qmind_render.game import Game
         from qmind_render.skinner import episode_materials
+
         self.game = Game(seed=seed, materials=episode_materials(seed))
         self.theme, self.lighting, self.steps, self.noise_seed = theme, lighting, steps, noise_seed
 
     def step(self, change: dict, grid, spec) -> tuple[RenderItem, dict, dict]:
-        "Apply a parsed message, step the engine, skin the ground truth: the item to render, the images, the timings."
+        """Apply a parsed message, step the engine, skin the ground truth: the item to render, the
+        images, the timings."""
         from qmind_render.skinner import skin
         from qmind_render.viz import channel_strip
-        self.theme, self.lighting = change.get("theme", self.theme), change.get("lighting", self.lighting)
+
+        self.theme, self.lighting = (
+            change.get("theme", self.theme),
+            change.get("lighting", self.lighting),
+        )
         self.steps = change.get("steps", self.steps)
-        t0 = time.perf_counter(); ch = self.game.step(change["action"])
-        t1 = time.perf_counter(); truth = skin(ch, grid.themes[self.theme], grid.lightings[self.lighting])
+        t0 = time.perf_counter()
+        ch = self.game.step(change["action"])
+        t1 = time.perf_counter()
+        truth = skin(ch, grid.themes[self.theme], grid.lightings[self.lighting])
         t2 = time.perf_counter()
         item = RenderItem(ch, self.theme, self.lighting, self.noise_seed, steps=self.steps)
-        return item, {"truth": truth, "channels": channel_strip(ch)}, {"engine_ms": (t1 - t0) * 1e3, "skin_ms": (t2 - t1) * 1e3}
+        return (
+            item,
+            {"truth": truth, "channels": channel_strip(ch)},
+            {"engine_ms": (t1 - t0) * 1e3, "skin_ms": (t2 - t1) * 1e3},
+        )
 
     def frame_message(self, frame: np.ndarray, images: dict, timings: dict) -> str:
         imgs = {"model": frame, **images}
-        return json.dumps({"type": "frame", "frame": self.game.frame, "action": self.game.last_action,
-                           "player": [round(v, 3) for v in self.game.player], "steps": self.steps,
-                           "timings": {k: round(v, 2) for k, v in timings.items()},
-                           "images": {k: {"w": v.shape[1], "h": v.shape[0], "rgb": _b64(v)} for k, v in imgs.items()}})
+        return json.dumps(
+            {
+                "type": "frame",
+                "frame": self.game.frame,
+                "action": self.game.last_action,
+                "player": [round(v, 3) for v in self.game.player],
+                "steps": self.steps,
+                "timings": {k: round(v, 2) for k, v in timings.items()},
+                "images": {
+                    k: {"w": v.shape[1], "h": v.shape[0], "rgb": _b64(v)} for k, v in imgs.items()
+                },
+            }
+        )
+
 
 # %% ../nbs/72_app.ipynb #f8278407
-PAGE_FILES = {"play.html": "text/html", "play.css": "text/css", "play.js": "text/javascript"}   # in qmind_render/assets/
+# in qmind_render/assets/
+PAGE_FILES = {"play.html": "text/html", "play.css": "text/css", "play.js": "text/javascript"}
+
 
 def page_file(name: str) -> str:
     "The text of one of the playable page's files (`PAGE_FILES`); `KeyError` for any other name."
     import qmind_render
-    if name not in PAGE_FILES: raise KeyError(f"{name[:40]!r} is not a file of the page ({', '.join(PAGE_FILES)})")
+
+    if name not in PAGE_FILES:
+        raise KeyError(f"{name[:40]!r} is not a file of the page ({', '.join(PAGE_FILES)})")
     return (Path(qmind_render.__file__).resolve().parent / "assets" / name).read_text()
 
+
 def play_page() -> str:
-    "The playable page's HTML; its style and script come from the app too (`/static/play.css`, `/static/play.js`)."
+    """The playable page's HTML; its style and script come from the app too (`/static/play.css`,
+    `/static/play.js`)."""
     return page_file("play.html")
+
 
 # %% ../nbs/72_app.ipynb #82fedd39
 _logger = logging.getLogger("qmind_render.serve")
 
+
 class _State:
-    "A server's state: the model (once warm), the batcher, the session and /render counts, its status."
+    """A server's state: the model (once warm), the batcher, the session and /render counts, its
+    status."""
+
     def __init__(self, served: Served, settings: ServeSettings):
         self.served, self.settings, self.metrics = served, settings, Metrics()
         self.sessions, self.renders, self.renderer, self.batcher = 0, 0, None, None
-        self.status, self.error, self.ready = "warming", None, asyncio.Event()     # warming -> ok | failed
+        # warming -> ok | failed
+        self.status, self.error, self.ready = "warming", None, asyncio.Event()
 
     def start(self, log=print):
-        "Choose the backend, build the renderer and batcher (the slow part: seconds to a minute; runs on the model thread)."
+        """Choose the backend, build the renderer and batcher (the slow part: seconds to a minute;
+        runs on the model thread)."""
         s = self.settings
-        if s.backend == "auto": name, net = pick_backend(self.served, s.max_batch, log)
-        else: name, net = s.backend, make_net(self.served, s.backend, log)
+        if s.backend == "auto":
+            name, net = pick_backend(self.served, s.max_batch, log)
+        else:
+            name, net = s.backend, make_net(self.served, s.backend, log)
         self.renderer = Renderer(self.served, name, net, s.max_batch, log)
-        self.renderer.warm(sorted({1, 2, 4, 8, s.steps}), log)             # a GPU's CUDA graphs, before the first player
-        self.batcher = MicroBatcher(self.renderer.render, s.max_batch, s.max_wait_ms, self.metrics,
-                                    clients=lambda interactive: self.sessions if interactive else self.renders)
+        # a GPU's CUDA graphs, before the first player
+        self.renderer.warm(sorted({1, 2, 4, 8, s.steps}), log)
+        self.batcher = MicroBatcher(
+            self.renderer.render,
+            s.max_batch,
+            s.max_wait_ms,
+            self.metrics,
+            clients=lambda interactive: self.sessions if interactive else self.renders,
+        )
 
     async def warm_up(self, log=print, ready: str | None = None, on_fail: Callable | None = None):
-        try: await asyncio.get_running_loop().run_in_executor(model_thread(), self.start, log)
+        try:
+            await asyncio.get_running_loop().run_in_executor(model_thread(), self.start, log)
         except Exception as e:
             self.status, self.error = "failed", e
             log(f"qmind serve: the model did not start: {type(e).__name__}: {str(e)[:300]}")
-            if on_fail: on_fail()
+            if on_fail:
+                on_fail()
         else:
             await self.batcher.start()
             self.status = "ok"
-            if ready: log(ready)
+            if ready:
+                log(ready)
         self.ready.set()
 
     def info(self) -> dict:
         sv, s = self.served, self.settings
-        return {"model": sv.model.size_name, "source": sv.name, "step": sv.step, "backend": self.renderer.backend if self.renderer else None,
-                "heldout_psnr": sv.about.get("metrics", {}).get("heldout"), "trained": sv.about.get("trained"),
-                "steps": s.steps, "step_choices": s.step_choices, "themes": sv.grid.theme_names, "lightings": sv.grid.lighting_names,
-                "frame_size": list(sv.spec.size), "channel_spec": sv.spec.version,
-                "settings": {k: v for k, v in asdict(s).items() if k not in ("hosts", "allow_hosts")}}   # not the machine's addresses
+        return {
+            "model": sv.model.size_name,
+            "source": sv.name,
+            "step": sv.step,
+            "backend": self.renderer.backend if self.renderer else None,
+            "heldout_psnr": sv.about.get("metrics", {}).get("heldout"),
+            "trained": sv.about.get("trained"),
+            "steps": s.steps,
+            "step_choices": s.step_choices,
+            "themes": sv.grid.theme_names,
+            "lightings": sv.grid.lighting_names,
+            "frame_size": list(sv.spec.size),
+            "channel_spec": sv.spec.version,
+            # not the machine's addresses
+            "settings": {k: v for k, v in asdict(s).items() if k not in ("hosts", "allow_hosts")},
+        }
+
 
 def _error(e: RequestError, retry_after: int | None = None) -> Response:
     "`{error, where}` as JSON, ASCII-escaped: a response that cannot fail to encode."
-    return Response(json.dumps({"error": e.msg, "where": e.where}), e.status, media_type="application/json",
-                    headers={"Retry-After": str(retry_after)} if retry_after else None)
+    return Response(
+        json.dumps({"error": e.msg, "where": e.where}),
+        e.status,
+        media_type="application/json",
+        headers={"Retry-After": str(retry_after)} if retry_after else None,
+    )
+
 
 async def _read_body(request, limit: int) -> bytes:
     n = request.headers.get("content-length")
     if n is not None and (not _DIGITS.fullmatch(n) or int(n) > limit):
-        raise RequestError("body", f"{n[:20]} bytes is more than the {limit}-byte limit (max_body_bytes)", 413)
+        raise RequestError(
+            "body", f"{n[:20]} bytes is more than the {limit}-byte limit (max_body_bytes)", 413
+        )
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
-        if len(body) > limit: raise RequestError("body", f"more than the {limit}-byte limit (max_body_bytes)", 413)
+        if len(body) > limit:
+            raise RequestError("body", f"more than the {limit}-byte limit (max_body_bytes)", 413)
     return bytes(body)
+
 
 def _parse_render(body: bytes, grid, spec, settings: ServeSettings) -> tuple[RenderItem, str]:
     d = parse_json(body, "body", 400)
-    if not isinstance(d, dict): raise RequestError("body", f"must be a JSON object, got {type(d).__name__}")
+    if not isinstance(d, dict):
+        raise RequestError("body", f"must be a JSON object, got {type(d).__name__}")
     extra = sorted(set(d) - {"channels", "theme", "lighting", "seed", "steps", "format"})
-    if extra: raise RequestError(str(extra[0])[:30], "unknown field; send channels, theme, lighting, seed, steps, format")
+    if extra:
+        raise RequestError(
+            str(extra[0])[:30], "unknown field; send channels, theme, lighting, seed, steps, format"
+        )
     for k in ("channels", "theme", "lighting"):
-        if k not in d: raise RequestError(k, "missing")
-    if not isinstance(d["channels"], dict): raise RequestError("channels", "must be an object of channel name -> array")
+        if k not in d:
+            raise RequestError(k, "missing")
+    if not isinstance(d["channels"], dict):
+        raise RequestError("channels", "must be an object of channel name -> array")
     fmt = d.get("format", "png")
-    if fmt not in ("png", "npy"): raise RequestError("format", f"{str(fmt)[:20]!r} is not png or npy")
-    chans = {str(k)[:30]: decode_array(v, f"channels.{str(k)[:30]}") for k, v in d["channels"].items()}
-    return render_item(chans, d["theme"], d["lighting"], grid, spec, d.get("seed", 0), steps=d.get("steps", settings.steps)), fmt
+    if fmt not in ("png", "npy"):
+        raise RequestError("format", f"{str(fmt)[:20]!r} is not png or npy")
+    chans = {
+        str(k)[:30]: decode_array(v, f"channels.{str(k)[:30]}") for k, v in d["channels"].items()
+    }
+    return render_item(
+        chans,
+        d["theme"],
+        d["lighting"],
+        grid,
+        spec,
+        d.get("seed", 0),
+        steps=d.get("steps", settings.steps),
+    ), fmt
+
 
 def _encode_frame(frame: np.ndarray, fmt: str) -> tuple[bytes, str]:
     buf = io.BytesIO()
-    if fmt == "npy": np.save(buf, frame); return buf.getvalue(), "application/x-npy"
+    if fmt == "npy":
+        np.save(buf, frame)
+        return buf.getvalue(), "application/x-npy"
     from PIL import Image
-    Image.fromarray(frame).save(buf, format="PNG"); return buf.getvalue(), "image/png"
+
+    Image.fromarray(frame).save(buf, format="PNG")
+    return buf.getvalue(), "image/png"
+
 
 # %% ../nbs/72_app.ipynb #ed41a25f
 def _reason(text: str) -> str:
     "A WebSocket close reason: at most 120 bytes of UTF-8 that cannot fail to encode."
     return text.encode("utf-8", "replace")[:120].decode("utf-8", "ignore")
 
+
 def _refusal(headers: Headers, s: ServeSettings) -> tuple[str, str] | None:
     "Why a request may not reach the app, as (`Host` or `Origin`, message); None when it may."
     host = headers.get("host", "")
-    try: name = urlsplit(f"//{host}").hostname or ""
-    except ValueError: name = ""
+    try:
+        name = urlsplit(f"//{host}").hostname or ""
+    except ValueError:
+        name = ""
     if name not in s.hosts and name not in s.allow_hosts:
         known = [*s.hosts, *s.allow_hosts]
-        return "Host", (f"{host[:60]!r} is not a name this server answers to ({', '.join(known[:5])}{', ...' if len(known) > 5 else ''}; "
-                        f"qmind serve --allow-host NAME adds one)")
+        return "Host", (
+            f"{host[:60]!r} is not a name this server answers to "
+            f"({', '.join(known[:5])}{', ...' if len(known) > 5 else ''}; "
+            f"qmind serve --allow-host NAME adds one)"
+        )
     origin = headers.get("origin")
-    if origin is not None and origin.rstrip("/") not in (f"http://{host}", f"https://{host}", *s.allow_origins):
-        return "Origin", f"a page from {origin[:60]!r} may not use this server (qmind serve --allow-origin ORIGIN allows one)"
+    if origin is not None and origin.rstrip("/") not in (
+        f"http://{host}",
+        f"https://{host}",
+        *s.allow_origins,
+    ):
+        return (
+            "Origin",
+            f"a page from {origin[:60]!r} may not use this server (qmind serve "
+            "--allow-origin ORIGIN allows one)",
+        )
     return None
 
+
 class _Guard:
-    "ASGI middleware: a request whose Host or Origin is not allowed gets a 403, or its WebSocket is refused before it opens."
-    def __init__(self, app, st: _State): self.app, self.st = app, st
+    """ASGI middleware: a request whose Host or Origin is not allowed gets a 403, or its WebSocket
+    is refused before it opens."""
+
+    def __init__(self, app, st: _State):
+        self.app, self.st = app, st
 
     async def __call__(self, scope, receive, send):
-        why = _refusal(Headers(scope=scope), self.st.settings) if scope["type"] in ("http", "websocket") else None
-        if why is None: return await self.app(scope, receive, send)
+        why = (
+            _refusal(Headers(scope=scope), self.st.settings)
+            if scope["type"] in ("http", "websocket")
+            else None
+        )
+        if why is None:
+            return await self.app(scope, receive, send)
         self.st.metrics.count(f"refused: {why[0]}")
-        if scope["type"] == "http": return await _error(RequestError(*why, 403))(scope, receive, send)
-        await receive()                                              # the handshake's websocket.connect
-        await send({"type": "websocket.close", "code": 1008, "reason": _reason(f"{why[0]}: {why[1]}")})
+        if scope["type"] == "http":
+            return await _error(RequestError(*why, 403))(scope, receive, send)
+        # the handshake's websocket.connect
+        await receive()
+        await send(
+            {"type": "websocket.close", "code": 1008, "reason": _reason(f"{why[0]}: {why[1]}")}
+        )
+
 
 # %% ../nbs/72_app.ipynb #6eb352e1
-HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")     # /metrics keys these by name
+# /metrics keys these by name
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
 
-def create_app(served: Served, settings: ServeSettings | None = None, log=print, ready: str | None = None,
-               warm_first: bool = True, on_fail: Callable | None = None):
-    """The FastAPI app serving `served`: `/` (and `/static/` for the page's files), `/info`, `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready`
-    once warm. `warm_first=False` (what `qmind serve` does): it answers while the backend is chosen, `/healthz` says "warming"
-    (503), `/render` is a 503 with Retry-After, `/play` sessions wait; `on_fail()` is called if the model does not start."""
+
+def create_app(
+    served: Served,
+    settings: ServeSettings | None = None,
+    log=print,
+    ready: str | None = None,
+    warm_first: bool = True,
+    on_fail: Callable | None = None,
+):
+    """The FastAPI app serving `served`: `/` (and `/static/` for the page's files), `/info`,
+    `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready` once warm.
+    `warm_first=False` (what `qmind serve` does): it answers while the backend is chosen, `/healthz`
+    says "warming" (503), `/render` is a 503 with Retry-After, `/play` sessions wait; `on_fail()` is
+    called if the model does not start."""
     st = _State(served, settings or ServeSettings())
 
     @asynccontextmanager
@@ -330,13 +611,18 @@ def create_app(served: Served, settings: ServeSettings | None = None, log=print,
         task = asyncio.get_running_loop().create_task(st.warm_up(log, ready, on_fail))
         if warm_first:
             await task
-            if st.error: raise st.error
-        try: yield
+            if st.error:
+                raise st.error
+        try:
+            yield
         finally:
             task.cancel()
-            if st.batcher: await st.batcher.stop()
+            if st.batcher:
+                await st.batcher.stop()
 
-    app = FastAPI(title="qmind-render", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="qmind-render", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.qmind = st
     app.add_middleware(_Guard, st=st)
 
@@ -344,198 +630,380 @@ def create_app(served: Served, settings: ServeSettings | None = None, log=print,
     async def count(request: Request, call_next):
         resp = await call_next(request)
         route = request.scope.get("route")
-        method = request.method if request.method in HTTP_METHODS else "other"       # made-up methods: one key, not one each
+        # made-up methods: one key, not one each
+        method = request.method if request.method in HTTP_METHODS else "other"
         st.metrics.count(f"http {method} {getattr(route, 'path', 'unmatched')} {resp.status_code}")
         return resp
 
     @app.get("/", response_class=HTMLResponse)
-    async def page(): return play_page()
+    async def page():
+        return play_page()
 
     @app.get("/static/{name}")
     async def static(name: str):
-        if name not in PAGE_FILES: return _error(RequestError("path", f"no such file: /static/{name[:40]}", 404))
+        if name not in PAGE_FILES:
+            return _error(RequestError("path", f"no such file: /static/{name[:40]}", 404))
         return Response(page_file(name), media_type=PAGE_FILES[name])
 
     @app.get("/info")
-    async def info(): return st.info()
+    async def info():
+        return st.info()
 
     @app.get("/healthz")
     async def healthz():
         ok = st.status == "ok" and not st.batcher.task.done()
-        return JSONResponse({"status": "down" if st.status == "ok" and not ok else st.status, "sessions": st.sessions,
-                             **{k: v for k, v in st.info().items() if k in ("model", "step", "backend")}}, status_code=200 if ok else 503)
+        return JSONResponse(
+            {
+                "status": "down" if st.status == "ok" and not ok else st.status,
+                "sessions": st.sessions,
+                **{k: v for k, v in st.info().items() if k in ("model", "step", "backend")},
+            },
+            status_code=200 if ok else 503,
+        )
 
     @app.get("/metrics")
-    async def metrics(): return {**st.metrics.snapshot(), "sessions": st.sessions, "renders": st.renders}
+    async def metrics():
+        return {**st.metrics.snapshot(), "sessions": st.sessions, "renders": st.renders}
 
     @app.post("/render")
     async def render(request: Request):
         t0, s = time.perf_counter(), st.settings
         if st.status != "ok":
-            return _error(RequestError("server", "warming up: choosing a backend" if st.status == "warming" else "the model did not start", 503), 5)
+            return _error(
+                RequestError(
+                    "server",
+                    "warming up: choosing a backend"
+                    if st.status == "warming"
+                    else "the model did not start",
+                    503,
+                ),
+                5,
+            )
         if st.renders >= s.max_renders:
             st.metrics.count("render refused: busy")
-            return _error(RequestError("server", f"busy: {st.renders} /render requests in progress (max_renders={s.max_renders})", 503), 1)
-        st.renders += 1                               # counted from admission: a slow body holds its place too
+            return _error(
+                RequestError(
+                    "server",
+                    f"busy: {st.renders} /render requests in progress "
+                    f"(max_renders={s.max_renders})",
+                    503,
+                ),
+                1,
+            )
+        # counted from admission: a slow body holds its place too
+        st.renders += 1
         try:
             if not request.headers.get("content-type", "").startswith("application/json"):
-                return _error(RequestError("content-type", f"{request.headers.get('content-type', 'none')[:40]!r}: send application/json", 415))
-            try: item, fmt = _parse_render(await _read_body(request, s.max_body_bytes), served.grid, served.spec, s)
-            except RequestError as e: return _error(e)
-            except ClientDisconnect:                  # the client went away mid-body: nothing to answer, nothing to alarm anyone
-                st.metrics.count("render: client gone"); _logger.info("a /render client disconnected before its body arrived")
+                return _error(
+                    RequestError(
+                        "content-type",
+                        f"{request.headers.get('content-type', 'none')[:40]!r}: send "
+                        "application/json",
+                        415,
+                    )
+                )
+            try:
+                item, fmt = _parse_render(
+                    await _read_body(request, s.max_body_bytes), served.grid, served.spec, s
+                )
+            except RequestError as e:
+                return _error(e)
+            # the client went away mid-body: nothing to answer, nothing to alarm anyone
+            except ClientDisconnect:
+                st.metrics.count("render: client gone")
+                _logger.info("a /render client disconnected before its body arrived")
                 return Response(status_code=400)
-            try: frame, batch = await st.batcher.submit(item)
-            except asyncio.CancelledError: return _error(RequestError("server", "shutting down", 503))   # Ctrl-C mid-render
-        finally: st.renders -= 1
+            try:
+                frame, batch = await st.batcher.submit(item)
+            # Ctrl-C mid-render
+            except asyncio.CancelledError:
+                return _error(RequestError("server", "shutting down", 503))
+        finally:
+            st.renders -= 1
         data, mime = _encode_frame(frame, fmt)
         ms = (time.perf_counter() - t0) * 1e3
         st.metrics.observe("render", ms)
-        return Response(data, media_type=mime, headers={"X-Batch-Size": str(batch), "X-Server-Ms": f"{ms:.2f}"})
+        return Response(
+            data, media_type=mime, headers={"X-Batch-Size": str(batch), "X-Server-Ms": f"{ms:.2f}"}
+        )
 
     @app.websocket("/play")
-    async def play(ws: WebSocket): await _play(ws, st)
+    async def play(ws: WebSocket):
+        await _play(ws, st)
 
     return app
 
+
 # %% ../nbs/72_app.ipynb #c3eb2fa3
 async def _close(ws, code: int, reason: str):
-    try: await ws.close(code, _reason(reason))
-    except Exception: pass                      # the client may already be gone
+    try:
+        await ws.close(code, _reason(reason))
+    except Exception:
+        pass  # the client may already be gone
+
 
 async def _play(ws, st: _State):
     from starlette.websockets import WebSocketDisconnect
+
     sv, s = st.served, st.settings
     await ws.accept()
     if st.sessions >= s.max_sessions:
         st.metrics.count("play refused: busy")
-        return await _close(ws, 1013, f"server busy: {st.sessions} sessions already (max_sessions={s.max_sessions}); try again later")
+        return await _close(
+            ws,
+            1013,
+            f"server busy: {st.sessions} sessions already "
+            f"(max_sessions={s.max_sessions}); try again later",
+        )
     st.sessions += 1
     try:
-        try: seed, first = parse_play_query(ws.query_params, sv.grid)
-        except RequestError as e: return await _close(ws, 1007, f"{e.where}: {e.msg}")
-        await st.ready.wait()                   # still warming up: the session waits for the model
-        if st.status != "ok": return await _close(ws, 1011, "the model did not start; see the server's log")
-        session = PlaySession(seed, first.get("theme", 0), first.get("lighting", 0), first.get("steps", s.steps), s.seed)
+        try:
+            seed, first = parse_play_query(ws.query_params, sv.grid)
+        except RequestError as e:
+            return await _close(ws, 1007, f"{e.where}: {e.msg}")
+        await st.ready.wait()  # still warming up: the session waits for the model
+        if st.status != "ok":
+            return await _close(ws, 1011, "the model did not start; see the server's log")
+        session = PlaySession(
+            seed,
+            first.get("theme", 0),
+            first.get("lighting", 0),
+            first.get("steps", s.steps),
+            s.seed,
+        )
         st.metrics.count("play sessions")
-        await ws.send_text(json.dumps({"type": "hello", **{k: v for k, v in st.info().items() if k != "settings"}, "seed": seed}))
+        await ws.send_text(
+            json.dumps(
+                {
+                    "type": "hello",
+                    **{k: v for k, v in st.info().items() if k != "settings"},
+                    "seed": seed,
+                }
+            )
+        )
         while True:
-            try: msg = await asyncio.wait_for(ws.receive(), s.session_idle_s)     # a frame request, not a ping, keeps it open
+            # a frame request, not a ping, keeps it open
+            try:
+                msg = await asyncio.wait_for(ws.receive(), s.session_idle_s)
             except asyncio.TimeoutError:
                 st.metrics.count("play closed: idle")
                 return await _close(ws, 1001, f"idle {s.session_idle_s:g} s")
-            if msg["type"] == "websocket.disconnect": break
+            if msg["type"] == "websocket.disconnect":
+                break
             t0 = time.perf_counter()
             text = msg.get("text")
-            if text is None: return await _close(ws, 1003, "binary messages are not accepted; send JSON text")
-            if len(text) > s.max_message_bytes: return await _close(ws, 1009, f"message of {len(text)} bytes is over max_message_bytes={s.max_message_bytes}")
-            try: change = parse_play_message(text, sv.grid)
+            if text is None:
+                return await _close(ws, 1003, "binary messages are not accepted; send JSON text")
+            if len(text) > s.max_message_bytes:
+                return await _close(
+                    ws,
+                    1009,
+                    f"message of {len(text)} bytes is over max_message_bytes={s.max_message_bytes}",
+                )
+            try:
+                change = parse_play_message(text, sv.grid)
             except RequestError as e:
                 st.metrics.count("play closed: bad message")
-                return await _close(ws, e.status if e.status >= 1000 else 1007, f"{e.where}: {e.msg}")
+                return await _close(
+                    ws, e.status if e.status >= 1000 else 1007, f"{e.where}: {e.msg}"
+                )
             item, images, timings = session.step(change, sv.grid, sv.spec)
             t1 = time.perf_counter()
             frame, batch = await st.batcher.submit(item, interactive=True)
             timings.update(model_ms=(time.perf_counter() - t1) * 1e3, batch=batch)
             timings["total_ms"] = (time.perf_counter() - t0) * 1e3
             await ws.send_text(session.frame_message(frame, images, timings))
-            st.metrics.observe("play_frame", timings["total_ms"]); st.metrics.count("play frames")
+            st.metrics.observe("play_frame", timings["total_ms"])
+            st.metrics.count("play frames")
     except (WebSocketDisconnect, RuntimeError, OSError):
-        st.metrics.count("play disconnected")    # the client went away, perhaps mid-frame
-    except asyncio.CancelledError:              # shutting down with a frame still rendering: the session just ends
+        st.metrics.count("play disconnected")  # the client went away, perhaps mid-frame
+    # shutting down with a frame still rendering: the session just ends
+    except asyncio.CancelledError:
         st.metrics.count("play cancelled")
     finally:
         st.sessions -= 1
 
+
 # %% ../nbs/72_app.ipynb #8e6ec30f
 def _uvicorn_config(app, settings: ServeSettings, log_level: str = "info"):
     import uvicorn
-    return uvicorn.Config(app, log_level=log_level, ws_max_size=settings.max_message_bytes,
-                          ws_ping_interval=20, ws_ping_timeout=20, timeout_graceful_shutdown=3, lifespan="on")
+
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        ws_max_size=settings.max_message_bytes,
+        ws_ping_interval=20,
+        ws_ping_timeout=20,
+        timeout_graceful_shutdown=3,
+        lifespan="on",
+    )
+
 
 def serve_url(host: str, port: int) -> str:
     "The URL a browser opens: IPv6 addresses in brackets (`http://[::1]:8000/`)."
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
+
 def bind(host: str, port: int) -> socket.socket:
-    "A listening socket on `host`:`port`, made at once; `ServeError` in one line when the port is taken or the host is wrong."
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535: raise ServeError(f"--port {port} is not a TCP port: use 1..65535")
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)     # as uvicorn chooses
+    """A listening socket on `host`:`port`, made at once; `ServeError` in one line when the port is
+    taken or the host is wrong."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ServeError(f"--port {port} is not a TCP port: use 1..65535")
+    # as uvicorn chooses
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port)); sock.listen(128)
+        sock.bind((host, port))
+        sock.listen(128)
     except OSError as e:
         sock.close()
-        if e.errno == errno.EADDRINUSE: raise ServeError(f"port {port} on {host} is in use (another qmind serve?): stop that, or pick another with --port") from None
-        raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e} (--host must be an address or name of this machine)") from None
+        if e.errno == errno.EADDRINUSE:
+            raise ServeError(
+                f"port {port} on {host} is in use (another qmind serve?): stop that, or "
+                "pick another with --port"
+            ) from None
+        raise ServeError(
+            f"cannot listen on {host}:{port}: {e.strerror or e} (--host must be an "
+            "address or name of this machine)"
+        ) from None
     return sock
+
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
+
 def _interface_addresses() -> list[str]:
-    "Every interface's IPv4 address (`SIOCGIFADDR`) and IPv6 addresses (`/proc/net/if_inet6`), where the OS offers them (Linux)."
+    """Every interface's IPv4 address (`SIOCGIFADDR`) and IPv6 addresses (`/proc/net/if_inet6`),
+    where the OS offers them (Linux)."""
     out = []
-    try: import fcntl
-    except ImportError: return out
+    try:
+        import fcntl
+    except ImportError:
+        return out
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for _, name in socket.if_nameindex():
-            try: out.append(socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[20:24]))
-            except OSError: pass                                     # an interface without an IPv4 address
-    try: out += [str(ipaddress.IPv6Address(bytes.fromhex(l.split()[0]))) for l in Path("/proc/net/if_inet6").read_text().splitlines()]
-    except (OSError, ValueError, IndexError): pass
+            try:
+                out.append(
+                    socket.inet_ntoa(
+                        fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[
+                            20:24
+                        ]
+                    )
+                )
+            # an interface without an IPv4 address
+            except OSError:
+                pass
+    try:
+        out += [
+            str(ipaddress.IPv6Address(bytes.fromhex(l.split()[0])))
+            for l in Path("/proc/net/if_inet6").read_text().splitlines()
+        ]
+    except (OSError, ValueError, IndexError):
+        pass
     return out
 
+
 def machine_names() -> tuple[str, ...]:
-    "This machine's names and addresses, lower-case: loopback, its host name and FQDN and what they resolve to, its interfaces' addresses."
+    """This machine's names and addresses, lower-case: loopback, its host name and FQDN and what
+    they resolve to, its interfaces' addresses."""
     names = [*LOOPBACK_HOSTS, socket.gethostname(), socket.getfqdn()]
     for n in names[3:5]:
-        try: names += [ai[4][0] for ai in socket.getaddrinfo(n, None)]
-        except OSError: pass                                         # a host name that does not resolve
+        try:
+            names += [ai[4][0] for ai in socket.getaddrinfo(n, None)]
+        # a host name that does not resolve
+        except OSError:
+            pass
     names += _interface_addresses()
     return tuple(dict.fromkeys(n.lower().split("%")[0] for n in names if n))
 
-def _hosts(host: str) -> tuple:
-    "The Host names a server bound to `host` answers to: loopback and `host`; bound to every interface, this machine's own."
-    return machine_names() if host in WILDCARD_HOSTS else tuple(dict.fromkeys((*LOOPBACK_HOSTS, host.lower())))
 
-def serve(served: Served, settings: ServeSettings | None = None, host: str = "127.0.0.1", port: int = 8000,
-          sock: socket.socket | None = None) -> None:
-    "Run the server in the foreground until Ctrl-C: it answers at once (`/healthz`: warming) and says `ready` once warm."
+def _hosts(host: str) -> tuple:
+    """The Host names a server bound to `host` answers to: loopback and `host`; bound to every
+    interface, this machine's own."""
+    return (
+        machine_names()
+        if host in WILDCARD_HOSTS
+        else tuple(dict.fromkeys((*LOOPBACK_HOSTS, host.lower())))
+    )
+
+
+def serve(
+    served: Served,
+    settings: ServeSettings | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    sock: socket.socket | None = None,
+) -> None:
+    """Run the server in the foreground until Ctrl-C: it answers at once (`/healthz`: warming) and
+    says `ready` once warm."""
     import uvicorn
+
     settings = replace(settings or ServeSettings(), hosts=_hosts(host))
     sock = sock or bind(host, port)
     url = serve_url(host, port)
     if host not in LOOPBACK_HOSTS:
-        print(f"WARNING: binding {host}: anyone who can reach this machine can use the server (it has no authentication); it answers "
-              f"to {', '.join(settings.hosts[:4])}{', ...' if len(settings.hosts) > 4 else ''}{''.join(f', {h}' for h in settings.allow_hosts)}")
-    print(f"qmind serve: {served.source} (step {served.step}, {served.model.size_name}) on {url}; choosing a backend first")
+        print(
+            f"WARNING: binding {host}: anyone who can reach this machine can use the "
+            "server (it has no authentication); it answers "
+            "to "
+            f"{', '.join(settings.hosts[:4])}{', ...' if len(settings.hosts) > 4 else ''}"
+            f"{''.join(f', {h}' for h in settings.allow_hosts)}"
+        )
+    print(
+        f"qmind serve: {served.source} (step {served.step}, {served.model.size_name}) on "
+        f"{url}; choosing a backend first"
+    )
     server = None
-    app = create_app(served, settings, ready=f"ready: open {url} and play (arrows or WASD; Ctrl-C stops the server)",
-                     warm_first=False, on_fail=lambda: setattr(server, "should_exit", True))
+    app = create_app(
+        served,
+        settings,
+        ready=f"ready: open {url} and play (arrows or WASD; Ctrl-C stops the server)",
+        warm_first=False,
+        on_fail=lambda: setattr(server, "should_exit", True),
+    )
     server = uvicorn.Server(_uvicorn_config(app, settings))
-    try: server.run(sockets=[sock])
-    except KeyboardInterrupt: pass               # Ctrl-C: uvicorn has already shut down cleanly
-    finally: sock.close()
-    if app.state.qmind.error: raise app.state.qmind.error
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: uvicorn has already shut down cleanly
+    finally:
+        sock.close()
+    if app.state.qmind.error:
+        raise app.state.qmind.error
+
 
 class ServerThread:
-    "`with ServerThread(served, settings) as url:` a live, warm server on a free loopback port, stopped on exit."
-    def __init__(self, served: Served, settings: ServeSettings | None = None, port: int = 0, log=lambda *a: None):
+    """`with ServerThread(served, settings) as url:` a live, warm server on a free loopback port,
+    stopped on exit."""
+
+    def __init__(
+        self,
+        served: Served,
+        settings: ServeSettings | None = None,
+        port: int = 0,
+        log=lambda *a: None,
+    ):
         import uvicorn
+
         self.settings = settings or ServeSettings()
         self.sock = bind("127.0.0.1", port)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.app = create_app(served, self.settings, log=log, warm_first=False)
         self.server = uvicorn.Server(_uvicorn_config(self.app, self.settings, "warning"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
 
     def __enter__(self) -> str:
         self.thread.start()
         t0, st = time.monotonic(), self.app.state.qmind
         while not (self.server.started and st.status != "warming"):
-            if not self.thread.is_alive() or time.monotonic() - t0 > 300: raise ServeError("the server did not start")
+            if not self.thread.is_alive() or time.monotonic() - t0 > 300:
+                raise ServeError("the server did not start")
             time.sleep(0.02)
-        if st.error: self.__exit__(); raise st.error
+        if st.error:
+            self.__exit__()
+            raise st.error
         return self.url
 
     def __exit__(self, *exc):
@@ -543,44 +1011,134 @@ class ServerThread:
         self.thread.join(timeout=15)
         self.sock.close()
 
+
 # %% ../nbs/72_app.ipynb #a697e9f5
 def serve_main(argv: list[str]) -> int:
-    "`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend] [--max-batch] [--max-wait-ms] [--max-sessions] ...`"
+    """`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend]
+    [--max-batch] [--max-wait-ms] [--max-sessions] ...`"""
     import argparse
+
     d = ServeSettings()
-    p = argparse.ArgumentParser(prog="qmind serve", description="Serve a checkpoint: POST /render, WebSocket /play, and the playable page at /.")
-    p.add_argument("--checkpoint", default=None, help="a checkpoint file or a run dir (its latest checkpoint), e.g. runs/quickstart "
-                                                      "(default: the model that ships with the package)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    p = argparse.ArgumentParser(
+        prog="qmind serve",
+        description="Serve a checkpoint: POST /render, WebSocket /play, and the playable page "
+        "at /.",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="a checkpoint file or a run dir (its latest checkpoint), e.g. runs/quickstart "
+        "(default: the model that ships with the package)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1: this machine only)",
+    )
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--steps", type=int, default=None, help="DDIM steps when a request does not say (default: the step count the "
-                   f"model's evaluation scores best, else {d.steps})")
-    p.add_argument("--backend", default=d.backend, choices=[*BACKENDS, "auto"], help="how the network runs (auto: the fastest of eager, bf16, onnx and, once its package is cached, compile; measured at startup)")
-    p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"micro-batch size limit (default {d.max_batch})")
-    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help=f"how long a batch waits to fill (default {d.max_wait_ms})")
-    p.add_argument("--max-sessions", type=int, default=d.max_sessions, help=f"concurrent /play sessions (default {d.max_sessions})")
-    p.add_argument("--max-renders", type=int, default=d.max_renders, help=f"/render requests in progress; more get 503 (default {d.max_renders})")
-    p.add_argument("--session-idle-s", type=float, default=d.session_idle_s, help=f"close a /play session that asks for no frame this long (default {d.session_idle_s:g})")
-    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a web page origin (e.g. http://localhost:3000) "
-                   "that may use the server besides its own page; repeatable")
-    p.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a name (or address) the server answers to besides "
-                   "its own, e.g. a name in /etc/hosts for this machine or a reverse proxy's; repeatable. Browsers send the name they "
-                   "reached it by (Host), and any other is refused, so a page whose name was pointed here (DNS rebinding) can't use it. "
-                   "Its own: 127.0.0.1, localhost, ::1 and --host; bound to 0.0.0.0 or ::, this machine's host names and addresses")
-    p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, mps, cuda or cuda:N")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="DDIM steps when a request does not say (default: the step count the "
+        f"model's evaluation scores best, else {d.steps})",
+    )
+    p.add_argument(
+        "--backend",
+        default=d.backend,
+        choices=[*BACKENDS, "auto"],
+        help="how the network runs (auto: the fastest of eager, bf16, onnx and, once its "
+        "package is cached, compile; measured at startup)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=d.max_batch,
+        help=f"micro-batch size limit (default {d.max_batch})",
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=d.max_wait_ms,
+        help=f"how long a batch waits to fill (default {d.max_wait_ms})",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=d.max_sessions,
+        help=f"concurrent /play sessions (default {d.max_sessions})",
+    )
+    p.add_argument(
+        "--max-renders",
+        type=int,
+        default=d.max_renders,
+        help=f"/render requests in progress; more get 503 (default {d.max_renders})",
+    )
+    p.add_argument(
+        "--session-idle-s",
+        type=float,
+        default=d.session_idle_s,
+        help="close a /play session that asks for no frame this long (default "
+        f"{d.session_idle_s:g})",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web page origin (e.g. http://localhost:3000) "
+        "that may use the server besides its own page; repeatable",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name (or address) the server answers to besides "
+        "its own, e.g. a name in /etc/hosts for this machine or a reverse proxy's; "
+        "repeatable. Browsers send the name they "
+        "reached it by (Host), and any other is refused, so a page whose name was "
+        "pointed here (DNS rebinding) can't use it. "
+        "Its own: 127.0.0.1, localhost, ::1 and --host; bound to 0.0.0.0 or ::, this "
+        "machine's host names and addresses",
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto (the GPU when there is one), cpu, mps, cuda or cuda:N",
+    )
     a = p.parse_args(argv)
-    settings = ServeSettings(steps=d.steps if a.steps is None else a.steps, backend=a.backend, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms, max_sessions=a.max_sessions,
-                             max_renders=a.max_renders, session_idle_s=a.session_idle_s, allow_origins=tuple(a.allow_origin),
-                             allow_hosts=tuple(a.allow_host))
-    if not 1 <= a.port <= 65535: raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")
+    settings = ServeSettings(
+        steps=d.steps if a.steps is None else a.steps,
+        backend=a.backend,
+        max_batch=a.max_batch,
+        max_wait_ms=a.max_wait_ms,
+        max_sessions=a.max_sessions,
+        max_renders=a.max_renders,
+        session_idle_s=a.session_idle_s,
+        allow_origins=tuple(a.allow_origin),
+        allow_hosts=tuple(a.allow_host),
+    )
+    if not 1 <= a.port <= 65535:
+        raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")
     from qmind_render.train import pick_device
-    device = pick_device(a.device, key="--device")                    # a device this machine lacks: one line, before loading
-    sock = bind(a.host, a.port)                                       # a port in use: one line, before anything slow
+
+    # a device this machine lacks: one line, before loading
+    device = pick_device(a.device, key="--device")
+    # a port in use: one line, before anything slow
+    sock = bind(a.host, a.port)
     print(f"qmind serve: listening on {serve_url(a.host, a.port)}; loading the model", flush=True)
-    try: served = on_model_thread(load_served, a.checkpoint, str(device))
-    except BaseException: sock.close(); raise
+    try:
+        served = on_model_thread(load_served, a.checkpoint, str(device))
+    except BaseException:
+        sock.close()
+        raise
     if a.steps is None and served.best_steps is not None:
         settings = replace(settings, steps=served.best_steps)
-        print(f"qmind serve: {served.best_steps} DDIM step(s) a frame, the model's best held-out PSNR (--steps to change)", flush=True)
+        print(
+            f"qmind serve: {served.best_steps} DDIM step(s) a frame, the model's best "
+            "held-out PSNR (--steps to change)",
+            flush=True,
+        )
     serve(served, settings, a.host, a.port, sock)
     return 0

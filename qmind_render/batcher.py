@@ -1,4 +1,4 @@
-"""The micro-batcher: concurrent requests grouped into batches for the one thread that runs the model, players first.
+"""The micro-batcher: concurrent requests batched for the one thread that runs the model.
 
 Docs: https://qmind.github.io/qmind-render/batcher.html.md"""
 
@@ -18,100 +18,154 @@ import numpy as np
 from .serve import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS, ServeError
 
 # %% auto #0
-__all__ = ['Metrics', 'model_thread', 'on_model_thread', 'MicroBatcher']
+__all__ = ["Metrics", "model_thread", "on_model_thread", "MicroBatcher"]
+
 
 # %% ../nbs/71_batcher.ipynb #308686cf
 class Metrics:
     "Counters, batch sizes and latency percentiles, for `/metrics`."
+
     def __init__(self, window: int = 10_000):
         self.t0, self.counts, self.batches = time.monotonic(), Counter(), Counter()
         self.latency: dict[str, deque] = {}
         self.window = window
 
-    def count(self, key: str, n: int = 1): self.counts[key] += n
-    def observe(self, key: str, ms: float): self.latency.setdefault(key, deque(maxlen=self.window)).append(ms)
-    def batch(self, n: int): self.batches[n] += 1
+    def count(self, key: str, n: int = 1):
+        self.counts[key] += n
+
+    def observe(self, key: str, ms: float):
+        self.latency.setdefault(key, deque(maxlen=self.window)).append(ms)
+
+    def batch(self, n: int):
+        self.batches[n] += 1
 
     def snapshot(self) -> dict:
         pct = lambda v, q: round(float(np.percentile(v, q)), 2)
         n = sum(self.batches.values())
-        return {"uptime_s": round(time.monotonic() - self.t0, 1), "counts": dict(sorted(self.counts.items())),
-                "batches": n, "mean_batch": round(sum(k * v for k, v in self.batches.items()) / n, 3) if n else None,
-                "batch_sizes": {str(k): v for k, v in sorted(self.batches.items())},
-                "latency_ms": {k: {"n": len(v), "p50": pct(v, 50), "p90": pct(v, 90), "p99": pct(v, 99)} for k, v in sorted(self.latency.items()) if v}}
+        return {
+            "uptime_s": round(time.monotonic() - self.t0, 1),
+            "counts": dict(sorted(self.counts.items())),
+            "batches": n,
+            "mean_batch": round(sum(k * v for k, v in self.batches.items()) / n, 3) if n else None,
+            "batch_sizes": {str(k): v for k, v in sorted(self.batches.items())},
+            "latency_ms": {
+                k: {"n": len(v), "p50": pct(v, 50), "p90": pct(v, 90), "p99": pct(v, 99)}
+                for k, v in sorted(self.latency.items())
+                if v
+            },
+        }
+
 
 _MODEL_THREAD: ThreadPoolExecutor | None = None
 
+
 def model_thread() -> ThreadPoolExecutor:
-    """The one thread that runs a server's torch work: loading, backend choice, rendering. Once two Python threads
-    have both run PyTorch ops, each one's OpenMP work ran about 1.5x slower on this 2-core machine (measured)."""
+    """The one thread that runs a server's torch work: loading, backend choice, rendering. Once two
+    Python threads have both run PyTorch ops, each one's OpenMP work ran about 1.5x slower on this
+    2-core machine (measured)."""
     global _MODEL_THREAD
-    if _MODEL_THREAD is None: _MODEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="qmind-model")
+    if _MODEL_THREAD is None:
+        _MODEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="qmind-model")
     return _MODEL_THREAD
+
 
 def on_model_thread(fn: Callable, *args, **kw):
     "Call `fn` on the model thread and wait for it."
     return model_thread().submit(fn, *args, **kw).result()
 
+
 class MicroBatcher:
-    """Group concurrent `submit`s into batches of up to `max_batch`, waiting at most `max_wait_ms` for more. Interactive
-    work (a player's next frame) goes first: a batch holds one kind, and a /render batch closes as soon as a player waits."""
-    def __init__(self, fn: Callable[[list], np.ndarray], max_batch: int = DEFAULT_MAX_BATCH, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
-                 metrics: Metrics | None = None, pool: ThreadPoolExecutor | None = None, clients: Callable[[bool], int] | None = None):
-        if max_batch < 1 or max_wait_ms < 0: raise ServeError(f"max_batch must be >= 1 and max_wait_ms >= 0, got {max_batch}, {max_wait_ms}")
+    """Group concurrent `submit`s into batches of up to `max_batch`, waiting at most `max_wait_ms`
+    for more. Interactive work (a player's next frame) goes first: a batch holds one kind, and a
+    /render batch closes as soon as a player waits."""
+
+    def __init__(
+        self,
+        fn: Callable[[list], np.ndarray],
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
+        metrics: Metrics | None = None,
+        pool: ThreadPoolExecutor | None = None,
+        clients: Callable[[bool], int] | None = None,
+    ):
+        if max_batch < 1 or max_wait_ms < 0:
+            raise ServeError(
+                f"max_batch must be >= 1 and max_wait_ms >= 0, got {max_batch}, {max_wait_ms}"
+            )
         self.fn, self.max_batch, self.max_wait = fn, max_batch, max_wait_ms / 1e3
         self.metrics = metrics or Metrics()
         self.pool = pool or model_thread()
-        self.clients = clients                  # clients(interactive): how many of that kind could be waiting now (None: always wait)
-        self.queues = {True: deque(), False: deque()}     # interactive, batch: (item, future)
+        # clients(interactive): how many of that kind could be waiting now (None: always wait)
+        self.clients = clients
+        self.queues = {True: deque(), False: deque()}  # interactive, batch: (item, future)
         self.arrived = asyncio.Event()
         self.task = None
 
-    async def start(self): self.task = asyncio.get_running_loop().create_task(self._run())
+    async def start(self):
+        self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self):
-        if self.task: self.task.cancel()
+        if self.task:
+            self.task.cancel()
 
     async def submit(self, item, interactive: bool = False) -> tuple[np.ndarray, int]:
         "The rendered frame for `item`, and the size of the batch it ran in."
         fut = asyncio.get_running_loop().create_future()
-        self.queues[interactive].append((item, fut)); self.arrived.set()
+        self.queues[interactive].append((item, fut))
+        self.arrived.set()
         return await fut
 
     def _take(self, kind: bool, batch: list):
         q = self.queues[kind]
         while q and len(batch) < self.max_batch:
             it, f = q.popleft()
-            if not f.done(): batch.append((it, f))          # a cancelled request (client gone) is dropped
+            # a cancelled request (client gone) is dropped
+            if not f.done():
+                batch.append((it, f))
 
     async def _wait(self, timeout: float | None = None) -> bool:
         self.arrived.clear()
-        try: await asyncio.wait_for(self.arrived.wait(), timeout); return True
-        except asyncio.TimeoutError: return False
+        try:
+            await asyncio.wait_for(self.arrived.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
     async def _gather(self) -> list:
-        while not (self.queues[True] or self.queues[False]): await self._wait()
-        kind, batch = bool(self.queues[True]), []       # a player's frame first
+        while not (self.queues[True] or self.queues[False]):
+            await self._wait()
+        kind, batch = bool(self.queues[True]), []  # a player's frame first
         deadline = time.monotonic() + self.max_wait
         while True:
             self._take(kind, batch)
-            if len(batch) >= self.max_batch: break
-            if self.clients is not None and len(batch) >= self.clients(kind): break    # everyone who could be waiting is here
-            if not kind and self.queues[True]: break                                     # a player waits: no company for /render
+            if len(batch) >= self.max_batch:
+                break
+            # everyone who could be waiting is here
+            if self.clients is not None and len(batch) >= self.clients(kind):
+                break
+            # a player waits: no company for /render
+            if not kind and self.queues[True]:
+                break
             left = deadline - time.monotonic()
-            if left <= 0 or not await self._wait(left): break
+            if left <= 0 or not await self._wait(left):
+                break
         return batch
 
     async def _run(self):
         loop = asyncio.get_running_loop()
         while True:
             batch = await self._gather()
-            if not batch: continue
+            if not batch:
+                continue
             self.metrics.batch(len(batch))
-            try: frames = await loop.run_in_executor(self.pool, self.fn, [it for it, _ in batch])
-            except Exception as e:                                   # a model failure fails this batch, not the server
+            try:
+                frames = await loop.run_in_executor(self.pool, self.fn, [it for it, _ in batch])
+            # a model failure fails this batch, not the server
+            except Exception as e:
                 for _, f in batch:
-                    if not f.done(): f.set_exception(e)
+                    if not f.done():
+                        f.set_exception(e)
                 continue
             for i, (_, f) in enumerate(batch):
-                if not f.done(): f.set_result((frames[i], len(batch)))
+                if not f.done():
+                    f.set_result((frames[i], len(batch)))

@@ -1,4 +1,4 @@
-"""Saving, finding, verifying, loading and resuming checkpoints in one place: atomic writes, keep-last-K, the seal, versions, RNG state, the EMA model inside, and the model that ships.
+"""Checkpoints: atomic sealed writes, keep-last-K, versions, RNG state, resume, shipping.
 
 Docs: https://qmind.github.io/qmind-render/checkpoint.html.md"""
 
@@ -25,278 +25,514 @@ from .model import ConditionalUNet, Diffusion, build_model
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['RESUME_USE', 'RESUME_FIXED', 'RUNTIME_MODEL_KEYS', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints',
-           'run_dir_of', 'find_checkpoint', 'WeightsError', 'content_hash', 'seal', 'seal_problem', 'is_sealed_ok',
-           'check_seal', 'move', 'save_sealed', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint', 'reseal',
-           'versions', 'check_versions', 'resume_from', 'newest_good', 'pick_resume', 'check_resume', 'rng_state',
-           'restore_rng', 'ema_weights', 'check_model_config', 'load_model', 'shipped_path', 'load_shipped']
+__all__ = [
+    "RESUME_USE",
+    "RESUME_FIXED",
+    "RUNTIME_MODEL_KEYS",
+    "CheckpointError",
+    "checkpoint_name",
+    "step_of",
+    "checkpoints",
+    "run_dir_of",
+    "find_checkpoint",
+    "WeightsError",
+    "content_hash",
+    "seal",
+    "seal_problem",
+    "is_sealed_ok",
+    "check_seal",
+    "move",
+    "save_sealed",
+    "save_checkpoint",
+    "read_checkpoint",
+    "load_checkpoint",
+    "reseal",
+    "versions",
+    "check_versions",
+    "resume_from",
+    "newest_good",
+    "pick_resume",
+    "check_resume",
+    "rng_state",
+    "restore_rng",
+    "ema_weights",
+    "check_model_config",
+    "load_model",
+    "shipped_path",
+    "load_shipped",
+]
+
 
 # %% ../nbs/48_checkpoint.ipynb #5e80d7f3
 class CheckpointError(UserError, RuntimeError):
-    "A checkpoint could not be written or read, or does not fit this run; the message names the file."
+    """A checkpoint could not be written or read, or does not fit this run; the message names the
+    file."""
+
 
 def checkpoint_name(step: int) -> str:
     "The file name of step `step`'s checkpoint: `0000020.pt`."
     return f"{int(step):07d}.pt"
 
+
 def step_of(path: str | Path) -> int:
-    "The step a checkpoint's name says (`.../0000020.pt` -> 20); another name is a `CheckpointError`."
+    """The step a checkpoint's name says (`.../0000020.pt` -> 20); another name is a
+    `CheckpointError`."""
     name = Path(path).name
-    if len(name) != 10 or not name.endswith(".pt") or not name[:7].isascii() or not name[:7].isdigit():
-        raise CheckpointError(f"{path}: not a checkpoint name (NNNNNNN.pt, the step in seven digits)")
+    if (
+        len(name) != 10
+        or not name.endswith(".pt")
+        or not name[:7].isascii()
+        or not name[:7].isdigit()
+    ):
+        raise CheckpointError(
+            f"{path}: not a checkpoint name (NNNNNNN.pt, the step in seven digits)"
+        )
     return int(name[:7])
+
 
 def checkpoints(run_dir: str | Path) -> list[Path]:
     "A run's checkpoints, oldest first."
     return sorted((Path(run_dir) / "checkpoints").glob("[0-9]" * 7 + ".pt"))
 
+
 def run_dir_of(path: str | Path) -> Path:
-    "The run dir a checkpoint file belongs to (`RUN/checkpoints/0000020.pt` -> `RUN`); else the file's folder."
+    """The run dir a checkpoint file belongs to (`RUN/checkpoints/0000020.pt` -> `RUN`); else the
+    file's folder."""
     p = Path(path)
     return p.parent.parent if p.parent.name == "checkpoints" else p.parent
+
 
 def find_checkpoint(target: str | Path) -> Path:
     "A checkpoint file, or the latest one in a run dir."
     p = Path(target)
-    if p.is_file(): return p
+    if p.is_file():
+        return p
     if p.is_dir():
         found = checkpoints(p)
-        if not found: raise CheckpointError(f"run dir {p} has no checkpoint (checkpoints/NNNNNNN.pt); train it first: qmind train")
+        if not found:
+            raise CheckpointError(
+                f"run dir {p} has no checkpoint (checkpoints/NNNNNNN.pt); train it first: "
+                "qmind train"
+            )
         return found[-1]
     raise CheckpointError(f"{p}: no such run dir or checkpoint")
+
 
 # %% ../nbs/48_checkpoint.ipynb #2fb5951e
 class WeightsError(UserError, ValueError):
     "A weights file that is corrupt: the message names it and where to get a good one."
 
+
 def content_hash(state: dict) -> str:
-    "sha256 of a weights file's content (its `sha256` entry aside): tensors by dtype, shape and bytes, plain values by repr."
+    """sha256 of a weights file's content (its `sha256` entry aside): tensors by dtype, shape and
+    bytes, plain values by repr."""
     h = hashlib.sha256()
+
     def feed(x):
         if isinstance(x, torch.Tensor):
             t = x.detach().cpu().contiguous().reshape(-1)
-            h.update(f"T{t.dtype}{tuple(x.shape)}".encode()); h.update(t.view(torch.uint8).numpy())
+            h.update(f"T{t.dtype}{tuple(x.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy())
         elif isinstance(x, dict):
             h.update(f"D{len(x)}".encode())
-            for k in sorted(x, key=repr): feed(k); feed(x[k])
+            for k in sorted(x, key=repr):
+                feed(k)
+                feed(x[k])
         elif isinstance(x, (list, tuple)):
             h.update(f"L{len(x)}".encode())
-            for v in x: feed(v)
-        else: h.update(f"{type(x).__name__}:{x!r};".encode())
+            for v in x:
+                feed(v)
+        else:
+            h.update(f"{type(x).__name__}:{x!r};".encode())
+
     feed({k: v for k, v in state.items() if k != "sha256"})
     return h.hexdigest()
+
 
 def seal(state: dict) -> dict:
     "`state` with the hash of its content, as `sha256`."
     return {**state, "sha256": content_hash(state)}
 
+
 def seal_problem(state: dict) -> str | None:
-    "What is wrong with `state`'s seal: `unsealed` (it has none), `malformed` (not a sha256), `mismatch` (the content changed); None: nothing."
-    if "sha256" not in state: return "unsealed"
+    """What is wrong with `state`'s seal: `unsealed` (it has none), `malformed` (not a sha256),
+    `mismatch` (the content changed); None: nothing."""
+    if "sha256" not in state:
+        return "unsealed"
     s = state["sha256"]
-    if not isinstance(s, str) or not re.fullmatch(r"[0-9a-f]{64}", s): return "malformed"
+    if not isinstance(s, str) or not re.fullmatch(r"[0-9a-f]{64}", s):
+        return "malformed"
     return None if s == content_hash(state) else "mismatch"
+
 
 def is_sealed_ok(state: dict) -> bool:
     "Does `state` carry a seal, and match it?"
     return seal_problem(state) is None
 
+
 def check_seal(state: dict, path, error: type = CheckpointError, fix: str = "") -> None:
-    """Refuse the weights file `path` (as `error`, its message ending with `fix`) when its seal is malformed or does not match;
-    one written before seals existed passes, with one warning line on stderr saying its content can't be verified."""
+    """Refuse the weights file `path` (as `error`, its message ending with `fix`) when its seal is
+    malformed or does not match; one written before seals existed passes, with one warning line on
+    stderr saying its content can't be verified."""
     problem = seal_problem(state)
     if problem == "unsealed":
-        print(f"qmind: warning: {path} has no seal (written before checkpoints were sealed), so its content can't be verified; "
-              f"once you trust it: python -c \"from qmind_render.checkpoint import reseal; reseal('{path}')\"", file=sys.stderr)
+        print(
+            f"qmind: warning: {path} has no seal (written before checkpoints were "
+            "sealed), so its content can't be verified; "
+            'once you trust it: python -c "from qmind_render.checkpoint import reseal; '
+            f"reseal('{path}')\"",
+            file=sys.stderr,
+        )
     elif problem == "malformed":
-        raise error(f"{path} has a malformed seal (sha256 is {str(state['sha256'])[:20]!r}, not 64 hex digits): the file was "
-                    f"damaged or edited{fix}")
+        raise error(
+            f"{path} has a malformed seal (sha256 is {str(state['sha256'])[:20]!r}, not "
+            "64 hex digits): the file was "
+            f"damaged or edited{fix}"
+        )
     elif problem == "mismatch":
-        raise error(f"{path} is corrupt: its content does not match the hash it was written with (a flipped bit or an edit){fix}")
+        raise error(
+            f"{path} is corrupt: its content does not match the hash it was written with "
+            f"(a flipped bit or an edit){fix}"
+        )
+
 
 # %% ../nbs/48_checkpoint.ipynb #f460cd9f
 def move(x, device):
     "Every tensor in nested dicts and lists, on `device`."
-    if isinstance(x, torch.Tensor): return x.to(device)
-    if isinstance(x, dict): return {k: move(v, device) for k, v in x.items()}
-    if isinstance(x, (list, tuple)): return type(x)(move(v, device) for v in x)
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, dict):
+        return {k: move(v, device) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(move(v, device) for v in x)
     return x
 
+
 def save_sealed(state: dict, path: str | Path) -> Path:
-    "Write `state` (on the CPU), sealed, to `path` atomically; a failed write is a `CheckpointError` and leaves `path` as it was."
+    """Write `state` (on the CPU), sealed, to `path` atomically; a failed write is a
+    `CheckpointError` and leaves `path` as it was."""
     path, sealed = Path(path), seal(move(state, "cpu"))
-    try: atomic_write(path, write=lambda tmp: torch.save(sealed, tmp))
+    try:
+        atomic_write(path, write=lambda tmp: torch.save(sealed, tmp))
     except OSError as e:
         hint = " (the disk is full)" if e.errno == errno.ENOSPC else ""
-        raise CheckpointError(f"could not write {path}{hint}: {e.strerror or e}; the previous checkpoint is untouched") from None
+        raise CheckpointError(
+            f"could not write {path}{hint}: {e.strerror or e}; the previous checkpoint is untouched"
+        ) from None
     return path
 
+
 def save_checkpoint(state: dict, run_dir: str | Path, keep_last: int) -> Path:
-    "Write `state`, sealed, atomically as `checkpoints/{step:07d}.pt`; prune to the last `keep_last` (training's `train.keep_last`; 0: keep all)."
-    bad = [k for k, v in state["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad: raise CheckpointError(f"refusing to checkpoint step {state['step']}: non-finite weights in {bad[:3]}")
+    """Write `state`, sealed, atomically as `checkpoints/{step:07d}.pt`; prune to the last
+    `keep_last` (training's `train.keep_last`; 0: keep all)."""
+    bad = [
+        k
+        for k, v in state["model"].items()
+        if v.is_floating_point() and not torch.isfinite(v).all()
+    ]
+    if bad:
+        raise CheckpointError(
+            f"refusing to checkpoint step {state['step']}: non-finite weights in {bad[:3]}"
+        )
     path = save_sealed(state, Path(run_dir) / "checkpoints" / checkpoint_name(state["step"]))
-    for old in checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []: old.unlink()
+    for old in checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+        old.unlink()
     return path
+
 
 # %% ../nbs/48_checkpoint.ipynb #cffa2f92
 def read_checkpoint(path: str | Path) -> dict:
-    "A checkpoint's dict, checked against its seal; a `CheckpointError` saying what is wrong with the file otherwise."
-    try: ck = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError: raise CheckpointError(f"no checkpoint at {path}") from None
+    """A checkpoint's dict, checked against its seal; a `CheckpointError` saying what is wrong with
+    the file otherwise."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"no checkpoint at {path}") from None
     except Exception as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint (corrupt, truncated, or not written by qmind train: "
-                              f"{type(e).__name__})") from None
-    if not isinstance(ck, dict) or "model" not in ck: raise CheckpointError(f"{path} is not a checkpoint written by qmind train")
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint (corrupt, truncated, or not written by "
+            "qmind train: "
+            f"{type(e).__name__})"
+        ) from None
+    if not isinstance(ck, dict) or "model" not in ck:
+        raise CheckpointError(f"{path} is not a checkpoint written by qmind train")
     check_seal(ck, path)
     return ck
 
+
 def load_checkpoint(path: str | Path, map_location="cpu", use: str = "") -> dict:
-    """Read a checkpoint with `weights_only=True` and check its seal. A bad file is a `CheckpointError` naming it, the run's other
-    checkpoints and, with `use`, how the caller's command takes one (`{path}` and `{name}` stand for the newest of them)."""
+    """Read a checkpoint with `weights_only=True` and check its seal. A bad file is a
+    `CheckpointError` naming it, the run's other checkpoints and, with `use`, how the caller's
+    command takes one (`{path}` and `{name}` stand for the newest of them)."""
     path = Path(path)
-    try: ck = read_checkpoint(path)
+    try:
+        ck = read_checkpoint(path)
     except CheckpointError as e:
         others = [p for p in checkpoints(run_dir_of(path)) if p != path]
-        hint = f"; its run's other checkpoints: {', '.join(p.name for p in others)}" if others else ""
-        if others and use: hint += f" ({use.format(path=others[-1], name=others[-1].name)})"
+        hint = (
+            f"; its run's other checkpoints: {', '.join(p.name for p in others)}" if others else ""
+        )
+        if others and use:
+            hint += f" ({use.format(path=others[-1], name=others[-1].name)})"
         raise CheckpointError(f"{e}{hint}") from None
     return ck if str(map_location) == "cpu" else move(ck, map_location)
 
+
 def reseal(path: str | Path) -> Path:
-    "Seal a weights file written before seals existed, as it is now (check it first: the seal vouches for these bytes from now on)."
+    """Seal a weights file written before seals existed, as it is now (check it first: the seal
+    vouches for these bytes from now on)."""
     ck = torch.load(path, map_location="cpu", weights_only=True)
-    if "sha256" in ck: check_seal(ck, path); return Path(path)      # sealed already: it must match, and nothing is written
+    # sealed already: it must match, and nothing is written
+    if "sha256" in ck:
+        check_seal(ck, path)
+        return Path(path)
     return save_sealed(ck, path)
+
 
 # %% ../nbs/48_checkpoint.ipynb #6779ca82
 def versions() -> dict:
     "The versions a checkpoint written now records."
     from qmind_render import __version__, engine, skinner
-    return {**contract_versions(), "qmind_render": __version__, "engine": engine.ENGINE_VERSION,
-            "skinner": skinner.SKINNER_VERSION, "torch": str(torch.__version__)}
+
+    return {
+        **contract_versions(),
+        "qmind_render": __version__,
+        "engine": engine.ENGINE_VERSION,
+        "skinner": skinner.SKINNER_VERSION,
+        "torch": str(torch.__version__),
+    }
+
 
 def check_versions(ck: dict, what: str) -> None:
     "Refuse a checkpoint (or shipped model) `what` whose channel spec this code does not speak."
-    try: check_spec_version(ck["versions"]["channel_spec"], what=what)
-    except ValueError as e: raise CheckpointError(str(e)) from None
+    try:
+        check_spec_version(ck["versions"]["channel_spec"], what=what)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+
 
 # %% ../nbs/48_checkpoint.ipynb #5852761f
-RESUME_USE = "resume from it with train.resume={name}"          # what training says to do about a bad checkpoint
+# what training says to do about a bad checkpoint
+RESUME_USE = "resume from it with train.resume={name}"
+
 
 def resume_from(run_dir: str | Path, resume: str) -> Path | None:
-    "The checkpoint `train.resume=resume` names: `never`, `latest` (the newest, if any), a name in the run's checkpoints, or a path."
+    """The checkpoint `train.resume=resume` names: `never`, `latest` (the newest, if any), a name in
+    the run's checkpoints, or a path."""
     run_dir, found = Path(run_dir), checkpoints(run_dir)
-    if resume == "never": return None
-    if resume == "latest": return found[-1] if found else None
-    named = run_dir / "checkpoints" / (checkpoint_name(int(resume)) if resume.isascii() and resume.isdecimal() else resume)
+    if resume == "never":
+        return None
+    if resume == "latest":
+        return found[-1] if found else None
+    named = (
+        run_dir
+        / "checkpoints"
+        / (checkpoint_name(int(resume)) if resume.isascii() and resume.isdecimal() else resume)
+    )
     for p in (Path(resume), named):
-        if p.is_file(): return p
-    have = f"its checkpoints: {', '.join(p.name for p in found)}" if found else "it has no checkpoints yet"
-    raise CheckpointError(f"train.resume={resume}: no such checkpoint, neither a file nor a name in {run_dir / 'checkpoints'} ({have})")
+        if p.is_file():
+            return p
+    have = (
+        f"its checkpoints: {', '.join(p.name for p in found)}"
+        if found
+        else "it has no checkpoints yet"
+    )
+    raise CheckpointError(
+        f"train.resume={resume}: no such checkpoint, neither a file nor a name in "
+        f"{run_dir / 'checkpoints'} ({have})"
+    )
+
 
 def newest_good(run_dir: str | Path, set_aside: bool = True) -> tuple[Path, dict] | None:
-    """The newest checkpoint that reads and matches its seal. Newer corrupt ones are set aside as `NAME.corrupt`
-    (`set_aside`: one process of a job does it), and each is reported on stderr; none good is a `CheckpointError`."""
+    """The newest checkpoint that reads and matches its seal. Newer corrupt ones are set aside as
+    `NAME.corrupt` (`set_aside`: one process of a job does it), and each is reported on stderr; none
+    good is a `CheckpointError`."""
     found, bad = checkpoints(run_dir)[::-1], []
     for path in found:
-        try: ck = read_checkpoint(path)
-        except CheckpointError as e: bad.append((path, e)); continue
+        try:
+            ck = read_checkpoint(path)
+        except CheckpointError as e:
+            bad.append((path, e))
+            continue
         for p, e in bad:
             if set_aside:
                 p.replace(p.with_name(p.name + ".corrupt"))
-                print(f"qmind train: {e}; set it aside as {p.name}.corrupt and resumed from {path.name} instead", file=sys.stderr)
+                print(
+                    f"qmind train: {e}; set it aside as {p.name}.corrupt and resumed from "
+                    f"{path.name} instead",
+                    file=sys.stderr,
+                )
         return path, ck
-    if bad: raise CheckpointError(f"no readable checkpoint in {Path(run_dir) / 'checkpoints'}: {'; '.join(str(e) for _, e in bad)}. "
-                                  f"Start the run over with train.resume=never, or use another name")
+    if bad:
+        raise CheckpointError(
+            f"no readable checkpoint in {Path(run_dir) / 'checkpoints'}: "
+            f"{'; '.join(str(e) for _, e in bad)}. "
+            f"Start the run over with train.resume=never, or use another name"
+        )
     return None
 
-def pick_resume(run_dir: str | Path, resume: str, set_aside: bool = True) -> tuple[Path, dict] | None:
-    "The (path, checkpoint) `train.resume` asks for, read and verified; `latest` falls back past corrupt files; None: start afresh."
-    if resume == "latest": return newest_good(run_dir, set_aside)
+
+def pick_resume(
+    run_dir: str | Path, resume: str, set_aside: bool = True
+) -> tuple[Path, dict] | None:
+    """The (path, checkpoint) `train.resume` asks for, read and verified; `latest` falls back past
+    corrupt files; None: start afresh."""
+    if resume == "latest":
+        return newest_good(run_dir, set_aside)
     path = resume_from(run_dir, resume)
     return (path, load_checkpoint(path, use=RESUME_USE)) if path else None
 
+
 # %% ../nbs/48_checkpoint.ipynb #fd9b0e7a
-RESUME_FIXED = ("seed", "data.dataset", "data.holdout", "model", "train.batch", "train.grad_accum", "train.lr",
-                "train.warmup", "train.ema", "train.precision", "train.sampler_share", "train.loss", "train.finetune_steps")
+RESUME_FIXED = (
+    "seed",
+    "data.dataset",
+    "data.holdout",
+    "model",
+    "train.batch",
+    "train.grad_accum",
+    "train.lr",
+    "train.warmup",
+    "train.ema",
+    "train.precision",
+    "train.sampler_share",
+    "train.loss",
+    "train.finetune_steps",
+)
+
 
 def _get(d: dict, key: str):
-    for k in key.split("."): d = d[k]
+    for k in key.split("."):
+        d = d[k]
     return d
 
+
 def check_resume(ckpt: dict, cfg, path: Path, dataset_sha256: str | None = None) -> None:
-    """Refuse a checkpoint from an incompatible config or contract version, or (given this run's dataset's `dataset_sha256`)
-    one trained on other content under the same dataset name, naming what differs."""
-    now, then = config_to_dict(cfg), config_to_dict(config_from_dict(ckpt["config"]))   # keys added since: their defaults
+    """Refuse a checkpoint from an incompatible config or contract version, or (given this run's
+    dataset's `dataset_sha256`) one trained on other content under the same dataset name, naming
+    what differs."""
+    # keys added since: their defaults
+    now, then = config_to_dict(cfg), config_to_dict(config_from_dict(ckpt["config"]))
     diff = [k for k in RESUME_FIXED if _get(now, k) != _get(then, k)]
     if diff:
         k = diff[0]
-        raise CheckpointError(f"{path} was made with {k}={_get(then, k)!r}, this run has {_get(now, k)!r}"
-                              f"{f' (also differs: {diff[1:]})' if diff[1:] else ''}: start a new run name instead")
+        raise CheckpointError(
+            f"{path} was made with {k}={_get(then, k)!r}, this run has {_get(now, k)!r}"
+            f"{f' (also differs: {diff[1:]})' if diff[1:] else ''}: start a new run name instead"
+        )
     check_versions(ckpt, f"checkpoint {path}")
-    made = ckpt.get("dataset_sha256")                   # every checkpoint since content hashes records it
+    # every checkpoint since content hashes records it
+    made = ckpt.get("dataset_sha256")
     if dataset_sha256 and made and made != dataset_sha256:
         ds = cfg.data.dataset
-        raise CheckpointError(f"{path} was trained on dataset {ds} with content id {made[:12]}, but {ds} in {cfg.data.store} has "
-                              f"content id {dataset_sha256[:12]}: another dataset under the same name. Start a new run name, or "
-                              f"point data.store at the store that holds {made[:12]}")
+        raise CheckpointError(
+            f"{path} was trained on dataset {ds} with content id {made[:12]}, but {ds} in "
+            f"{cfg.data.store} has "
+            f"content id {dataset_sha256[:12]}: another dataset under the same name. "
+            "Start a new run name, or "
+            f"point data.store at the store that holds {made[:12]}"
+        )
+
 
 # %% ../nbs/48_checkpoint.ipynb #6835d1f0
 def rng_state() -> dict:
-    "Python's, numpy's, torch's and (where there is one) CUDA's global RNG states, as tensors and plain data."
+    """Python's, numpy's, torch's and (where there is one) CUDA's global RNG states, as tensors and
+    plain data."""
     py, np_state = random.getstate(), np.random.get_state()
-    return {"torch": torch.get_rng_state(), "python": list(py[1]), "python_gauss": py[2],
-            "numpy": torch.from_numpy(np_state[1].astype(np.int64)), "numpy_pos": int(np_state[2]),
-            "numpy_gauss": [int(np_state[3]), float(np_state[4])],
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    return {
+        "torch": torch.get_rng_state(),
+        "python": list(py[1]),
+        "python_gauss": py[2],
+        "numpy": torch.from_numpy(np_state[1].astype(np.int64)),
+        "numpy_pos": int(np_state[2]),
+        "numpy_gauss": [int(np_state[3]), float(np_state[4])],
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
 
 def restore_rng(rng: dict) -> None:
-    "Put back the global RNG states `rng_state` captured (a checkpoint's `rng`; older ones lack the positions)."
+    """Put back the global RNG states `rng_state` captured (a checkpoint's `rng`; older ones lack
+    the positions)."""
     torch.set_rng_state(rng["torch"])
-    if rng["cuda"] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(rng["cuda"])
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
     random.setstate((3, tuple(int(x) for x in rng["python"]), rng.get("python_gauss")))
-    np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), rng.get("numpy_pos", 624), *rng.get("numpy_gauss", (0, 0.0))))
+    np.random.set_state(
+        (
+            "MT19937",
+            rng["numpy"].numpy().astype(np.uint32),
+            rng.get("numpy_pos", 624),
+            *rng.get("numpy_gauss", (0, 0.0)),
+        )
+    )
+
 
 # %% ../nbs/48_checkpoint.ipynb #4bb75fc2
 def ema_weights(ck: dict) -> dict:
-    "The EMA model's weights in a checkpoint or shipped model, named as the network names them (`module.` dropped, `n_averaged` left out)."
+    """The EMA model's weights in a checkpoint or shipped model, named as the network names them
+    (`module.` dropped, `n_averaged` left out)."""
     return {k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")}
 
-RUNTIME_MODEL_KEYS = ("channels_last",)          # how the network runs, not what it is: a loader may choose
+
+# how the network runs, not what it is: a loader may choose
+RUNTIME_MODEL_KEYS = ("channels_last",)
+
 
 def check_model_config(asked, trained, what: str = "the checkpoint") -> None:
-    "Refuse a model config (`asked`) whose encodings, network or objective differ from the one `what` was trained with."
-    a, t = (config_to_dict(OmegaConf.create(c)) for c in (asked, trained))     # a dataclass, a dict or a DictConfig
+    """Refuse a model config (`asked`) whose encodings, network or objective differ from the one
+    `what` was trained with."""
+    # a dataclass, a dict or a DictConfig
+    a, t = (config_to_dict(OmegaConf.create(c)) for c in (asked, trained))
     diff = [k for k in t if k not in RUNTIME_MODEL_KEYS and a.get(k) != t[k]]
     if diff:
         k = diff[0]
-        raise CheckpointError(f"{what} was trained with model.{k}={t[k]!r}, not {a.get(k)!r}: its weights only fit the encodings "
-                              f"and objective it was trained with; drop the model.{k} override (or train a run with it)")
+        raise CheckpointError(
+            f"{what} was trained with model.{k}={t[k]!r}, not {a.get(k)!r}: its weights "
+            "only fit the encodings "
+            f"and objective it was trained with; drop the model.{k} override (or train a "
+            "run with it)"
+        )
 
-def load_model(ck: dict, model_cfg=None, device="cpu", what: str = "the checkpoint") -> tuple[ConditionalUNet, Diffusion]:
-    "The EMA model of `ck` (eval mode, float32, on `device`) and its diffusion, as `model_cfg` (default: the checkpoint's) describes them."
+
+def load_model(
+    ck: dict, model_cfg=None, device="cpu", what: str = "the checkpoint"
+) -> tuple[ConditionalUNet, Diffusion]:
+    """The EMA model of `ck` (eval mode, float32, on `device`) and its diffusion, as `model_cfg`
+    (default: the checkpoint's) describes them."""
     from qmind_render.grid import load_grid
+
     check_versions(ck, what)
-    trained = config_from_dict(ck["config"]).model                  # keys added since the checkpoint: their defaults
+    # keys added since the checkpoint: their defaults
+    trained = config_from_dict(ck["config"]).model
     mcfg = model_cfg if model_cfg is not None else trained
     check_model_config(mcfg, trained, what)
     model = build_model(mcfg, grid=load_grid())
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ema_weights(ck).items()})
+    model.load_state_dict(
+        {k: v.float() if v.is_floating_point() else v for k, v in ema_weights(ck).items()}
+    )
     return model.to(device).eval(), Diffusion.from_config(mcfg)
+
 
 # %% ../nbs/48_checkpoint.ipynb #4f84a4bb
 def shipped_path() -> Path:
     "Where the model that ships with the package is: `qmind_render/assets/shipped.pt`."
     import qmind_render
+
     return Path(qmind_render.__file__).resolve().parent / "assets" / "shipped.pt"
 
+
 def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffusion, dict]:
-    "The shipped model (eval mode, float32 weights), its diffusion schedule, and its provenance (config, metrics, ...)."
+    """The shipped model (eval mode, float32 weights), its diffusion schedule, and its provenance
+    (config, metrics, ...)."""
     path = Path(path or shipped_path())
     if not path.is_file():
-        raise FileNotFoundError(f"no shipped model at {path}: this install has none; train one (qmind run shipped && qmind ship runs/shipped)")
+        raise FileNotFoundError(
+            f"no shipped model at {path}: this install has none; train one (qmind run "
+            "shipped && qmind ship runs/shipped)"
+        )
     blob = torch.load(path, map_location="cpu", weights_only=True)
-    check_seal(blob, path, WeightsError, "; reinstall the package, or write a new one with qmind ship")
+    check_seal(
+        blob, path, WeightsError, "; reinstall the package, or write a new one with qmind ship"
+    )
     model, diffusion = load_model(blob, what=f"the shipped model {path}")
     return model, diffusion, {k: v for k, v in blob.items() if k != "ema"}

@@ -18,30 +18,89 @@ from typing import Callable, NamedTuple
 from .contracts import UserError, one_line
 
 # %% auto #0
-__all__ = ['COMMANDS', 'BENCHES', 'Command', 'load_target', 'error_exit', 'guarded', 'main', 'versions', 'version_main',
-           'machine', 'bench_main']
+__all__ = [
+    "COMMANDS",
+    "BENCHES",
+    "Command",
+    "load_target",
+    "error_exit",
+    "guarded",
+    "main",
+    "versions",
+    "version_main",
+    "machine",
+    "bench_main",
+]
+
 
 # %% ../nbs/90_cli.ipynb #b18915f0
 class Command(NamedTuple):
     target: str  # "module:function"; the function takes argv (list[str]) and returns an exit code
     help: str
 
+
 COMMANDS: dict[str, Command] = {
-    "version": Command("qmind_render.cli:version_main", "print the package, contract and library versions"),
-    "config":  Command("qmind_render.config:config_main", "resolve an experiment config (file + key=value) and print it"),
-    "render":  Command("qmind_render.skinner:render_main", "write an episode's channels, map and skinned frames as PNGs"),
-    "data":    Command("qmind_render.data_cli:data_main", "generate, list, verify and inspect datasets (local or S3)"),
-    "train":   Command("qmind_render.train:train_main", "train or resume a run (torchrun -m qmind_render.train for DDP)"),
-    "eval":    Command("qmind_render.evaluate:eval_main", "evaluate a run on held-out and training cells; write a report"),
-    "run":     Command("qmind_render.evaluate:run_main", "the main job: dataset (if missing) -> train -> eval -> report"),
-    "serve":   Command("qmind_render.app:serve_main", "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, the playable page at /"),
-    "ship":    Command("qmind_render.serve:ship_main", "write a trained, evaluated run as the model `qmind serve` plays by default"),
-    "sweep":   Command("qmind_render.sweep_cli:sweep_main", "a sweep file (or EXPERIMENT -m k=a,b) into runs, run them (local papermill, slurm, ec2, sagemaker); --status, --report"),
-    "cost":    Command("qmind_render.cost:cost_main", "what a config costs: FLOPs, GPU-hours, dollars, memory, runs per budget"),
-    "aws":     Command("qmind_render.cloud_cli:aws_main", "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas"),
-    "bench":   Command("qmind_render.cli:bench_main", "run a stage's benchmark and print its numbers"),
-    "talks":   Command("qmind_render.talks:talks_main", "render the five-minute talks (nbs/talks) as reveal.js slides, offline"),
-    "docs":    Command("qmind_render.docs:docs_main", "build the docs site offline: run the notebooks, nbdev processing, MkDocs (no Quarto needed)"),
+    "version": Command(
+        "qmind_render.cli:version_main", "print the package, contract and library versions"
+    ),
+    "config": Command(
+        "qmind_render.config:config_main",
+        "resolve an experiment config (file + key=value) and print it",
+    ),
+    "render": Command(
+        "qmind_render.skinner:render_main",
+        "write an episode's channels, map and skinned frames as PNGs",
+    ),
+    "data": Command(
+        "qmind_render.data_cli:data_main",
+        "generate, list, verify and inspect datasets (local or S3)",
+    ),
+    "train": Command(
+        "qmind_render.train:train_main",
+        "train or resume a run (torchrun -m qmind_render.train for DDP)",
+    ),
+    "eval": Command(
+        "qmind_render.evaluate:eval_main",
+        "evaluate a run on held-out and training cells; write a report",
+    ),
+    "run": Command(
+        "qmind_render.evaluate:run_main",
+        "the main job: dataset (if missing) -> train -> eval -> report",
+    ),
+    "serve": Command(
+        "qmind_render.app:serve_main",
+        "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, "
+        "the playable page at /",
+    ),
+    "ship": Command(
+        "qmind_render.serve:ship_main",
+        "write a trained, evaluated run as the model `qmind serve` plays by default",
+    ),
+    "sweep": Command(
+        "qmind_render.sweep_cli:sweep_main",
+        "a sweep file (or EXPERIMENT -m k=a,b) into runs, run them (local papermill, "
+        "slurm, ec2, sagemaker); --status, --report",
+    ),
+    "cost": Command(
+        "qmind_render.cost:cost_main",
+        "what a config costs: FLOPs, GPU-hours, dollars, memory, runs per budget",
+    ),
+    "aws": Command(
+        "qmind_render.cloud_cli:aws_main",
+        "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas",
+    ),
+    "bench": Command(
+        "qmind_render.cli:bench_main", "run a stage's benchmark and print its numbers"
+    ),
+    "talks": Command(
+        "qmind_render.talks:talks_main",
+        "render the five-minute talks (nbs/talks) as reveal.js slides, offline",
+    ),
+    "docs": Command(
+        "qmind_render.docs:docs_main",
+        "build the docs site offline: run the notebooks, nbdev processing, MkDocs (no "
+        "Quarto needed)",
+    ),
 }
 
 # `qmind bench NAME`: functions returning a dict of measured numbers.
@@ -57,45 +116,64 @@ BENCHES: dict[str, str] = {
     "gpu": "qmind_render.gpu:bench_gpu",
 }
 
+
 # %% ../nbs/90_cli.ipynb #1ccc3c66
 def load_target(target: str) -> Callable:
     "Import `module:function` lazily."
     mod, _, fn = target.partition(":")
     return getattr(importlib.import_module(mod), fn)
 
+
 # %% ../nbs/90_cli.ipynb #64fa16de
 def _parser() -> argparse.ArgumentParser:
     from qmind_render import __version__
-    p = argparse.ArgumentParser(prog="qmind", description="qmind-render: can a diffusion model render a game?",
-                                epilog="Run `qmind COMMAND --help` for a command's own options.")
-    p.add_argument("--debug", action="store_true", help="show the traceback of an error (also: QMIND_DEBUG=1)")
+
+    p = argparse.ArgumentParser(
+        prog="qmind",
+        description="qmind-render: can a diffusion model render a game?",
+        epilog="Run `qmind COMMAND --help` for a command's own options.",
+    )
+    p.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (also: QMIND_DEBUG=1)"
+    )
     p.add_argument("--version", action="version", version=f"qmind-render {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for name, c in COMMANDS.items(): sub.add_parser(name, help=c.help, add_help=False)
+    for name, c in COMMANDS.items():
+        sub.add_parser(name, help=c.help, add_help=False)
     return p
 
+
 # %% ../nbs/90_cli.ipynb #5653a911
-_INPUT_ERRORS = (ValueError, KeyError, OSError, MemoryError)   # MemoryError: train.OutOfMemory says what to change
+# MemoryError: train.OutOfMemory says what to change
+_INPUT_ERRORS = (ValueError, KeyError, OSError, MemoryError)
+
 
 def error_exit(prog: str, e: BaseException) -> int:
-    "Print `e` as `prog: error: ...` on one line; its exit status (a `UserError`'s `exit_code`, else 2)."
+    """Print `e` as `prog: error: ...` on one line; its exit status (a `UserError`'s `exit_code`,
+    else 2)."""
     print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
     return getattr(e, "exit_code", 2)
 
+
 def guarded(prog: str, fn: Callable[[], int | None]) -> int:
-    "Run `fn()` inside the error boundary: expected failures become one line and exit 2, unless debugging."
-    try: return int(fn() or 0)
+    """Run `fn()` inside the error boundary: expected failures become one line and exit 2, unless
+    debugging."""
+    try:
+        return int(fn() or 0)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except (UserError, *_INPUT_ERRORS) as e:
-        if os.environ.get("QMIND_DEBUG"): raise
+        if os.environ.get("QMIND_DEBUG"):
+            raise
         return error_exit(prog, e)
+
 
 def main(argv: list[str] | None = None) -> int:
     "The `qmind` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "--debug" in argv:                                      # anywhere; the environment carries it to torchrun's workers
+    # anywhere; the environment carries it to torchrun's workers
+    if "--debug" in argv:
         argv = [a for a in argv if a != "--debug"]
         os.environ["QMIND_DEBUG"] = "1"
     p = _parser()
@@ -106,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = p.parse_args(argv[:1]).command
     return guarded(f"qmind {cmd}", lambda: load_target(COMMANDS[cmd].target)(argv[1:]))
 
+
 # %% ../nbs/90_cli.ipynb #f79f1d92
 def versions() -> dict[str, str]:
     "Versions that identify what produced a result: package, contracts, Python, torch, numpy."
@@ -113,50 +192,76 @@ def versions() -> dict[str, str]:
 
     from qmind_render import __version__
     from qmind_render.contracts import contract_versions
-    v = {"qmind-render": __version__, **contract_versions(), "python": platform.python_version(), "numpy": np.__version__}
+
+    v = {
+        "qmind-render": __version__,
+        **contract_versions(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
     try:
         import torch
+
         v["torch"] = torch.__version__
-    except ImportError: v["torch"] = "not installed"
+    except ImportError:
+        v["torch"] = "not installed"
     return v
+
 
 def version_main(argv: list[str]) -> int:
     "`qmind version [--json]`"
-    p = argparse.ArgumentParser(prog="qmind version", description="Print the package, contract and library versions.")
+    p = argparse.ArgumentParser(
+        prog="qmind version", description="Print the package, contract and library versions."
+    )
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     v = versions()
     print(json.dumps(v, indent=2) if a.json else "\n".join(f"{k:>14} {x}" for k, x in v.items()))
     return 0
 
+
 # %% ../nbs/90_cli.ipynb #22b5cfb7
 def machine() -> dict:
     "What a benchmark number was measured on."
-    return {"machine": platform.machine(), "processor": platform.processor() or "?", "cpus": os.cpu_count(),
-            "python": platform.python_version()}
+    return {
+        "machine": platform.machine(),
+        "processor": platform.processor() or "?",
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
 
 def _kwargs(items: list[str]) -> dict:
     import yaml
+
     out = {}
     for it in items:
         k, eq, v = it.partition("=")
-        if not eq or not k: raise ValueError(f"benchmark argument '{it}' is not key=value")
+        if not eq or not k:
+            raise ValueError(f"benchmark argument '{it}' is not key=value")
         out[k] = yaml.safe_load(v)
     return out
+
 
 # %% ../nbs/90_cli.ipynb #c2211080
 def bench_main(argv: list[str]) -> int:
     "`qmind bench NAME [key=value ...] [--json]`"
-    p = argparse.ArgumentParser(prog="qmind bench", description="Run a stage's benchmark and print its numbers.")
+    p = argparse.ArgumentParser(
+        prog="qmind bench", description="Run a stage's benchmark and print its numbers."
+    )
     p.add_argument("name", choices=sorted(BENCHES) or ["(none yet)"], help="which benchmark")
     p.add_argument("kwargs", nargs="*", help="key=value arguments for the benchmark")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    a = p.parse_intermixed_args(argv)                          # --json anywhere on the line
+    a = p.parse_intermixed_args(argv)  # --json anywhere on the line
     res = {**load_target(BENCHES[a.name])(**_kwargs(a.kwargs)), "measured_on": machine()}
-    if a.json: print(json.dumps(res, indent=2))
+    if a.json:
+        print(json.dumps(res, indent=2))
     else:
-        for k, v in res.items(): print(f"{k:>28}  {v:,.1f}" if isinstance(v, float) else f"{k:>28}  {v}")
+        for k, v in res.items():
+            print(f"{k:>28}  {v:,.1f}" if isinstance(v, float) else f"{k:>28}  {v}")
     return 0
 
+
 # %% ../nbs/90_cli.ipynb #ee7118ec
-if __name__ == "__main__": sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

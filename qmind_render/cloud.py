@@ -1,4 +1,4 @@
-"""Renting compute with guard rails: EC2 and SageMaker training jobs, Batch array jobs for data, and everything that keeps $5,000 from leaking away: tags, budgets, a budget guard, watchdogs, cleanup, quotas.
+"""Renting compute with guard rails: AWS sessions, tags, errors, the job script and the image.
 
 Docs: https://qmind.github.io/qmind-render/cloud.html.md"""
 
@@ -23,24 +23,64 @@ from .contracts import UserError
 from .util import format_table
 
 # %% auto #0
-__all__ = ['MARKETS', 'PROJECT', 'MAX_ATTEMPTS', 'JOB_STATES', 'ROLES', 'ABORT_AFTER_DAYS', 'assets_dir', 'InstanceType',
-           'load_menu', 'menu_source', 'CloudError', 'instance_type', 'aws_session', 'aws_client', 'explain',
-           'aws_call', 'all_pages', 'utc_stamp', 'b64', 'table', 'AwsBackend', 'job_tags', 'tag_list', 'tag_specs',
-           'default_owner', 'RunSpec', 'Backend', 'check_run', 'papermill_parameters', 'split_s3', 'trust_policy',
-           'iam_policy', 'ensure_bucket', 's3_exists_bucket', 'check_bucket_region', 'abort_rule', 'ensure_abort_rule',
-           'ensure_roles', 'setup']
+__all__ = [
+    "MARKETS",
+    "PROJECT",
+    "MAX_ATTEMPTS",
+    "JOB_STATES",
+    "ROLES",
+    "ABORT_AFTER_DAYS",
+    "assets_dir",
+    "InstanceType",
+    "load_menu",
+    "menu_source",
+    "CloudError",
+    "instance_type",
+    "aws_session",
+    "aws_client",
+    "explain",
+    "aws_call",
+    "all_pages",
+    "utc_stamp",
+    "b64",
+    "table",
+    "AwsBackend",
+    "job_tags",
+    "tag_list",
+    "tag_specs",
+    "default_owner",
+    "RunSpec",
+    "Backend",
+    "check_run",
+    "papermill_parameters",
+    "split_s3",
+    "trust_policy",
+    "iam_policy",
+    "ensure_bucket",
+    "s3_exists_bucket",
+    "check_bucket_region",
+    "abort_rule",
+    "ensure_abort_rule",
+    "ensure_roles",
+    "setup",
+]
 
 # %% ../nbs/80_cloud.ipynb #f1c511cb
 MARKETS = ("spot", "on-demand")
 
+
 def assets_dir() -> Path:
     "Static files shipped in the package: the instance menu, the user-data template, the watchdog."
     import qmind_render
+
     return Path(qmind_render.__file__).resolve().parent / "assets"
+
 
 @dataclass(frozen=True)
 class InstanceType:
-    "One row of the menu. Prices are USD per hour, us-east-1; `family` is the EC2 quota family (G, P)."
+    """One row of the menu. Prices are USD per hour, us-east-1; `family` is the EC2 quota family (G,
+    P)."""
+
     name: str
     gpu: str
     gpus: int
@@ -54,105 +94,168 @@ class InstanceType:
     source: str | None = None
 
     @property
-    def sagemaker(self) -> bool: return self.name.startswith("ml.")
+    def sagemaker(self) -> bool:
+        return self.name.startswith("ml.")
+
     def usd_per_hour(self, market: str = "on-demand") -> float:
-        "What an hour costs at most: spot is capped at the on-demand price (no bid above it), so without a quoted spot price the guard charges on-demand."
+        """What an hour costs at most: spot is capped at the on-demand price (no bid above it), so
+        without a quoted spot price the guard charges on-demand."""
         return self.spot_usd_h if market == "spot" and self.spot_usd_h else self.on_demand_usd_h
+
 
 # %% ../nbs/80_cloud.ipynb #1f6e7bd9
 @functools.lru_cache(maxsize=4)
 def _read_menu(path: str) -> dict:
-    with open(path) as f: return yaml.safe_load(f)
+    with open(path) as f:
+        return yaml.safe_load(f)
+
 
 def load_menu(path: str | Path | None = None) -> dict[str, InstanceType]:
     "The instance menu: name -> `InstanceType`, in the file's order."
     d = _read_menu(str(path or assets_dir() / "instances.yaml"))
     return {r["name"]: InstanceType(**r) for r in d["instances"]}
 
+
 def menu_source(path: str | Path | None = None) -> dict:
     "Where the menu's prices come from: region, date, source."
     d = _read_menu(str(path or assets_dir() / "instances.yaml"))
     return {k: d[k] for k in ("region", "as_of", "source")}
 
+
 # %% ../nbs/80_cloud.ipynb #55b2dbdb
 class CloudError(UserError, RuntimeError):
     "A cloud operation was refused or failed: the message says what, where, and what to do."
 
+
 def instance_type(name: str, menu: dict[str, InstanceType] | None = None) -> InstanceType:
     "The menu's row for `name`; an unknown name is a `CloudError` naming the closest ones."
     menu = menu or load_menu()
-    if name in menu: return menu[name]
+    if name in menu:
+        return menu[name]
     close = difflib.get_close_matches(name, list(menu), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise CloudError(f"unknown instance type {name!r}: {hint}The menu (qmind_render/assets/instances.yaml) has "
-                     f"{', '.join(menu)}. Add a row there, with its price, date and source, to launch another.")
+    raise CloudError(
+        f"unknown instance type {name!r}: {hint}The menu (qmind_render/assets/instances.yaml) has "
+        f"{', '.join(menu)}. Add a row there, with its price, date and source, to launch another."
+    )
+
 
 # %% ../nbs/80_cloud.ipynb #8c034ace
 PROJECT = "qmind-render"
 MAX_ATTEMPTS = 8
 
+
 def aws_session(region: str | None = None, profile: str | None = None):
-    "A boto3 session from the standard credential chain, refusing early when credentials or region are missing."
+    """A boto3 session from the standard credential chain, refusing early when credentials or region
+    are missing."""
     import boto3
+
     s = boto3.Session(region_name=region, profile_name=profile)
     if s.get_credentials() is None:
-        raise CloudError("no AWS credentials found in the standard chain (AWS_PROFILE / `aws sso login`, "
-                         "~/.aws/credentials, environment variables, or an instance role). Sign in with SSO; "
-                         "never put keys in the repository or a config file.")
+        raise CloudError(
+            "no AWS credentials found in the standard chain (AWS_PROFILE / `aws sso login`, "
+            "~/.aws/credentials, environment variables, or an instance role). Sign in with SSO; "
+            "never put keys in the repository or a config file."
+        )
     if not s.region_name:
-        raise CloudError("no AWS region: set AWS_DEFAULT_REGION (the deck: us-east-1, next to the S3 bucket) "
-                         "or `region` in ~/.aws/config, or pass --region.")
+        raise CloudError(
+            "no AWS region: set AWS_DEFAULT_REGION (the deck: us-east-1, next to the S3 bucket) "
+            "or `region` in ~/.aws/config, or pass --region."
+        )
     return s
 
+
 def aws_client(session, service: str, max_attempts: int | None = None):
-    "A client with standard-mode retries (backoff with jitter; `max_attempts` in all, default 8 or $QMIND_AWS_MAX_ATTEMPTS) and bounded timeouts."
+    """A client with standard-mode retries (backoff with jitter; `max_attempts` in all, default 8 or
+    $QMIND_AWS_MAX_ATTEMPTS) and bounded timeouts."""
     from botocore.config import Config
+
     n = max_attempts or int(os.environ.get("QMIND_AWS_MAX_ATTEMPTS", MAX_ATTEMPTS))
-    cfg = Config(retries={"total_max_attempts": n, "mode": "standard"}, connect_timeout=10, read_timeout=60,
-                 user_agent_extra=PROJECT)
+    cfg = Config(
+        retries={"total_max_attempts": n, "mode": "standard"},
+        connect_timeout=10,
+        read_timeout=60,
+        user_agent_extra=PROJECT,
+    )
     return session.client(service, config=cfg)
+
 
 # %% ../nbs/80_cloud.ipynb #bf5a6443
 _ADVICE = {
-    "InsufficientInstanceCapacity": "AWS has no capacity for this type here right now: try another availability zone "
-                                    "(--subnet), another instance type from the menu, or on-demand instead of spot",
-    "SpotMaxPriceTooLow": "the spot price is above the on-demand cap right now: retry later or launch on-demand",
+    "InsufficientInstanceCapacity": "AWS has no capacity for this type here right now: try "
+    "another availability zone "
+    "(--subnet), another instance type from the menu, or on-demand instead of spot",
+    "SpotMaxPriceTooLow": "the spot price is above the on-demand cap right now: retry later or "
+    "launch on-demand",
     "MaxSpotInstanceCountExceeded": "the spot vCPU quota is used up: see `qmind aws quota`",
-    "VcpuLimitExceeded": "the vCPU quota for this instance family is too low: see `qmind aws quota` and request an increase",
-    "ResourceLimitExceeded": "a SageMaker quota is too low (they start at 0 per instance type): request an increase of "
-                             "'<type> for (spot) training job usage' in Service Quotas, SageMaker",
-    "UnauthorizedOperation": "your IAM identity may not do this: ask the account admin for the permission named above",
-    "AccessDenied": "your IAM identity may not do this: ask the account admin for the permission named above",
-    "AccessDeniedException": "your IAM identity may not do this: ask the account admin for the permission named above",
+    "VcpuLimitExceeded": "the vCPU quota for this instance family is too low: see `qmind aws "
+    "quota` and request an increase",
+    "ResourceLimitExceeded": "a SageMaker quota is too low (they start at 0 per instance "
+    "type): request an increase of "
+    "'<type> for (spot) training job usage' in Service Quotas, SageMaker",
+    "UnauthorizedOperation": "your IAM identity may not do this: ask the account admin for the "
+    "permission named above",
+    "AccessDenied": "your IAM identity may not do this: ask the account admin for the "
+    "permission named above",
+    "AccessDeniedException": "your IAM identity may not do this: ask the account admin for the "
+    "permission named above",
     "ExpiredToken": "your session expired: sign in again (`aws sso login`)",
     "ExpiredTokenException": "your session expired: sign in again (`aws sso login`)",
     "NoSuchBucket": "the bucket does not exist: check data.store, or create it with "
-                    "`qmind aws setup s3://BUCKET/PREFIX --create-bucket`",
+    "`qmind aws setup s3://BUCKET/PREFIX --create-bucket`",
 }
-_THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
-              "RequestThrottled", "SlowDown", "ProvisionedThroughputExceededException"}
+_THROTTLED = {
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "RequestThrottled",
+    "SlowDown",
+    "ProvisionedThroughputExceededException",
+}
+
 
 def explain(e: Exception, what: str) -> CloudError:
     "A `CloudError` naming the failed operation, AWS's reason and the next step."
-    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, NoRegionError
-    if isinstance(e, NoCredentialsError): return CloudError(f"{what}: no AWS credentials (sign in: `aws sso login`)")
-    if isinstance(e, NoRegionError): return CloudError(f"{what}: no AWS region (set AWS_DEFAULT_REGION)")
-    if isinstance(e, EndpointConnectionError): return CloudError(f"{what}: cannot reach AWS ({e}); check the network")
-    if not isinstance(e, ClientError): return CloudError(f"{what}: {e}")
+    from botocore.exceptions import (
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        NoRegionError,
+    )
+
+    if isinstance(e, NoCredentialsError):
+        return CloudError(f"{what}: no AWS credentials (sign in: `aws sso login`)")
+    if isinstance(e, NoRegionError):
+        return CloudError(f"{what}: no AWS region (set AWS_DEFAULT_REGION)")
+    if isinstance(e, EndpointConnectionError):
+        return CloudError(f"{what}: cannot reach AWS ({e}); check the network")
+    if not isinstance(e, ClientError):
+        return CloudError(f"{what}: {e}")
     err, meta = e.response.get("Error", {}), e.response.get("ResponseMetadata", {})
     code, msg = err.get("Code", "?"), err.get("Message", "")
     if code in _THROTTLED:
         n = meta.get("RetryAttempts", 0) + 1
-        return CloudError(f"{what}: throttled by AWS ({code}) after {n} attempts with backoff; wait a minute and "
-                          "retry, or submit fewer jobs at once (--jobs)")
+        return CloudError(
+            f"{what}: throttled by AWS ({code}) after {n} attempts with backoff; wait a minute and "
+            "retry, or submit fewer jobs at once (--jobs)"
+        )
     advice = _ADVICE.get(code, "")
-    return CloudError(f"{what}: {code}: {msg.rstrip('.')}" + (f". {advice[0].upper()}{advice[1:]}." if advice else ""))
+    return CloudError(
+        f"{what}: {code}: {msg.rstrip('.')}"
+        + (f". {advice[0].upper()}{advice[1:]}." if advice else "")
+    )
+
 
 def aws_call(what: str, fn, *args, **kw):
     "Call `fn`, turning botocore errors into `CloudError` (see `explain`)."
     from botocore.exceptions import BotoCoreError, ClientError
-    try: return fn(*args, **kw)
-    except (ClientError, BotoCoreError) as e: raise explain(e, what) from None
+
+    try:
+        return fn(*args, **kw)
+    except (ClientError, BotoCoreError) as e:
+        raise explain(e, what) from None
+
 
 # %% ../nbs/80_cloud.ipynb #37a5d4ab
 def all_pages(client, op: str, key: str, **kw) -> list[dict]:
@@ -160,227 +263,465 @@ def all_pages(client, op: str, key: str, **kw) -> list[dict]:
     pages = client.get_paginator(op).paginate(**kw)
     return aws_call(op.replace("_", " "), lambda: [x for p in pages for x in p.get(key, [])])
 
-def utc_stamp() -> str: return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-def b64(text: str) -> str: return base64.b64encode(text.encode()).decode()
+def utc_stamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-def _cell(v) -> str: return "" if v is None else f"{v:,.2f}" if isinstance(v, float) else str(v)
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _cell(v) -> str:
+    return "" if v is None else f"{v:,.2f}" if isinstance(v, float) else str(v)
+
 
 def table(rows: list[dict], cols: list[str] | None = None) -> str:
-    "AWS rows (instances, quotas, costs) as a plain-text table: dollars and hours to two decimals, a blank where a value is missing."
+    """AWS rows (instances, quotas, costs) as a plain-text table: dollars and hours to two decimals,
+    a blank where a value is missing."""
     return format_table(rows, cols, cell=_cell, empty="(none)")
+
 
 # %% ../nbs/80_cloud.ipynb #1ab5b650
 class AwsBackend:
-    "What every AWS backend shares: its boto3 session (fields `region` and `session`), made on first use."
+    """What every AWS backend shares: its boto3 session (fields `region` and `session`), made on
+    first use."""
+
     def get_session(self, region: str | None = None):
-        "The session in `region` (default: the backend's): the one held, or a new one for another region."
-        if self.session is None or (region and region != self.session.region_name): self.session = aws_session(region or self.region)
+        """The session in `region` (default: the backend's): the one held, or a new one for another
+        region."""
+        if self.session is None or (region and region != self.session.region_name):
+            self.session = aws_session(region or self.region)
         return self.session
+
 
 # %% ../nbs/80_cloud.ipynb #8a5396cd
 _TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{1,256}$")
 
+
 def job_tags(owner: str, project: str = PROJECT, **extra) -> dict[str, str]:
     "`owner` and `project` (both required, non-empty) plus extra tags, e.g. `run=...`."
-    tags = {"owner": owner, "project": project, **{k.replace("_", "-"): str(v) for k, v in extra.items() if v is not None}}
+    tags = {
+        "owner": owner,
+        "project": project,
+        **{k.replace("_", "-"): str(v) for k, v in extra.items() if v is not None},
+    }
     for k, v in tags.items():
         if not v or not _TAG_VALUE.match(v):
-            raise CloudError(f"tag {k}={v!r} is empty or has characters AWS refuses; set it with --{k} (or $QMIND_OWNER)")
+            raise CloudError(
+                f"tag {k}={v!r} is empty or has characters AWS refuses; set it with --{k} "
+                "(or $QMIND_OWNER)"
+            )
     return tags
 
-def tag_list(tags: dict) -> list[dict]: return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+def tag_list(tags: dict) -> list[dict]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
 
 def tag_specs(tags: dict, *kinds: str) -> list[dict]:
     "EC2 `TagSpecifications` giving `tags` to each resource kind created by one call."
     return [{"ResourceType": k, "Tags": tag_list(tags)} for k in kinds]
 
+
 def default_owner(session=None) -> str:
-    "`$QMIND_OWNER`, else the caller's name from STS (last part of the ARN: the SSO session or IAM user)."
-    if os.environ.get("QMIND_OWNER"): return os.environ["QMIND_OWNER"]
-    if session is None: raise CloudError("no owner: set $QMIND_OWNER or pass --owner")
+    """`$QMIND_OWNER`, else the caller's name from STS (last part of the ARN: the SSO session or IAM
+    user)."""
+    if os.environ.get("QMIND_OWNER"):
+        return os.environ["QMIND_OWNER"]
+    if session is None:
+        raise CloudError("no owner: set $QMIND_OWNER or pass --owner")
     arn = aws_call("sts get-caller-identity", aws_client(session, "sts").get_caller_identity)["Arn"]
     return arn.rsplit("/", 1)[-1]
+
 
 # %% ../nbs/80_cloud.ipynb #f431fb64
 JOB_STATES = ("queued", "running", "done", "failed")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
+
 @dataclass
 class RunSpec:
     "One run of a sweep, or a single job."
-    name: str                                       # run name, e.g. "003-coverage_50-s1"
-    config: dict                                    # the resolved experiment config as plain data (config_to_dict)
+
+    name: str  # run name, e.g. "003-coverage_50-s1"
+    # the resolved experiment config as plain data (config_to_dict)
+    config: dict
     notebook: str = "nbs/experiments/train.ipynb"  # the papermill template the job executes
-    estimate_usd: float | None = None               # from the cost planner, for the budget guard
-    point: dict = field(default_factory=dict)       # a sweep run's grid values, e.g. {"seed": 2, "data.holdout": "coverage_50"}
+    estimate_usd: float | None = None  # from the cost planner, for the budget guard
+    # a sweep run's grid values, e.g. {"seed": 2, "data.holdout": "coverage_50"}
+    point: dict = field(default_factory=dict)
 
     @property
-    def store(self) -> str: return str(self.config.get("data", {}).get("store", ""))
+    def store(self) -> str:
+        return str(self.config.get("data", {}).get("store", ""))
+
     @property
-    def dataset(self) -> str: return str(self.config.get("data", {}).get("dataset", ""))
+    def dataset(self) -> str:
+        return str(self.config.get("data", {}).get("dataset", ""))
+
     @property
-    def run_uri(self) -> str: return f"{self.store.rstrip('/')}/runs/{self.name}"
+    def run_uri(self) -> str:
+        return f"{self.store.rstrip('/')}/runs/{self.name}"
+
     @property
-    def dataset_uri(self) -> str: return f"{self.store.rstrip('/')}/datasets/{self.dataset}"
+    def dataset_uri(self) -> str:
+        return f"{self.store.rstrip('/')}/datasets/{self.dataset}"
+
 
 @runtime_checkable
 class Backend(Protocol):
-    "Where a run executes. `submit` returns a JSON-able job record; `status` maps it to one of `JOB_STATES`."
+    """Where a run executes. `submit` returns a JSON-able job record; `status` maps it to one of
+    `JOB_STATES`."""
+
     name: str
+
     def submit(self, run: RunSpec, dry_run: bool = False) -> dict: ...
     def status(self, job: dict) -> str: ...
     def cancel(self, job: dict) -> None: ...
+
 
 # %% ../nbs/80_cloud.ipynb #a85084ac
 def check_run(run: RunSpec) -> RunSpec:
     "Refuse a run a cloud job cannot execute: a bad name, a store that is not S3, no dataset."
     if not _RUN_NAME.match(run.name):
-        raise CloudError(f"run name {run.name!r}: use letters, digits, '.', '_' and '-' (at most 100), e.g. 003-coverage_50-s1")
+        raise CloudError(
+            f"run name {run.name!r}: use letters, digits, '.', '_' and '-' (at most 100), "
+            "e.g. 003-coverage_50-s1"
+        )
     if not run.store.startswith("s3://") or len(run.store) <= 5:
-        raise CloudError(f"run {run.name}: data.store is {run.store!r}; a cloud job reads its dataset from S3 and "
-                         "writes its run dir there: set data.store=s3://bucket/prefix")
-    if not run.dataset: raise CloudError(f"run {run.name}: the config names no data.dataset")
+        raise CloudError(
+            f"run {run.name}: data.store is {run.store!r}; a cloud job reads its dataset "
+            "from S3 and "
+            "writes its run dir there: set data.store=s3://bucket/prefix"
+        )
+    if not run.dataset:
+        raise CloudError(f"run {run.name}: the config names no data.dataset")
     return run
+
 
 def papermill_parameters(run: RunSpec, run_dir: str) -> dict:
     "The values the job passes to the template's `parameters` cell."
-    return {"config": f"{run_dir}/config.yaml", "overrides": [], "seed": int(run.config.get("seed", 0)),
-            "run_name": run.name}
+    return {
+        "config": f"{run_dir}/config.yaml",
+        "overrides": [],
+        "seed": int(run.config.get("seed", 0)),
+        "run_name": run.name,
+    }
+
 
 def split_s3(uri: str) -> tuple[str, str]:
     "`s3://bucket/a/b` -> `('bucket', 'a/b')`."
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     return bucket, key
 
+
 # %% ../nbs/80_cloud.ipynb #b6946713
-ROLES = {"job": ("qmind-render-job", "ec2.amazonaws.com"), "sagemaker": ("qmind-render-sagemaker", "sagemaker.amazonaws.com"),
-         "data": ("qmind-render-data", "ecs-tasks.amazonaws.com")}
+ROLES = {
+    "job": ("qmind-render-job", "ec2.amazonaws.com"),
+    "sagemaker": ("qmind-render-sagemaker", "sagemaker.amazonaws.com"),
+    "data": ("qmind-render-data", "ecs-tasks.amazonaws.com"),
+}
+
 
 def trust_policy(role: str) -> dict:
     "Who may assume `role`: the AWS service that runs it."
-    return {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": ROLES[role][1]},
-                                                    "Action": "sts:AssumeRole"}]}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": ROLES[role][1]},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
 
-def iam_policy(role: str = "job", bucket: str = "BUCKET", prefix: str = "PREFIX", region: str = "REGION",
-               account: str = "ACCOUNT") -> dict:
-    "The least-privilege permissions of `role` ('job', 'sagemaker' or 'data') on `s3://bucket/prefix`."
-    if role not in ROLES: raise CloudError(f"role {role!r}: one of {', '.join(ROLES)}")
+
+def iam_policy(
+    role: str = "job",
+    bucket: str = "BUCKET",
+    prefix: str = "PREFIX",
+    region: str = "REGION",
+    account: str = "ACCOUNT",
+) -> dict:
+    """The least-privilege permissions of `role` ('job', 'sagemaker' or 'data') on
+    `s3://bucket/prefix`."""
+    if role not in ROLES:
+        raise CloudError(f"role {role!r}: one of {', '.join(ROLES)}")
     p = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
     obj = lambda *parts: [f"arn:aws:s3:::{bucket}/{p}{x}/*" for x in parts]
     reads = {"job": ("datasets", "code"), "sagemaker": ("datasets",), "data": ()}[role]
     writes = {"job": ("runs",), "sagemaker": ("runs",), "data": ("datasets",)}[role]
-    st = [{"Sid": "ListProjectPrefixes", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
-           "Condition": {"StringLike": {"s3:prefix": [f"{p}{x}/*" for x in (*reads, *writes)]}}}]
-    if reads: st.append({"Sid": "Read", "Effect": "Allow", "Action": "s3:GetObject", "Resource": obj(*reads)})
-    st.append({"Sid": "ReadWrite", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-               "Resource": obj(*writes)})
+    st = [
+        {
+            "Sid": "ListProjectPrefixes",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": f"arn:aws:s3:::{bucket}",
+            "Condition": {"StringLike": {"s3:prefix": [f"{p}{x}/*" for x in (*reads, *writes)]}},
+        }
+    ]
+    if reads:
+        st.append(
+            {"Sid": "Read", "Effect": "Allow", "Action": "s3:GetObject", "Resource": obj(*reads)}
+        )
+    st.append(
+        {
+            "Sid": "ReadWrite",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+            "Resource": obj(*writes),
+        }
+    )
     if role == "sagemaker":
-        st += [{"Sid": "PullImage", "Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
-                "ecr:BatchCheckLayerAvailability"], "Resource": f"arn:aws:ecr:{region}:{account}:repository/{PROJECT}"},
-               {"Sid": "EcrLogin", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
-               {"Sid": "Logs", "Effect": "Allow", "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-                "logs:DescribeLogStreams"], "Resource": f"arn:aws:logs:{region}:{account}:log-group:/aws/sagemaker/TrainingJobs:*"},
-               {"Sid": "Metrics", "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",   # no resource-level form
-                "Condition": {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}}]
+        st += [
+            {
+                "Sid": "PullImage",
+                "Effect": "Allow",
+                "Action": [
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                ],
+                "Resource": f"arn:aws:ecr:{region}:{account}:repository/{PROJECT}",
+            },
+            {
+                "Sid": "EcrLogin",
+                "Effect": "Allow",
+                "Action": "ecr:GetAuthorizationToken",
+                "Resource": "*",
+            },
+            {
+                "Sid": "Logs",
+                "Effect": "Allow",
+                "Action": [
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "logs:DescribeLogStreams",
+                ],
+                "Resource": f"arn:aws:logs:{region}:{account}:log-group:"
+                "/aws/sagemaker/TrainingJobs:*",
+            },
+            # no resource-level form
+            {
+                "Sid": "Metrics",
+                "Effect": "Allow",
+                "Action": "cloudwatch:PutMetricData",
+                "Resource": "*",
+                "Condition": {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}},
+            },
+        ]
     return {"Version": "2012-10-17", "Statement": st}
+
 
 # %% ../nbs/80_cloud.ipynb #1a46181b
 def ensure_bucket(session, bucket: str, tags: dict, create: bool = False) -> str:
-    "Check (or, with `create`, make) the bucket in the session's region, blocked from public access and tagged owner/project."
+    """Check (or, with `create`, make) the bucket in the session's region, blocked from public
+    access and tagged owner/project."""
     s3, region = aws_client(session, "s3"), session.region_name
     if create and not s3_exists_bucket(s3, bucket):
-        kw = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+        kw = (
+            {}
+            if region == "us-east-1"
+            else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+        )
         aws_call(f"create bucket {bucket}", s3.create_bucket, Bucket=bucket, **kw)
-        aws_call("block public access", s3.put_public_access_block, Bucket=bucket, PublicAccessBlockConfiguration={
-            "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
+        aws_call(
+            "block public access",
+            s3.put_public_access_block,
+            Bucket=bucket,
+            PublicAccessBlockConfiguration={
+                "BlockPublicAcls": True,
+                "IgnorePublicAcls": True,
+                "BlockPublicPolicy": True,
+                "RestrictPublicBuckets": True,
+            },
+        )
     check_bucket_region(session, f"s3://{bucket}")
-    try: have = {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=bucket)["TagSet"]}
-    except Exception: have = {}
+    try:
+        have = {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=bucket)["TagSet"]}
+    except Exception:
+        have = {}
     if any(k not in have for k in ("owner", "project")):
-        aws_call(f"tag bucket {bucket}", s3.put_bucket_tagging, Bucket=bucket, Tagging={"TagSet": tag_list({**tags, **have})})
-    return f"bucket {bucket} ({region}): tagged {', '.join(f'{k}={v}' for k, v in {**tags, **have}.items() if k in ('owner', 'project'))}"
+        aws_call(
+            f"tag bucket {bucket}",
+            s3.put_bucket_tagging,
+            Bucket=bucket,
+            Tagging={"TagSet": tag_list({**tags, **have})},
+        )
+    return (
+        f"bucket {bucket} ({region}): tagged "
+        f"{', '.join(f'{k}={v}' for k, v in {**tags, **have}.items() if k in ('owner', 'project'))}"
+    )
+
 
 def s3_exists_bucket(s3, bucket: str) -> bool:
     from botocore.exceptions import ClientError
-    try: s3.head_bucket(Bucket=bucket); return True
+
+    try:
+        s3.head_bucket(Bucket=bucket)
+        return True
     except ClientError as e:
-        if e.response["Error"]["Code"] in ("404", "NoSuchBucket", "NotFound"): return False
+        if e.response["Error"]["Code"] in ("404", "NoSuchBucket", "NotFound"):
+            return False
         raise explain(e, f"head bucket {bucket}") from None
+
 
 def check_bucket_region(session, store: str) -> str:
     "The store's bucket region; a `CloudError` when it is not the session's region."
     bucket = split_s3(store)[0]
-    loc = aws_call(f"locate bucket {bucket}", aws_client(session, "s3").get_bucket_location, Bucket=bucket)
-    region = {None: "us-east-1", "": "us-east-1", "EU": "eu-west-1"}.get(loc.get("LocationConstraint"), loc.get("LocationConstraint"))
+    loc = aws_call(
+        f"locate bucket {bucket}", aws_client(session, "s3").get_bucket_location, Bucket=bucket
+    )
+    region = {None: "us-east-1", "": "us-east-1", "EU": "eu-west-1"}.get(
+        loc.get("LocationConstraint"), loc.get("LocationConstraint")
+    )
     if region != session.region_name:
-        raise CloudError(f"bucket {bucket} is in {region} but jobs would launch in {session.region_name}: S3 to EC2 in "
-                         f"one region is free, across regions it is billed and slower. Launch in {region} "
-                         f"(--region {region}) or use a bucket in {session.region_name}.")
+        raise CloudError(
+            f"bucket {bucket} is in {region} but jobs would launch in "
+            f"{session.region_name}: S3 to EC2 in "
+            f"one region is free, across regions it is billed and slower. Launch in {region} "
+            f"(--region {region}) or use a bucket in {session.region_name}."
+        )
     return region
 
 
 # %% ../nbs/80_cloud.ipynb #aa534e4d
 ABORT_AFTER_DAYS = 2
 
+
 def abort_rule(prefix: str = "", days: int = ABORT_AFTER_DAYS) -> dict:
-    "The lifecycle rule that has S3 abort multipart uploads under `prefix` still unfinished `days` after they began."
+    """The lifecycle rule that has S3 abort multipart uploads under `prefix` still unfinished `days`
+    after they began."""
     p = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
-    return {"ID": f"{PROJECT}-abort-unfinished-uploads" + (f"-{p[:-1]}" if p else ""), "Status": "Enabled",
-            "Filter": {"Prefix": p}, "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": days}}
+    return {
+        "ID": f"{PROJECT}-abort-unfinished-uploads" + (f"-{p[:-1]}" if p else ""),
+        "Status": "Enabled",
+        "Filter": {"Prefix": p},
+        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": days},
+    }
+
 
 def _covers(rule: dict, prefix: str) -> bool:
     "Does `rule` abort unfinished uploads for every key under `prefix`?"
     f = rule.get("Filter", {"Prefix": rule.get("Prefix", "")})
-    return (rule.get("Status") == "Enabled" and "AbortIncompleteMultipartUpload" in rule
-            and set(f) <= {"Prefix"} and prefix.startswith(f.get("Prefix", "")))
+    return (
+        rule.get("Status") == "Enabled"
+        and "AbortIncompleteMultipartUpload" in rule
+        and set(f) <= {"Prefix"}
+        and prefix.startswith(f.get("Prefix", ""))
+    )
+
 
 def ensure_abort_rule(session, bucket: str, prefix: str = "", days: int = ABORT_AFTER_DAYS) -> str:
-    "Add `abort_rule` to the bucket's lifecycle configuration, keeping the rules already there; nothing if one covers it."
+    """Add `abort_rule` to the bucket's lifecycle configuration, keeping the rules already there;
+    nothing if one covers it."""
     from botocore.exceptions import ClientError
+
     s3, want = aws_client(session, "s3"), abort_rule(prefix, days)
-    try: rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    try:
+        rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     except ClientError as e:
-        if e.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration": raise explain(e, f"read lifecycle of {bucket}") from None
+        if e.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration":
+            raise explain(e, f"read lifecycle of {bucket}") from None
         rules = []
     if have := next((r for r in rules if _covers(r, want["Filter"]["Prefix"])), None):
-        return f"bucket {bucket}: lifecycle rule {have.get('ID', '(no ID)')} already aborts unfinished uploads"
+        return (
+            f"bucket {bucket}: lifecycle rule {have.get('ID', '(no ID)')} already aborts "
+            "unfinished uploads"
+        )
     keep = [r for r in rules if r.get("ID") != want["ID"]]
-    aws_call(f"put lifecycle of {bucket}", s3.put_bucket_lifecycle_configuration, Bucket=bucket,
-             LifecycleConfiguration={"Rules": [*keep, want]})
-    return (f"bucket {bucket}: lifecycle rule {want['ID']} aborts uploads under {want['Filter']['Prefix'] or '/'} unfinished "
-            f"after {days} days" + (f" (kept its {len(keep)} other rules)" if keep else ""))
+    aws_call(
+        f"put lifecycle of {bucket}",
+        s3.put_bucket_lifecycle_configuration,
+        Bucket=bucket,
+        LifecycleConfiguration={"Rules": [*keep, want]},
+    )
+    return (
+        f"bucket {bucket}: lifecycle rule {want['ID']} aborts uploads under "
+        f"{want['Filter']['Prefix'] or '/'} unfinished "
+        f"after {days} days" + (f" (kept its {len(keep)} other rules)" if keep else "")
+    )
+
 
 # %% ../nbs/80_cloud.ipynb #03837ac6
 def ensure_roles(session, bucket: str, prefix: str, tags: dict) -> list[str]:
-    "Create the three roles (tagged, with their inline policies) and the EC2 instance profile, where missing."
+    """Create the three roles (tagged, with their inline policies) and the EC2 instance profile,
+    where missing."""
     iam, out = aws_client(session, "iam"), []
-    acct = aws_call("sts get-caller-identity", aws_client(session, "sts").get_caller_identity)["Account"]
+    acct = aws_call("sts get-caller-identity", aws_client(session, "sts").get_caller_identity)[
+        "Account"
+    ]
     for role, (name, _) in ROLES.items():
-        try: iam.get_role(RoleName=name)
+        try:
+            iam.get_role(RoleName=name)
         except iam.exceptions.NoSuchEntityException:
-            aws_call(f"create role {name}", iam.create_role, RoleName=name, AssumeRolePolicyDocument=json.dumps(trust_policy(role)),
-                     Description=f"{PROJECT} {role} jobs (qmind aws setup)", Tags=tag_list(tags))
+            aws_call(
+                f"create role {name}",
+                iam.create_role,
+                RoleName=name,
+                AssumeRolePolicyDocument=json.dumps(trust_policy(role)),
+                Description=f"{PROJECT} {role} jobs (qmind aws setup)",
+                Tags=tag_list(tags),
+            )
             out.append(f"created role {name}")
-        aws_call(f"put policy on {name}", iam.put_role_policy, RoleName=name, PolicyName=f"{PROJECT}-{role}",
-                 PolicyDocument=json.dumps(iam_policy(role, bucket, prefix, session.region_name, acct)))
+        aws_call(
+            f"put policy on {name}",
+            iam.put_role_policy,
+            RoleName=name,
+            PolicyName=f"{PROJECT}-{role}",
+            PolicyDocument=json.dumps(iam_policy(role, bucket, prefix, session.region_name, acct)),
+        )
     name = ROLES["job"][0]
-    try: iam.get_instance_profile(InstanceProfileName=name)
+    try:
+        iam.get_instance_profile(InstanceProfileName=name)
     except iam.exceptions.NoSuchEntityException:
-        aws_call(f"create instance profile {name}", iam.create_instance_profile, InstanceProfileName=name, Tags=tag_list(tags))
-        aws_call("add role to profile", iam.add_role_to_instance_profile, InstanceProfileName=name, RoleName=name)
+        aws_call(
+            f"create instance profile {name}",
+            iam.create_instance_profile,
+            InstanceProfileName=name,
+            Tags=tag_list(tags),
+        )
+        aws_call(
+            "add role to profile",
+            iam.add_role_to_instance_profile,
+            InstanceProfileName=name,
+            RoleName=name,
+        )
         out.append(f"created instance profile {name}")
-    return out + [f"policies of {', '.join(n for n, _ in ROLES.values())} set for s3://{bucket}/{prefix}"]
+    return out + [
+        f"policies of {', '.join(n for n, _ in ROLES.values())} set for s3://{bucket}/{prefix}"
+    ]
 
-def setup(session, store: str, owner: str | None = None, create_bucket: bool = False, dry_run: bool = False) -> list[str]:
-    "The one-time setup for a store `s3://bucket/prefix`: the bucket (tagged, aborting unfinished uploads), the roles, the instance profile."
+
+def setup(
+    session,
+    store: str,
+    owner: str | None = None,
+    create_bucket: bool = False,
+    dry_run: bool = False,
+) -> list[str]:
+    """The one-time setup for a store `s3://bucket/prefix`: the bucket (tagged, aborting unfinished
+    uploads), the roles, the instance profile."""
     bucket, prefix = split_s3(store.rstrip("/"))
     if dry_run:
-        return [f"would {'create' if create_bucket else 'check'} bucket {bucket} (tags owner, project; public access blocked)",
-                f"would add lifecycle rule {abort_rule(prefix)['ID']} (abort uploads unfinished after {ABORT_AFTER_DAYS} "
-                "days; other rules kept)",
-                *[f"would create role {n} (trusts {svc}) with policy {PROJECT}-{r}" for r, (n, svc) in ROLES.items()],
-                f"would create instance profile {ROLES['job'][0]}"]
+        return [
+            f"would {'create' if create_bucket else 'check'} bucket {bucket} (tags owner, "
+            "project; public access blocked)",
+            f"would add lifecycle rule {abort_rule(prefix)['ID']} (abort uploads "
+            f"unfinished after {ABORT_AFTER_DAYS} "
+            "days; other rules kept)",
+            *[
+                f"would create role {n} (trusts {svc}) with policy {PROJECT}-{r}"
+                for r, (n, svc) in ROLES.items()
+            ],
+            f"would create instance profile {ROLES['job'][0]}",
+        ]
     tags = job_tags(owner or default_owner(session))
-    return [ensure_bucket(session, bucket, tags, create_bucket), ensure_abort_rule(session, bucket, prefix),
-            *ensure_roles(session, bucket, prefix, tags)]
+    return [
+        ensure_bucket(session, bucket, tags, create_bucket),
+        ensure_abort_rule(session, bucket, prefix),
+        *ensure_roles(session, bucket, prefix, tags),
+    ]

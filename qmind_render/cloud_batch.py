@@ -17,203 +17,387 @@ from pathlib import Path
 
 from fastcore.basics import patch
 from . import cloud
-from .cloud import AwsBackend, CloudError, b64, check_bucket_region, default_owner, job_tags, split_s3, utc_stamp
+from qmind_render.cloud import (
+    AwsBackend,
+    CloudError,
+    b64,
+    check_bucket_region,
+    default_owner,
+    job_tags,
+    split_s3,
+    utc_stamp,
+)
 from .cloud_jobs import s3_exists
 from .util import pool_map
 
 # %% auto #0
-__all__ = ['ShardRange', 'plan_array', 'part_key', 'generate_part', 'commit_parts', 'BatchDataJobs', 'data_part_main',
-           'data_commit_main']
+__all__ = [
+    "ShardRange",
+    "plan_array",
+    "part_key",
+    "generate_part",
+    "commit_parts",
+    "BatchDataJobs",
+    "data_part_main",
+    "data_commit_main",
+]
+
 
 # %% ../nbs/83_cloud_batch.ipynb #e585f023
 @dataclass(frozen=True)
 class ShardRange:
-    "What array index `index` generates: episodes [seed_start, seed_start + episodes), shards from `first_shard`."
+    """What array index `index` generates: episodes [seed_start, seed_start + episodes), shards from
+    `first_shard`."""
+
     index: int
     seed_start: int
     episodes: int
     first_shard: int
     n_shards: int
 
+
 def plan_array(data: dict, per_index: int) -> list[ShardRange]:
-    "Split a config's `data` section into array indices of about `per_index` episodes (rounded up to whole shards)."
+    """Split a config's `data` section into array indices of about `per_index` episodes (rounded up
+    to whole shards)."""
     per_shard = max(1, int(data["shard_size"]) // int(data["frames_per_episode"]))
     step = max(1, -(-int(per_index) // per_shard)) * per_shard
     start, n = int(data["seed_start"]), int(data["episodes"])
-    if n <= 0: raise CloudError(f"data.episodes is {n}: nothing to generate")
-    return [ShardRange(i, start + a, min(step, n - a), a // per_shard, -(-min(step, n - a) // per_shard))
-            for i, a in enumerate(range(0, n, step))]
+    if n <= 0:
+        raise CloudError(f"data.episodes is {n}: nothing to generate")
+    return [
+        ShardRange(
+            i, start + a, min(step, n - a), a // per_shard, -(-min(step, n - a) // per_shard)
+        )
+        for i, a in enumerate(range(0, n, step))
+    ]
 
-def part_key(dataset: str, index: int) -> str: return f"datasets/{dataset}/parts/part-{index:05d}.json"
+
+def part_key(dataset: str, index: int) -> str:
+    return f"datasets/{dataset}/parts/part-{index:05d}.json"
+
 
 # %% ../nbs/83_cloud_batch.ipynb #b1151b63
 def _data_parts(store, dataset: str) -> list[dict]:
     keys = [k for k in store.list(f"datasets/{dataset}/parts") if k.endswith(".json")]
     return [json.loads(store.get_bytes(k)) for k in sorted(keys)]
 
-def generate_part(data: dict, index: int, per_index: int, workers: int | None = None, cache: Path | None = None) -> dict:
-    "Array index `index`: render its seed range into shards under the dataset prefix; write its part record."
+
+def generate_part(
+    data: dict, index: int, per_index: int, workers: int | None = None, cache: Path | None = None
+) -> dict:
+    """Array index `index`: render its seed range into shards under the dataset prefix; write its
+    part record."""
     import qmind_render.data as D
     import qmind_render.generate as G
     from qmind_render.config import DataConfig
     from qmind_render.grid import load_grid
+
     ranges = plan_array(data, per_index)
-    if not 0 <= index < len(ranges): raise CloudError(f"array index {index}: this plan has indices 0..{len(ranges) - 1}")
+    if not 0 <= index < len(ranges):
+        raise CloudError(f"array index {index}: this plan has indices 0..{len(ranges) - 1}")
     r, ds, store = ranges[index], data["dataset"], D.open_store(data["store"])
-    if store.exists(D.dataset_key(ds, "manifest.json")): raise D.DatasetExists(ds, "is already committed; datasets are immutable")
+    if store.exists(D.dataset_key(ds, "manifest.json")):
+        raise D.DatasetExists(ds, "is already committed; datasets are immutable")
     cfg = DataConfig(**data)
     gen, fp = G.generator_record(cfg, load_grid().shape)
-    if store.exists(part_key(ds, index)):                             # a retried index: done already, if by this plan
+    # a retried index: done already, if by this plan
+    if store.exists(part_key(ds, index)):
         rec = json.loads(store.get_bytes(part_key(ds, index)))
-        if rec["generator"] == gen and rec["parts"] == len(ranges): return rec
-        raise D.DatasetError(ds, f"part {index} was made by another plan or code version ({rec['generator']}); use a new dataset ID")
+        if rec["generator"] == gen and rec["parts"] == len(ranges):
+            return rec
+        raise D.DatasetError(
+            ds,
+            f"part {index} was made by another plan or code version ({rec['generator']}); "
+            "use a new dataset ID",
+        )
     staging = Path(cache or D.default_cache_dir()) / ds / f"part-{index:05d}"
     staging.mkdir(parents=True, exist_ok=True)
     sub = dataclasses.replace(cfg, seed_start=r.seed_start, episodes=r.episodes)
-    jobs = [dataclasses.replace(j, index=j.index + r.first_shard) for j in G.plan_shards(sub, staging, fp)]
+    jobs = [
+        dataclasses.replace(j, index=j.index + r.first_shard)
+        for j in G.plan_shards(sub, staging, fp)
+    ]
     infos = []
     for info in pool_map(G.make_shard, jobs, workers):
         store.put_file(staging / info.file, D.dataset_key(ds, info.file))
-        (staging / info.file).unlink(); (staging / f".{info.file}.json").unlink(missing_ok=True)
+        (staging / info.file).unlink()
+        (staging / f".{info.file}.json").unlink(missing_ok=True)
         infos.append(info)
-    rec = {"dataset": ds, "index": index, "parts": len(ranges), "seeds": [r.seed_start, r.seed_start + r.episodes],
-           "shards": [asdict(i) for i in sorted(infos, key=lambda i: i.file)], "generator": gen}
+    rec = {
+        "dataset": ds,
+        "index": index,
+        "parts": len(ranges),
+        "seeds": [r.seed_start, r.seed_start + r.episodes],
+        "shards": [asdict(i) for i in sorted(infos, key=lambda i: i.file)],
+        "generator": gen,
+    }
     store.put_bytes((json.dumps(rec, indent=1) + "\n").encode(), part_key(ds, index))
     return rec
 
+
 # %% ../nbs/83_cloud_batch.ipynb #52d17ebd
 def commit_parts(data: dict):
-    "The final step: check every array index's part, then write the manifest (idempotent when already committed)."
+    """The final step: check every array index's part, then write the manifest (idempotent when
+    already committed)."""
     import qmind_render.data as D
+
     ds, store = data["dataset"], D.open_store(data["store"])
     parts = _data_parts(store, ds)
-    if not parts: raise D.DatasetError(ds, f"no part records under {store.uri}/datasets/{ds}/parts/: did the array job run?")
+    if not parts:
+        raise D.DatasetError(
+            ds, f"no part records under {store.uri}/datasets/{ds}/parts/: did the array job run?"
+        )
     if len({json.dumps([p["parts"], p["generator"]], sort_keys=True) for p in parts}) > 1:
-        raise D.DatasetError(ds, "its parts come from different plans or code versions; use a new dataset ID")
+        raise D.DatasetError(
+            ds, "its parts come from different plans or code versions; use a new dataset ID"
+        )
     n = parts[0]["parts"]
     missing = sorted(set(range(n)) - {p["index"] for p in parts})
-    if missing: raise D.DatasetError(ds, f"array indices {missing} of {n} have not finished (no part record); rerun them, then commit")
+    if missing:
+        raise D.DatasetError(
+            ds,
+            f"array indices {missing} of {n} have not finished (no part record); rerun "
+            "them, then commit",
+        )
     spans = sorted(tuple(p["seeds"]) for p in parts)
-    if any(a[1] != b[0] for a, b in zip(spans, spans[1:])): raise D.DatasetError(ds, f"parts do not tile one seed range: {spans}")
+    if any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+        raise D.DatasetError(ds, f"parts do not tile one seed range: {spans}")
     shards = {i.index: i for i in (D.ShardInfo(**s) for p in parts for s in p["shards"])}
     for info in (shards[i] for i in sorted(shards)):
         key = D.dataset_key(ds, info.file)
         if not store.exists(key) or store.size(key) != info.bytes:
-            raise D.DatasetError(ds, f"missing from {store.uri} or not {info.bytes} bytes; rerun its array index", info.file)
+            raise D.DatasetError(
+                ds,
+                f"missing from {store.uri} or not {info.bytes} bytes; rerun its array index",
+                info.file,
+            )
     if store.exists(D.dataset_key(ds, "manifest.json")):
         m = D.read_manifest(store, ds)
-        if [asdict(s) for s in m.shards] == [asdict(shards[i]) for i in sorted(shards)]: return m
-        raise D.DatasetExists(ds, "already has a different manifest; datasets are immutable, use a new ID")
+        if [asdict(s) for s in m.shards] == [asdict(shards[i]) for i in sorted(shards)]:
+            return m
+        raise D.DatasetExists(
+            ds, "already has a different manifest; datasets are immutable, use a new ID"
+        )
     w = D.DatasetWriter(store, ds, D.load_spec(), D.Grid.of())
     w.shards = shards
     return w.commit((spans[0][0], spans[-1][1]), parts[0]["generator"])
 
+
 # %% ../nbs/83_cloud_batch.ipynb #2b92e7fc
 @dataclass
 class BatchDataJobs(AwsBackend):
-    "Dataset generation on AWS Batch: one array job over seed ranges, then a dependent job that commits the manifest."
-    queue: str                                   # an existing job queue (its compute environment decides the instances)
-    image: str | None = None                     # ECR URI of infra/Dockerfile's image
+    """Dataset generation on AWS Batch: one array job over seed ranges, then a dependent job that
+    commits the manifest."""
+
+    # an existing job queue (its compute environment decides the instances)
+    queue: str
+    image: str | None = None  # ECR URI of infra/Dockerfile's image
     job_definition: str = "qmind-render-data"
-    job_role_arn: str | None = None              # S3 access inside the container (`qmind aws setup`: qmind-render-data)
+    # S3 access inside the container (`qmind aws setup`: qmind-render-data)
+    job_role_arn: str | None = None
     vcpus: int = 4
     memory_mb: int = 8192
-    max_hours: float = 4.0                       # per index; Batch kills an attempt after this
+    max_hours: float = 4.0  # per index; Batch kills an attempt after this
     region: str | None = None
     owner: str | None = None
     session: object = field(default=None, repr=False)
 
     def environment(self, data: dict, per_index: int) -> list[dict]:
-        "What each container is told: the data section and the split, base64 JSON, and its worker count."
+        """What each container is told: the data section and the split, base64 JSON, and its worker
+        count."""
         job = b64(json.dumps({"data": data, "per_index": per_index}, sort_keys=True))
-        return [{"name": "QMIND_DATA_JOB", "value": job}, {"name": "QMIND_WORKERS", "value": str(self.vcpus)}]
+        return [
+            {"name": "QMIND_DATA_JOB", "value": job},
+            {"name": "QMIND_WORKERS", "value": str(self.vcpus)},
+        ]
 
     def plan(self, data: dict, per_index: int) -> dict:
-        "What `submit` would create (no AWS calls). Batch instances come from the queue, so there is no price here."
+        """What `submit` would create (no AWS calls). Batch instances come from the queue, so there
+        is no price here."""
         ranges = plan_array(data, per_index)
-        if not str(data.get("store", "")).startswith("s3://"): raise CloudError("data.store must be s3://bucket/prefix for Batch")
-        return {"backend": "batch", "dataset": data["dataset"], "store": data["store"], "queue": self.queue,
-                "indices": len(ranges), "episodes_per_index": ranges[0].episodes, "shards": sum(r.n_shards for r in ranges),
-                "vcpu_hours_at_most": round(len(ranges) * self.vcpus * self.max_hours, 1),
-                "creates": [{"resource": "job-definition", "name": self.job_definition, "image": self.image or "(--image)"},
-                            {"resource": "array-job", "size": len(ranges), "command": ["qmind", "aws", "data-part"]},
-                            {"resource": "job", "depends_on": "the array job", "command": ["qmind", "aws", "data-commit"]}]}
+        if not str(data.get("store", "")).startswith("s3://"):
+            raise CloudError("data.store must be s3://bucket/prefix for Batch")
+        return {
+            "backend": "batch",
+            "dataset": data["dataset"],
+            "store": data["store"],
+            "queue": self.queue,
+            "indices": len(ranges),
+            "episodes_per_index": ranges[0].episodes,
+            "shards": sum(r.n_shards for r in ranges),
+            "vcpu_hours_at_most": round(len(ranges) * self.vcpus * self.max_hours, 1),
+            "creates": [
+                {
+                    "resource": "job-definition",
+                    "name": self.job_definition,
+                    "image": self.image or "(--image)",
+                },
+                {
+                    "resource": "array-job",
+                    "size": len(ranges),
+                    "command": ["qmind", "aws", "data-part"],
+                },
+                {
+                    "resource": "job",
+                    "depends_on": "the array job",
+                    "command": ["qmind", "aws", "data-commit"],
+                },
+            ],
+        }
+
 
 # %% ../nbs/83_cloud_batch.ipynb #f396ec3e
 @patch
 def register(self: BatchDataJobs, tags: dict) -> str:
     "Register (a new revision of) the job definition; return its ARN."
-    props = {"image": self.image, "command": ["qmind", "aws", "data-part"],
-             "resourceRequirements": [{"type": "VCPU", "value": str(self.vcpus)}, {"type": "MEMORY", "value": str(self.memory_mb)}]}
-    if self.job_role_arn: props["jobRoleArn"] = self.job_role_arn
-    r = cloud.aws_call("register job definition", cloud.aws_client(self.get_session(), "batch").register_job_definition,
-                 jobDefinitionName=self.job_definition, type="container", containerProperties=props,
-                 timeout={"attemptDurationSeconds": int(self.max_hours * 3600)}, retryStrategy={"attempts": 2},
-                 tags=tags, propagateTags=True)
+    props = {
+        "image": self.image,
+        "command": ["qmind", "aws", "data-part"],
+        "resourceRequirements": [
+            {"type": "VCPU", "value": str(self.vcpus)},
+            {"type": "MEMORY", "value": str(self.memory_mb)},
+        ],
+    }
+    if self.job_role_arn:
+        props["jobRoleArn"] = self.job_role_arn
+    r = cloud.aws_call(
+        "register job definition",
+        cloud.aws_client(self.get_session(), "batch").register_job_definition,
+        jobDefinitionName=self.job_definition,
+        type="container",
+        containerProperties=props,
+        timeout={"attemptDurationSeconds": int(self.max_hours * 3600)},
+        retryStrategy={"attempts": 2},
+        tags=tags,
+        propagateTags=True,
+    )
     return r["jobDefinitionArn"]
+
 
 @patch
 def submit(self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = False) -> dict:  # noqa: F811 (patched per backend)
     "Submit the array job and the commit job (or, with `dry_run`, return the plan)."
     plan = self.plan(data, per_index)
-    if dry_run: return {**plan, "dry_run": True}
-    if not self.image: raise CloudError("a Batch job needs --image (the ECR URI of infra/Dockerfile's image)")
+    if dry_run:
+        return {**plan, "dry_run": True}
+    if not self.image:
+        raise CloudError("a Batch job needs --image (the ECR URI of infra/Dockerfile's image)")
     s = self.get_session()
     check_bucket_region(s, data["store"])
     bucket, key = split_s3(f"{data['store'].rstrip('/')}/datasets/{data['dataset']}/manifest.json")
     if s3_exists(cloud.aws_client(s, "s3"), bucket, key):
-        raise CloudError(f"dataset {data['dataset']} is already committed in {data['store']}; datasets are immutable, use a new ID")
+        raise CloudError(
+            f"dataset {data['dataset']} is already committed in {data['store']}; datasets "
+            "are immutable, use a new ID"
+        )
     tags = job_tags(self.owner or default_owner(s), dataset=data["dataset"])
-    arn, batch, env = self.register(tags), cloud.aws_client(s, "batch"), self.environment(data, per_index)
+    arn, batch, env = (
+        self.register(tags),
+        cloud.aws_client(s, "batch"),
+        self.environment(data, per_index),
+    )
     name = re.sub(r"[^A-Za-z0-9_-]", "-", f"qmind-data-{data['dataset']}")[:100]
     common = dict(jobQueue=self.queue, jobDefinition=arn, tags=tags, propagateTags=True)
     array = {"arrayProperties": {"size": plan["indices"]}} if plan["indices"] > 1 else {}
-    a = cloud.aws_call("submit array job", batch.submit_job, jobName=name, containerOverrides={"environment": env}, **array, **common)
+    a = cloud.aws_call(
+        "submit array job",
+        batch.submit_job,
+        jobName=name,
+        containerOverrides={"environment": env},
+        **array,
+        **common,
+    )
     try:
-        c = cloud.aws_call("submit commit job", batch.submit_job, jobName=f"{name}-commit", dependsOn=[{"jobId": a["jobId"]}],
-                     containerOverrides={"environment": env, "command": ["qmind", "aws", "data-commit"]}, **common)
+        c = cloud.aws_call(
+            "submit commit job",
+            batch.submit_job,
+            jobName=f"{name}-commit",
+            dependsOn=[{"jobId": a["jobId"]}],
+            containerOverrides={"environment": env, "command": ["qmind", "aws", "data-commit"]},
+            **common,
+        )
     except CloudError:
         batch.terminate_job(jobId=a["jobId"], reason="qmind: the commit job could not be submitted")
         raise
-    return {**plan, "region": s.region_name, "tags": tags, "job_definition_arn": arn, "array_job_id": a["jobId"],
-            "commit_job_id": c["jobId"], "submitted": utc_stamp()}
+    return {
+        **plan,
+        "region": s.region_name,
+        "tags": tags,
+        "job_definition_arn": arn,
+        "array_job_id": a["jobId"],
+        "commit_job_id": c["jobId"],
+        "submitted": utc_stamp(),
+    }
+
 
 @patch
 def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per backend)
     "queued | running | done (the manifest is committed) | failed."
     batch = cloud.aws_client(self.get_session(record.get("region")), "batch")
-    jobs = {j["jobId"]: j for j in cloud.aws_call("describe jobs", batch.describe_jobs, jobs=[record["array_job_id"], record["commit_job_id"]])["jobs"]}
+    jobs = {
+        j["jobId"]: j
+        for j in cloud.aws_call(
+            "describe jobs",
+            batch.describe_jobs,
+            jobs=[record["array_job_id"], record["commit_job_id"]],
+        )["jobs"]
+    }
     a, c = jobs[record["array_job_id"]]["status"], jobs[record["commit_job_id"]]["status"]
-    if "FAILED" in (a, c): return "failed"
-    if c == "SUCCEEDED": return "done"
-    return "running" if "RUNNING" in (a, c) or "STARTING" in (a, c) or a == "SUCCEEDED" else "queued"
+    if "FAILED" in (a, c):
+        return "failed"
+    if c == "SUCCEEDED":
+        return "done"
+    return (
+        "running" if "RUNNING" in (a, c) or "STARTING" in (a, c) or a == "SUCCEEDED" else "queued"
+    )
+
 
 @patch
 def cancel(self: BatchDataJobs, record: dict) -> None:  # noqa: F811 (patched per backend)
     "Terminate the array job (every index) and the commit job."
     batch = cloud.aws_client(self.get_session(record.get("region")), "batch")
     for j in (record["commit_job_id"], record["array_job_id"]):
-        cloud.aws_call(f"terminate {j}", batch.terminate_job, jobId=j, reason="cancelled with qmind aws")
+        cloud.aws_call(
+            f"terminate {j}", batch.terminate_job, jobId=j, reason="cancelled with qmind aws"
+        )
+
 
 # %% ../nbs/83_cloud_batch.ipynb #e52648fc
 def _data_job_env() -> tuple[dict, int]:
-    try: job = json.loads(base64.b64decode(os.environ["QMIND_DATA_JOB"]))
-    except (KeyError, ValueError): raise CloudError("QMIND_DATA_JOB is missing or not base64 JSON (set by `qmind aws data`)") from None
+    try:
+        job = json.loads(base64.b64decode(os.environ["QMIND_DATA_JOB"]))
+    except (KeyError, ValueError):
+        raise CloudError(
+            "QMIND_DATA_JOB is missing or not base64 JSON (set by `qmind aws data`)"
+        ) from None
     return job["data"], int(job["per_index"])
 
+
 def data_part_main(argv: list[str]) -> int:
-    "`qmind aws data-part`: one array index (AWS_BATCH_JOB_ARRAY_INDEX; 0 when the array has one index)."
+    """`qmind aws data-part`: one array index (AWS_BATCH_JOB_ARRAY_INDEX; 0 when the array has one
+    index)."""
     data, per_index = _data_job_env()
     index = int(os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0"))
-    rec = generate_part(data, index, per_index, workers=int(os.environ.get("QMIND_WORKERS", "0")) or None)
-    print(f"{data['dataset']}: part {index} of {rec['parts']}: seeds {rec['seeds']}, {len(rec['shards'])} shards")
+    rec = generate_part(
+        data, index, per_index, workers=int(os.environ.get("QMIND_WORKERS", "0")) or None
+    )
+    print(
+        f"{data['dataset']}: part {index} of {rec['parts']}: seeds {rec['seeds']}, "
+        f"{len(rec['shards'])} shards"
+    )
     return 0
 
+
 def data_commit_main(argv: list[str]) -> int:
-    "`qmind aws data-commit [--store S3 --dataset ID]`: write the manifest once every index has finished."
+    """`qmind aws data-commit [--store S3 --dataset ID]`: write the manifest once every index has
+    finished."""
     import argparse
-    p = argparse.ArgumentParser(prog="qmind aws data-commit", description="Commit a dataset made by a Batch array job.")
-    p.add_argument("--store"); p.add_argument("--dataset")
+
+    p = argparse.ArgumentParser(
+        prog="qmind aws data-commit", description="Commit a dataset made by a Batch array job."
+    )
+    p.add_argument("--store")
+    p.add_argument("--dataset")
     a = p.parse_args(argv)
     data = {"store": a.store, "dataset": a.dataset} if a.store and a.dataset else _data_job_env()[0]
     m = commit_parts(data)

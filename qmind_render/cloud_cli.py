@@ -1,4 +1,4 @@
-"""`qmind aws`: launch, status, cancel, ls, budget, cost review, cleanup, quotas, setup and data.
+"""`qmind aws`: launch, status, cancel, ls, budget, cost review, cleanup, quotas, setup, data.
 
 Docs: https://qmind.github.io/qmind-render/cloud_cli.html.md"""
 
@@ -12,149 +12,331 @@ import json
 from pathlib import Path
 
 from . import cloud
-from .cloud import CloudError, MARKETS, PROJECT, ROLES, RunSpec, all_pages, iam_policy, load_menu, setup, split_s3, table
-from .cloud_guard import budget_status, cleanup, cost_review, ensure_budget, parse_age, quota_report, request_increase, vcpus_needed
-from .cloud_jobs import EC2Backend, SageMakerBackend, sagemaker_train_main, watchdog_main
+from qmind_render.cloud import (
+    CloudError,
+    MARKETS,
+    PROJECT,
+    ROLES,
+    RunSpec,
+    all_pages,
+    iam_policy,
+    load_menu,
+    setup,
+    split_s3,
+    table,
+)
+from qmind_render.cloud_guard import (
+    budget_status,
+    cleanup,
+    cost_review,
+    ensure_budget,
+    parse_age,
+    quota_report,
+    request_increase,
+    vcpus_needed,
+)
+from qmind_render.cloud_jobs import (
+    EC2Backend,
+    SageMakerBackend,
+    sagemaker_train_main,
+    watchdog_main,
+)
 from .cloud_batch import BatchDataJobs, data_commit_main, data_part_main
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['live_resources', 'render_plan', 'read_job', 'backend_for', 'aws_main']
+__all__ = ["live_resources", "render_plan", "read_job", "backend_for", "aws_main"]
+
 
 # %% ../nbs/84_cloud_cli.ipynb #a77a2aac
 def live_resources(session, now: dt.datetime | None = None) -> list[dict]:
-    "Project instances (not terminated) and in-progress SageMaker jobs, with owner, $/h and cost so far."
+    """Project instances (not terminated) and in-progress SageMaker jobs, with owner, $/h and cost
+    so far."""
     now, menu, out = now or dt.datetime.now(dt.timezone.utc), load_menu(), []
     ec2 = cloud.aws_client(session, "ec2")
-    res = all_pages(ec2, "describe_instances", "Reservations", Filters=[{"Name": "tag:project", "Values": [PROJECT]},
-                 {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
+    res = all_pages(
+        ec2,
+        "describe_instances",
+        "Reservations",
+        Filters=[
+            {"Name": "tag:project", "Values": [PROJECT]},
+            {
+                "Name": "instance-state-name",
+                "Values": ["pending", "running", "stopping", "stopped"],
+            },
+        ],
+    )
     for i in (i for r in res for i in r["Instances"]):
         t, tags = menu.get(i["InstanceType"]), {x["Key"]: x["Value"] for x in i.get("Tags", [])}
         hours = (now - i["LaunchTime"]).total_seconds() / 3600
-        usd_h = t.usd_per_hour("spot" if i.get("InstanceLifecycle") == "spot" else "on-demand") if t else None
-        out.append({"what": "instance", "id": i["InstanceId"], "type": i["InstanceType"], "state": i["State"]["Name"],
-                    "owner": tags.get("owner", "?"), "run": tags.get("run", ""), "hours": round(hours, 1), "usd_per_hour": usd_h,
-                    "usd_so_far": round(hours * usd_h, 2) if usd_h and i["State"]["Name"] != "stopped" else None})
+        usd_h = (
+            t.usd_per_hour("spot" if i.get("InstanceLifecycle") == "spot" else "on-demand")
+            if t
+            else None
+        )
+        out.append(
+            {
+                "what": "instance",
+                "id": i["InstanceId"],
+                "type": i["InstanceType"],
+                "state": i["State"]["Name"],
+                "owner": tags.get("owner", "?"),
+                "run": tags.get("run", ""),
+                "hours": round(hours, 1),
+                "usd_per_hour": usd_h,
+                "usd_so_far": round(hours * usd_h, 2)
+                if usd_h and i["State"]["Name"] != "stopped"
+                else None,
+            }
+        )
     sm = cloud.aws_client(session, "sagemaker")
-    for j in cloud.aws_call("list training jobs", sm.list_training_jobs, StatusEquals="InProgress", MaxResults=100)["TrainingJobSummaries"]:
-        out.append({"what": "training-job", "id": j["TrainingJobName"], "state": j["TrainingJobStatus"],
-                    "hours": round((now - j["CreationTime"]).total_seconds() / 3600, 1)})
+    for j in cloud.aws_call(
+        "list training jobs", sm.list_training_jobs, StatusEquals="InProgress", MaxResults=100
+    )["TrainingJobSummaries"]:
+        out.append(
+            {
+                "what": "training-job",
+                "id": j["TrainingJobName"],
+                "state": j["TrainingJobStatus"],
+                "hours": round((now - j["CreationTime"]).total_seconds() / 3600, 1),
+            }
+        )
     return out
 
 
 # %% ../nbs/84_cloud_cli.ipynb #d565a701
 def render_plan(plan: dict) -> str:
     "A launch plan (or job record) as a few readable lines."
-    lines = ["DRY RUN: nothing created, no AWS call made." if plan.get("dry_run") else "LAUNCHED",
-             f"run {plan['run']} on {plan['backend']} in {plan['region']}"]
+    lines = [
+        "DRY RUN: nothing created, no AWS call made." if plan.get("dry_run") else "LAUNCHED",
+        f"run {plan['run']} on {plan['backend']} in {plan['region']}",
+    ]
     for c in plan["creates"]:
-        lines.append(f"  {'would create' if plan.get('dry_run') else 'created':<13} " + c["resource"] + " "
-                     + " ".join(f"{k}={v}" for k, v in c.items() if k != "resource"))
+        lines.append(
+            f"  {'would create' if plan.get('dry_run') else 'created':<13} "
+            + c["resource"]
+            + " "
+            + " ".join(f"{k}={v}" for k, v in c.items() if k != "resource")
+        )
     lines.append(f"  {'tags':<13} " + " ".join(f"{k}={v}" for k, v in plan["tags"].items()))
     cap_h = plan.get("cap_usd_per_hour", plan["usd_per_hour"])
-    cost = f"${cap_h:g}/h × {plan['max_hours']:g} h = ${plan['max_usd']:,.2f} at most, what the budget guard charges"
-    if plan["usd_per_hour"] != cap_h: cost += f" (spot about ${plan['usd_per_hour']:g}/h)"
-    if plan.get("planner_usd") is not None: cost += f"; the planner estimates ${plan['planner_usd']:,.2f}"
+    cost = (
+        f"${cap_h:g}/h × {plan['max_hours']:g} h = ${plan['max_usd']:,.2f} at most, what the "
+        "budget guard charges"
+    )
+    if plan["usd_per_hour"] != cap_h:
+        cost += f" (spot about ${plan['usd_per_hour']:g}/h)"
+    if plan.get("planner_usd") is not None:
+        cost += f"; the planner estimates ${plan['planner_usd']:,.2f}"
     lines.append(f"  {'cost':<13} {cost}")
     lines.append(f"  {'run dir':<13} {plan['run_uri']}")
     for k in ("instance_id", "training_job"):
-        if plan.get(k): lines.append(f"  {k:<13} {plan[k]}")
+        if plan.get(k):
+            lines.append(f"  {k:<13} {plan[k]}")
     return "\n".join(lines)
+
 
 # %% ../nbs/84_cloud_cli.ipynb #79651276
 def _launch_args(p) -> None:
-    p.add_argument("config", nargs="?", help="YAML path or name under sweeps/exp/ (default: embedded defaults)")
-    p.add_argument("overrides", nargs="*", help="key=value, e.g. data.store=s3://bucket/prefix seed=2")
-    p.add_argument("--dry-run", action="store_true", help="print what would be created and its cost; call no AWS API")
-    p.add_argument("--region", default=None); p.add_argument("--owner", default=None, help="owner tag (default: $QMIND_OWNER or your STS name)")
+    p.add_argument(
+        "config", nargs="?", help="YAML path or name under sweeps/exp/ (default: embedded defaults)"
+    )
+    p.add_argument(
+        "overrides", nargs="*", help="key=value, e.g. data.store=s3://bucket/prefix seed=2"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be created and its cost; call no AWS API",
+    )
+    p.add_argument("--region", default=None)
+    p.add_argument(
+        "--owner", default=None, help="owner tag (default: $QMIND_OWNER or your STS name)"
+    )
+
 
 def _age_arg(s: str) -> dt.timedelta:
     import argparse
-    try: return parse_age(s)
-    except CloudError as e: raise argparse.ArgumentTypeError(str(e)) from None
+
+    try:
+        return parse_age(s)
+    except CloudError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
 
 def _parser():
     import argparse
-    p = argparse.ArgumentParser(prog="qmind aws", description="AWS jobs with guard rails: launch, watch, budget, clean up.")
+
+    p = argparse.ArgumentParser(
+        prog="qmind aws", description="AWS jobs with guard rails: launch, watch, budget, clean up."
+    )
     sub = p.add_subparsers(dest="cmd", metavar="ACTION", required=True)
     la = sub.add_parser("launch", help="run one config as a cloud job (EC2 or SageMaker)")
     _launch_args(la)
     la.add_argument("--backend", choices=["ec2", "sagemaker"], default="ec2")
-    la.add_argument("--instance", default=None, help="from qmind_render/assets/instances.yaml (default g6.xlarge / ml.g5.xlarge)")
-    la.add_argument("--market", choices=MARKETS, default="spot"); la.add_argument("--max-hours", type=float, default=24.0)
+    la.add_argument(
+        "--instance",
+        default=None,
+        help="from qmind_render/assets/instances.yaml (default g6.xlarge / ml.g5.xlarge)",
+    )
+    la.add_argument("--market", choices=MARKETS, default="spot")
+    la.add_argument("--max-hours", type=float, default=24.0)
     la.add_argument("--name", default=None, help="run name (default: <config name>-s<seed>)")
-    la.add_argument("--estimate", type=float, default=None, help="the cost planner's estimate in USD (default: price × max hours)")
+    la.add_argument(
+        "--estimate",
+        type=float,
+        default=None,
+        help="the cost planner's estimate in USD (default: price × max hours)",
+    )
     la.add_argument("--notebook", default="nbs/experiments/train.ipynb")
-    la.add_argument("--image-id", default=None, help="EC2: AMI (default: the Deep Learning Base AMI from SSM)")
+    la.add_argument(
+        "--image-id", default=None, help="EC2: AMI (default: the Deep Learning Base AMI from SSM)"
+    )
     la.add_argument("--image", default=None, help="SageMaker: ECR URI of infra/Dockerfile's image")
     la.add_argument("--role-arn", default=None, help="SageMaker: execution role ARN")
-    la.add_argument("--subnet", default=None); la.add_argument("--allow-dirty", action="store_true")
+    la.add_argument("--subnet", default=None)
+    la.add_argument("--allow-dirty", action="store_true")
     for name, hlp in (("status", "state of launched jobs"), ("cancel", "stop launched jobs")):
         s = sub.add_parser(name, help=hlp)
-        s.add_argument("jobs", nargs="+", help="job records: runs/<run>/job.json, a run dir, or a run name")
-    sub.add_parser("ls", help="project instances and training jobs alive now, with cost so far").add_argument("--region")
+        s.add_argument(
+            "jobs", nargs="+", help="job records: runs/<run>/job.json, a run dir, or a run name"
+        )
+    sub.add_parser(
+        "ls", help="project instances and training jobs alive now, with cost so far"
+    ).add_argument("--region")
     b = sub.add_parser("budget", help="show the budget (or --create it with 25/50/80%% alerts)")
-    b.add_argument("--create", action="store_true"); b.add_argument("--limit", type=float, default=5000.0)
-    b.add_argument("--email", action="append", default=[]); b.add_argument("--name", default=PROJECT)
-    b.add_argument("--owner"); b.add_argument("--dry-run", action="store_true"); b.add_argument("--region")
+    b.add_argument("--create", action="store_true")
+    b.add_argument("--limit", type=float, default=5000.0)
+    b.add_argument("--email", action="append", default=[])
+    b.add_argument("--name", default=PROJECT)
+    b.add_argument("--owner")
+    b.add_argument("--dry-run", action="store_true")
+    b.add_argument("--region")
     c = sub.add_parser("cost-review", help="spend per owner tag over the last days (Cost Explorer)")
-    c.add_argument("--days", type=int, default=7); c.add_argument("--tag", default="owner"); c.add_argument("--region")
-    k = sub.add_parser("cleanup", help="the project's stopped instances, loose volumes and snapshots, unfinished uploads; "
-                                       "--confirm deletes them")
-    k.add_argument("--older-than", type=_age_arg, default="24h", metavar="AGE",
-                   help="leave what is younger, e.g. 2h, 30m, 3d; 0 for any age (default 24h)")
-    k.add_argument("--store", action="append", default=None, help="s3://bucket/prefix to look for unfinished uploads in "
-                   "(repeatable; default: the buckets tagged project=qmind-render)")
-    k.add_argument("--confirm", action="store_true", help="do it: terminate, delete and abort what the dry run lists")
+    c.add_argument("--days", type=int, default=7)
+    c.add_argument("--tag", default="owner")
+    c.add_argument("--region")
+    k = sub.add_parser(
+        "cleanup",
+        help="the project's stopped instances, loose volumes and snapshots, unfinished uploads; "
+        "--confirm deletes them",
+    )
+    k.add_argument(
+        "--older-than",
+        type=_age_arg,
+        default="24h",
+        metavar="AGE",
+        help="leave what is younger, e.g. 2h, 30m, 3d; 0 for any age (default 24h)",
+    )
+    k.add_argument(
+        "--store",
+        action="append",
+        default=None,
+        help="s3://bucket/prefix to look for unfinished uploads in "
+        "(repeatable; default: the buckets tagged project=qmind-render)",
+    )
+    k.add_argument(
+        "--confirm",
+        action="store_true",
+        help="do it: terminate, delete and abort what the dry run lists",
+    )
     k.add_argument("--region")
-    q = sub.add_parser("quota", help="vCPU quotas a sweep needs (G/VT, P; on-demand, spot); --request an increase")
-    q.add_argument("--instance", default="g6.xlarge"); q.add_argument("--count", type=int, default=1)
-    q.add_argument("--market", choices=MARKETS, default="spot"); q.add_argument("--request", action="store_true")
-    q.add_argument("--dry-run", action="store_true"); q.add_argument("--region")
-    su = sub.add_parser("setup", help="one-time: tagged bucket, least-privilege roles, instance profile")
-    su.add_argument("store", help="s3://bucket/prefix"); su.add_argument("--create-bucket", action="store_true")
-    su.add_argument("--owner"); su.add_argument("--dry-run", action="store_true"); su.add_argument("--region")
-    d = sub.add_parser("data", help="generate a dataset as a Batch array job over seed ranges, then commit it")
+    q = sub.add_parser(
+        "quota", help="vCPU quotas a sweep needs (G/VT, P; on-demand, spot); --request an increase"
+    )
+    q.add_argument("--instance", default="g6.xlarge")
+    q.add_argument("--count", type=int, default=1)
+    q.add_argument("--market", choices=MARKETS, default="spot")
+    q.add_argument("--request", action="store_true")
+    q.add_argument("--dry-run", action="store_true")
+    q.add_argument("--region")
+    su = sub.add_parser(
+        "setup", help="one-time: tagged bucket, least-privilege roles, instance profile"
+    )
+    su.add_argument("store", help="s3://bucket/prefix")
+    su.add_argument("--create-bucket", action="store_true")
+    su.add_argument("--owner")
+    su.add_argument("--dry-run", action="store_true")
+    su.add_argument("--region")
+    d = sub.add_parser(
+        "data", help="generate a dataset as a Batch array job over seed ranges, then commit it"
+    )
     _launch_args(d)
-    d.add_argument("--queue", required=True); d.add_argument("--image", default=None)
-    d.add_argument("--per-index", type=int, default=500, help="episodes per array index (rounded up to whole shards)")
-    d.add_argument("--vcpus", type=int, default=4); d.add_argument("--job-role-arn", default=None)
+    d.add_argument("--queue", required=True)
+    d.add_argument("--image", default=None)
+    d.add_argument(
+        "--per-index",
+        type=int,
+        default=500,
+        help="episodes per array index (rounded up to whole shards)",
+    )
+    d.add_argument("--vcpus", type=int, default=4)
+    d.add_argument("--job-role-arn", default=None)
     ip = sub.add_parser("iam-policy", help="print a role's least-privilege policy for a store")
-    ip.add_argument("store"); ip.add_argument("--role", choices=list(ROLES), default="job")
-    for name, hlp in (("watchdog", "on an instance: spot notice and idle-GPU watchdog"),
-                      ("data-part", "in a Batch container: one array index"), ("data-commit", "commit a Batch-made dataset"),
-                      ("sagemaker-train", "in the SageMaker container: run the job")):
+    ip.add_argument("store")
+    ip.add_argument("--role", choices=list(ROLES), default="job")
+    for name, hlp in (
+        ("watchdog", "on an instance: spot notice and idle-GPU watchdog"),
+        ("data-part", "in a Batch container: one array index"),
+        ("data-commit", "commit a Batch-made dataset"),
+        ("sagemaker-train", "in the SageMaker container: run the job"),
+    ):
         sub.add_parser(name, help=hlp, add_help=False)
     return p
+
 
 # %% ../nbs/84_cloud_cli.ipynb #1e723ffb
 def _config(a) -> dict:
     from qmind_render.config import config_from_args, config_to_dict
+
     return config_to_dict(config_from_args(a))
+
 
 def read_job(ref: str) -> dict:
     "A job record from a path to job.json, a run dir, or a run name (runs/<name>/job.json)."
     p = Path(ref)
     for cand in (p, p / "job.json", Path("runs") / ref / "job.json"):
-        if cand.is_file(): return json.loads(cand.read_text())
-    raise CloudError(f"no job record at {ref} (looked for {ref}, {ref}/job.json, runs/{ref}/job.json)")
+        if cand.is_file():
+            return json.loads(cand.read_text())
+    raise CloudError(
+        f"no job record at {ref} (looked for {ref}, {ref}/job.json, runs/{ref}/job.json)"
+    )
+
 
 def backend_for(job: dict):
     "The backend that can read `job`'s status."
     kinds = {"ec2": EC2Backend, "sagemaker": SageMakerBackend}
-    if job.get("backend") == "batch": return BatchDataJobs(queue="", region=job.get("region"))
-    if job.get("backend") not in kinds: raise CloudError(f"job record has unknown backend {job.get('backend')!r}")
+    if job.get("backend") == "batch":
+        return BatchDataJobs(queue="", region=job.get("region"))
+    if job.get("backend") not in kinds:
+        raise CloudError(f"job record has unknown backend {job.get('backend')!r}")
     return kinds[job["backend"]](region=job.get("region"), budget=None)
+
 
 def _launch(a) -> int:
     cfg = _config(a)
     run = RunSpec(a.name or f"{cfg['name']}-s{cfg['seed']}", cfg, a.notebook, a.estimate)
     if a.backend == "ec2":
-        be = EC2Backend(a.instance or "g6.xlarge", a.market, a.max_hours, a.region, a.owner, image_id=a.image_id,
-                        subnet_id=a.subnet, allow_dirty=a.allow_dirty)
+        be = EC2Backend(
+            a.instance or "g6.xlarge",
+            a.market,
+            a.max_hours,
+            a.region,
+            a.owner,
+            image_id=a.image_id,
+            subnet_id=a.subnet,
+            allow_dirty=a.allow_dirty,
+        )
     else:
-        be = SageMakerBackend(a.instance or "ml.g5.xlarge", a.market == "spot", a.max_hours, image=a.image,
-                              role_arn=a.role_arn, region=a.region, owner=a.owner)
+        be = SageMakerBackend(
+            a.instance or "ml.g5.xlarge",
+            a.market == "spot",
+            a.max_hours,
+            image=a.image,
+            role_arn=a.role_arn,
+            region=a.region,
+            owner=a.owner,
+        )
     job = be.submit(run, dry_run=a.dry_run)
     print(render_plan(job))
     if not a.dry_run:
@@ -163,9 +345,12 @@ def _launch(a) -> int:
         print(f"  {'record':<13} {out}")
     return 0
 
+
 def _data(a) -> int:
     data = _config(a)["data"]
-    bj = BatchDataJobs(a.queue, a.image, job_role_arn=a.job_role_arn, vcpus=a.vcpus, region=a.region, owner=a.owner)
+    bj = BatchDataJobs(
+        a.queue, a.image, job_role_arn=a.job_role_arn, vcpus=a.vcpus, region=a.region, owner=a.owner
+    )
     rec = bj.submit(data, a.per_index, dry_run=a.dry_run)
     print(json.dumps(rec, indent=1))
     if not a.dry_run:
@@ -173,51 +358,86 @@ def _data(a) -> int:
         atomic_write(out, json.dumps(rec, indent=1) + "\n")
     return 0
 
+
 # %% ../nbs/84_cloud_cli.ipynb #5dcb4dd9
 def _money(a) -> int:
     s = cloud.aws_session(a.region)
     if a.cmd == "budget":
-        st = ensure_budget(s, a.limit, a.email, a.owner, a.name, a.dry_run) if a.create else budget_status(s, a.name)
+        st = (
+            ensure_budget(s, a.limit, a.email, a.owner, a.name, a.dry_run)
+            if a.create
+            else budget_status(s, a.name)
+        )
         print(json.dumps(st, indent=1, default=str))
     elif a.cmd == "cost-review":
         rows = cost_review(s, a.days, a.tag)
         print(table([{a.tag: k, "usd": v} for k, v in rows]))
         print(f"total ${sum(v for _, v in rows):,.2f} over {a.days} days (before credits)")
-    elif a.cmd == "cleanup": print(cleanup(s, a.older_than, a.store, a.confirm))
+    elif a.cmd == "cleanup":
+        print(cleanup(s, a.older_than, a.store, a.confirm))
     elif a.cmd == "quota":
         need = vcpus_needed([(a.instance, a.count, a.market)])
         rows = quota_report(s, need)
-        print(table(rows, ["family", "market", "quota", "code", "limit", "in_use", "needed", "short"]))
+        print(
+            table(rows, ["family", "market", "quota", "code", "limit", "in_use", "needed", "short"])
+        )
         for r in rows:
             if r["short"] and a.request:
-                print(json.dumps(request_increase(s, r["family"], r["market"], int(r["limit"] + r["short"]), a.dry_run)))
-            elif r["short"]: print(f"short by {r['short']} vCPUs: rerun with --request to ask for {int(r['limit'] + r['short'])}")
-    elif a.cmd == "ls": print(table(live_resources(s)))
+                print(
+                    json.dumps(
+                        request_increase(
+                            s, r["family"], r["market"], int(r["limit"] + r["short"]), a.dry_run
+                        )
+                    )
+                )
+            elif r["short"]:
+                print(
+                    f"short by {r['short']} vCPUs: rerun with --request to ask for "
+                    f"{int(r['limit'] + r['short'])}"
+                )
+    elif a.cmd == "ls":
+        print(table(live_resources(s)))
     elif a.cmd == "setup":
-        for line in setup(s, a.store, a.owner, a.create_bucket, a.dry_run): print(line)
+        for line in setup(s, a.store, a.owner, a.create_bucket, a.dry_run):
+            print(line)
     return 0
 
-_PASSTHROUGH = {"watchdog": watchdog_main, "data-part": data_part_main, "data-commit": data_commit_main,
-                "sagemaker-train": sagemaker_train_main}
+
+_PASSTHROUGH = {
+    "watchdog": watchdog_main,
+    "data-part": data_part_main,
+    "data-commit": data_commit_main,
+    "sagemaker-train": sagemaker_train_main,
+}
+
 
 def aws_main(argv: list[str]) -> int:
     "`qmind aws launch|status|cancel|ls|budget|cost-review|cleanup|quota|setup|data|iam-policy ...`"
-    if argv and argv[0] in _PASSTHROUGH: return int(_PASSTHROUGH[argv[0]](argv[1:]) or 0)
+    if argv and argv[0] in _PASSTHROUGH:
+        return int(_PASSTHROUGH[argv[0]](argv[1:]) or 0)
     from qmind_render.cli import guarded
+
     a = _parser().parse_args(argv)
     return guarded(f"qmind aws {a.cmd}", lambda: _aws(a))
 
+
 def _aws(a) -> int:
-    if a.cmd == "launch": return _launch(a)
-    if a.cmd == "data": return _data(a)
+    if a.cmd == "launch":
+        return _launch(a)
+    if a.cmd == "data":
+        return _data(a)
     if a.cmd in ("status", "cancel"):
         for ref in a.jobs:
             job = read_job(ref)
             be = backend_for(job)
-            if a.cmd == "cancel": be.cancel(job); print(f"{job.get('run', job.get('dataset'))}: cancelled")
-            else: print(f"{job.get('run', job.get('dataset'))}: {be.status(job)}")
+            if a.cmd == "cancel":
+                be.cancel(job)
+                print(f"{job.get('run', job.get('dataset'))}: cancelled")
+            else:
+                print(f"{job.get('run', job.get('dataset'))}: {be.status(job)}")
         return 0
     if a.cmd == "iam-policy":
         b, pre = split_s3(a.store.rstrip("/"))
-        print(json.dumps(iam_policy(a.role, b, pre), indent=2)); return 0
+        print(json.dumps(iam_policy(a.role, b, pre), indent=2))
+        return 0
     return _money(a)

@@ -1,4 +1,4 @@
-"""The guard rails: the budget guard in front of every launch, budgets with alerts, the cost review, cleanup and quotas.
+"""The guard rails: the budget guard before every launch, budgets, cost review, cleanup, quotas.
 
 Docs: https://qmind.github.io/qmind-render/cloud_guard.html.md"""
 
@@ -12,148 +12,324 @@ import re
 from dataclasses import asdict, dataclass
 
 from . import cloud
-from .cloud import CloudError, MARKETS, PROJECT, RunSpec, all_pages, default_owner, explain, instance_type, job_tags, load_menu, split_s3, table, tag_list
+from qmind_render.cloud import (
+    CloudError,
+    MARKETS,
+    PROJECT,
+    RunSpec,
+    all_pages,
+    default_owner,
+    explain,
+    instance_type,
+    job_tags,
+    load_menu,
+    split_s3,
+    table,
+    tag_list,
+)
 
 # %% auto #0
-__all__ = ['ESTIMATE_TAG', 'CAP_TAG', 'THRESHOLDS', 'KEEP_TAGS', 'CLEANUP_AGE', 'QUOTAS', 'OverBudget', 'max_cost', 'check_cap',
-           'committed_usd', 'budget_status', 'BudgetGuard', 'check_sweep', 'budget_request', 'ensure_budget',
-           'cost_review_request', 'parse_cost_groups', 'cost_review', 'Orphan', 'keep_tag', 'parse_age', 'stopped_at',
-           'classify_orphans', 'project_stores', 'unfinished_uploads', 'find_orphans', 'delete_orphans', 'cleanup',
-           'vcpus_needed', 'quota_rows', 'in_use_vcpus', 'quota_report', 'request_increase']
+__all__ = [
+    "ESTIMATE_TAG",
+    "CAP_TAG",
+    "THRESHOLDS",
+    "KEEP_TAGS",
+    "CLEANUP_AGE",
+    "QUOTAS",
+    "OverBudget",
+    "max_cost",
+    "check_cap",
+    "committed_usd",
+    "budget_status",
+    "BudgetGuard",
+    "check_sweep",
+    "budget_request",
+    "ensure_budget",
+    "cost_review_request",
+    "parse_cost_groups",
+    "cost_review",
+    "Orphan",
+    "keep_tag",
+    "parse_age",
+    "stopped_at",
+    "classify_orphans",
+    "project_stores",
+    "unfinished_uploads",
+    "find_orphans",
+    "delete_orphans",
+    "cleanup",
+    "vcpus_needed",
+    "quota_rows",
+    "in_use_vcpus",
+    "quota_report",
+    "request_increase",
+]
+
 
 # %% ../nbs/81_cloud_guard.ipynb #9c8cab6c
 class OverBudget(CloudError):
-    "A launch or sweep whose worst case (its cap: price × max hours) exceeds what is left of the budget."
+    """A launch or sweep whose worst case (its cap: price × max hours) exceeds what is left of the
+    budget."""
+
 
 def max_cost(usd_per_hour: float, max_hours: float, instances: int = 1) -> float:
-    "A job's cap: the most it can be billed, the hourly price at most × the hours it may live × its instances."
+    """A job's cap: the most it can be billed, the hourly price at most × the hours it may live ×
+    its instances."""
     return round(usd_per_hour * max_hours * instances, 2)
 
-def check_cap(cap_usd: float, status: dict, what: str, estimate_usd: float | None = None, basis: str = "") -> dict:
-    "Refuse `what` when its cap `cap_usd` exceeds `status['left_usd']` (a `budget_status`-shaped dict)."
+
+def check_cap(
+    cap_usd: float, status: dict, what: str, estimate_usd: float | None = None, basis: str = ""
+) -> dict:
+    """Refuse `what` when its cap `cap_usd` exceeds `status['left_usd']` (a `budget_status`-shaped
+    dict)."""
     if cap_usd > status["left_usd"]:
-        est = (f"; the planner estimates ${estimate_usd:,.2f}, but a job that runs long is billed up to its cap"
-               if estimate_usd is not None else "")
+        est = (
+            f"; the planner estimates ${estimate_usd:,.2f}, but a job that runs long is "
+            "billed up to its cap"
+            if estimate_usd is not None
+            else ""
+        )
         raise OverBudget(
-            f"refusing {what}: it may cost up to ${cap_usd:,.2f}{f' ({basis})' if basis else ''}{est}. That exceeds what "
-            f"is left of budget {status['budget']!r}: ${status['left_usd']:,.2f} (limit ${status['limit_usd']:,.2f}, spent "
-            f"${status['spent_usd']:,.2f}, live jobs up to ${status['committed_usd']:,.2f}, reserve "
-            f"${status.get('reserve_usd', 0):,.2f}). Lower --max-hours, pick a cheaper instance (`qmind cost`), "
-            "or raise the budget.")
+            f"refusing {what}: it may cost up to "
+            f"${cap_usd:,.2f}{f' ({basis})' if basis else ''}{est}. That exceeds what "
+            f"is left of budget {status['budget']!r}: ${status['left_usd']:,.2f} (limit "
+            f"${status['limit_usd']:,.2f}, spent "
+            f"${status['spent_usd']:,.2f}, live jobs up to "
+            f"${status['committed_usd']:,.2f}, reserve "
+            f"${status.get('reserve_usd', 0):,.2f}). Lower --max-hours, pick a cheaper "
+            "instance (`qmind cost`), "
+            "or raise the budget."
+        )
     return status
+
 
 # %% ../nbs/81_cloud_guard.ipynb #678f1da1
 ESTIMATE_TAG, CAP_TAG = "qmind:estimate-usd", "qmind:max-usd"
 
-def _tags(res: dict) -> dict: return {t["Key"]: t["Value"] for t in res.get("Tags", [])}
+
+def _tags(res: dict) -> dict:
+    return {t["Key"]: t["Value"] for t in res.get("Tags", [])}
+
 
 def _cap_of(tags: dict) -> float:
-    "What a live job may spend: its cap tag (its estimate, for a job launched before the guard charged caps)."
+    """What a live job may spend: its cap tag (its estimate, for a job launched before the guard
+    charged caps)."""
     return float(tags.get(CAP_TAG, tags.get(ESTIMATE_TAG, 0)))
 
+
 def committed_usd(session) -> float:
-    "What live project jobs (pending/running EC2 instances, in-progress SageMaker jobs) may spend at most: their caps."
+    """What live project jobs (pending/running EC2 instances, in-progress SageMaker jobs) may spend
+    at most: their caps."""
     ec2 = cloud.aws_client(session, "ec2")
-    pages = ec2.get_paginator("describe_instances").paginate(Filters=[
-        {"Name": "tag:project", "Values": [PROJECT]}, {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    insts = cloud.aws_call("describe instances", lambda: [i for p in pages for r in p["Reservations"] for i in r["Instances"]])
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": "tag:project", "Values": [PROJECT]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
+    insts = cloud.aws_call(
+        "describe instances",
+        lambda: [i for p in pages for r in p["Reservations"] for i in r["Instances"]],
+    )
     total = sum(_cap_of(_tags(i)) for i in insts)
     return round(total + _sagemaker_committed(session), 2)
 
+
 def _sagemaker_committed(session) -> float:
-    "The caps of in-progress project training jobs (0 for an identity that may not list them: it cannot start one either)."
+    """The caps of in-progress project training jobs (0 for an identity that may not list them: it
+    cannot start one either)."""
     from botocore.exceptions import ClientError
+
     sm, total = cloud.aws_client(session, "sagemaker"), 0.0
-    try: jobs = sm.list_training_jobs(StatusEquals="InProgress", MaxResults=100)["TrainingJobSummaries"]
+    try:
+        jobs = sm.list_training_jobs(StatusEquals="InProgress", MaxResults=100)[
+            "TrainingJobSummaries"
+        ]
     except ClientError as e:
-        if e.response["Error"]["Code"] in ("AccessDenied", "AccessDeniedException"): return 0.0
+        if e.response["Error"]["Code"] in ("AccessDenied", "AccessDeniedException"):
+            return 0.0
         raise explain(e, "list training jobs") from None
     for j in jobs:
         tags = _tags(cloud.aws_call("list tags", sm.list_tags, ResourceArn=j["TrainingJobArn"]))
-        if tags.get("project") == PROJECT: total += _cap_of(tags)
+        if tags.get("project") == PROJECT:
+            total += _cap_of(tags)
     return total
+
 
 def budget_status(session, name: str = PROJECT, reserve_usd: float = 0.0) -> dict:
     "Limit, spent, committed by live jobs, reserve and what is left of budget `name`."
-    acct = cloud.aws_call("sts get-caller-identity", cloud.aws_client(session, "sts").get_caller_identity)["Account"]
+    acct = cloud.aws_call(
+        "sts get-caller-identity", cloud.aws_client(session, "sts").get_caller_identity
+    )["Account"]
     bud = cloud.aws_client(session, "budgets")
-    try: b = bud.describe_budget(AccountId=acct, BudgetName=name)["Budget"]
+    try:
+        b = bud.describe_budget(AccountId=acct, BudgetName=name)["Budget"]
     except bud.exceptions.NotFoundException:
-        raise CloudError(f"no budget {name!r} in account {acct}: the deck's step one is budget alerts. Create it: "
-                         f"qmind aws budget --create --limit 5000 --email you@example.org") from None
-    except Exception as e: raise explain(e, f"describe budget {name}") from None
+        raise CloudError(
+            f"no budget {name!r} in account {acct}: the deck's step one is budget alerts. "
+            "Create it: "
+            f"qmind aws budget --create --limit 5000 --email you@example.org"
+        ) from None
+    except Exception as e:
+        raise explain(e, f"describe budget {name}") from None
     limit = float(b["BudgetLimit"]["Amount"])
     spent = float(b.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0))
     committed = committed_usd(session)
-    return {"budget": name, "limit_usd": limit, "spent_usd": spent, "committed_usd": committed,
-            "reserve_usd": reserve_usd, "left_usd": round(limit - spent - committed - reserve_usd, 2)}
+    return {
+        "budget": name,
+        "limit_usd": limit,
+        "spent_usd": spent,
+        "committed_usd": committed,
+        "reserve_usd": reserve_usd,
+        "left_usd": round(limit - spent - committed - reserve_usd, 2),
+    }
+
 
 @dataclass
 class BudgetGuard:
     "Refuses what the budget cannot pay for. `check` reads the budget afresh each time."
+
     name: str = PROJECT
     session: object = None
     reserve_usd: float = 0.0
-    def status(self) -> dict: return budget_status(self.session or cloud.aws_session(), self.name, self.reserve_usd)
-    def check(self, cap_usd: float, what: str, estimate_usd: float | None = None, basis: str = "") -> dict:
+
+    def status(self) -> dict:
+        return budget_status(self.session or cloud.aws_session(), self.name, self.reserve_usd)
+
+    def check(
+        self, cap_usd: float, what: str, estimate_usd: float | None = None, basis: str = ""
+    ) -> dict:
         return check_cap(cap_usd, self.status(), what, estimate_usd, basis)
 
+
 def check_sweep(backend, runs: list[RunSpec], guard: BudgetGuard, what: str = "sweep") -> float:
-    "Refuse a whole sweep up front when the sum of its runs' caps exceeds what is left; return that sum."
+    """Refuse a whole sweep up front when the sum of its runs' caps exceeds what is left; return
+    that sum."""
     cap = round(sum(backend.max_usd(r) for r in runs), 2)
-    est = None if any(r.estimate_usd is None for r in runs) else round(sum(r.estimate_usd for r in runs), 2)
+    est = (
+        None
+        if any(r.estimate_usd is None for r in runs)
+        else round(sum(r.estimate_usd for r in runs), 2)
+    )
     guard.check(cap, f"{what} ({len(runs)} runs)", est, f"{len(runs)} runs × {backend.cap_basis()}")
     return cap
+
 
 # %% ../nbs/81_cloud_guard.ipynb #beebd448
 THRESHOLDS = (25, 50, 80)
 
-def budget_request(account_id: str, limit_usd: float, emails: list[str], tags: dict, name: str = PROJECT,
-                   start: dt.date | None = None) -> dict:
-    "The `CreateBudget` request: a yearly cost budget before credits, alerts at 25/50/80% actual and 100% forecast."
-    if not emails: raise CloudError("budget alerts need at least one address (--email you@example.org)")
-    if limit_usd <= 0: raise CloudError(f"budget limit ${limit_usd}: must be positive")
+
+def budget_request(
+    account_id: str,
+    limit_usd: float,
+    emails: list[str],
+    tags: dict,
+    name: str = PROJECT,
+    start: dt.date | None = None,
+) -> dict:
+    """The `CreateBudget` request: a yearly cost budget before credits, alerts at 25/50/80% actual
+    and 100% forecast."""
+    if not emails:
+        raise CloudError("budget alerts need at least one address (--email you@example.org)")
+    if limit_usd <= 0:
+        raise CloudError(f"budget limit ${limit_usd}: must be positive")
     start = (start or dt.date.today()).replace(day=1)
     subs = [{"SubscriptionType": "EMAIL", "Address": e} for e in emails]
-    note = lambda kind, pct: {"Notification": {"NotificationType": kind, "ComparisonOperator": "GREATER_THAN",
-                                               "Threshold": float(pct), "ThresholdType": "PERCENTAGE"}, "Subscribers": subs}
-    return {"AccountId": account_id,
-            "Budget": {"BudgetName": name, "BudgetType": "COST", "TimeUnit": "ANNUALLY",
-                       "BudgetLimit": {"Amount": f"{limit_usd:.2f}", "Unit": "USD"},
-                       "TimePeriod": {"Start": dt.datetime(start.year, start.month, 1, tzinfo=dt.timezone.utc)},
-                       "CostTypes": {"IncludeCredit": False, "IncludeRefund": False, "IncludeTax": True,
-                                     "IncludeSupport": True, "UseBlended": False}},
-            "NotificationsWithSubscribers": [note("ACTUAL", p) for p in THRESHOLDS] + [note("FORECASTED", 100)],
-            "ResourceTags": tag_list(tags)}
+    note = lambda kind, pct: {
+        "Notification": {
+            "NotificationType": kind,
+            "ComparisonOperator": "GREATER_THAN",
+            "Threshold": float(pct),
+            "ThresholdType": "PERCENTAGE",
+        },
+        "Subscribers": subs,
+    }
+    return {
+        "AccountId": account_id,
+        "Budget": {
+            "BudgetName": name,
+            "BudgetType": "COST",
+            "TimeUnit": "ANNUALLY",
+            "BudgetLimit": {"Amount": f"{limit_usd:.2f}", "Unit": "USD"},
+            "TimePeriod": {
+                "Start": dt.datetime(start.year, start.month, 1, tzinfo=dt.timezone.utc)
+            },
+            "CostTypes": {
+                "IncludeCredit": False,
+                "IncludeRefund": False,
+                "IncludeTax": True,
+                "IncludeSupport": True,
+                "UseBlended": False,
+            },
+        },
+        "NotificationsWithSubscribers": [note("ACTUAL", p) for p in THRESHOLDS]
+        + [note("FORECASTED", 100)],
+        "ResourceTags": tag_list(tags),
+    }
+
 
 # %% ../nbs/81_cloud_guard.ipynb #81b749dc
-def ensure_budget(session, limit_usd: float, emails: list[str], owner: str | None = None, name: str = PROJECT,
-                  dry_run: bool = False) -> dict:
-    "Create the budget with its alerts unless it exists (then add any missing alert); return the request or status."
-    acct = cloud.aws_call("sts get-caller-identity", cloud.aws_client(session, "sts").get_caller_identity)["Account"]
+def ensure_budget(
+    session,
+    limit_usd: float,
+    emails: list[str],
+    owner: str | None = None,
+    name: str = PROJECT,
+    dry_run: bool = False,
+) -> dict:
+    """Create the budget with its alerts unless it exists (then add any missing alert); return the
+    request or status."""
+    acct = cloud.aws_call(
+        "sts get-caller-identity", cloud.aws_client(session, "sts").get_caller_identity
+    )["Account"]
     req = budget_request(acct, limit_usd, emails, job_tags(owner or default_owner(session)), name)
-    if dry_run: return {"dry_run": True, "would_create": req}
+    if dry_run:
+        return {"dry_run": True, "would_create": req}
     bud = cloud.aws_client(session, "budgets")
-    try: bud.describe_budget(AccountId=acct, BudgetName=name); exists = True
-    except bud.exceptions.NotFoundException: exists = False
-    if not exists: cloud.aws_call(f"create budget {name}", bud.create_budget, **req)
+    try:
+        bud.describe_budget(AccountId=acct, BudgetName=name)
+        exists = True
+    except bud.exceptions.NotFoundException:
+        exists = False
+    if not exists:
+        cloud.aws_call(f"create budget {name}", bud.create_budget, **req)
     else:
-        have = cloud.aws_call("describe notifications", bud.describe_notifications_for_budget, AccountId=acct, BudgetName=name)["Notifications"]
+        have = cloud.aws_call(
+            "describe notifications",
+            bud.describe_notifications_for_budget,
+            AccountId=acct,
+            BudgetName=name,
+        )["Notifications"]
         key = lambda n: (n["NotificationType"], float(n["Threshold"]))
         for n in req["NotificationsWithSubscribers"]:
             if key(n["Notification"]) not in {key(h) for h in have}:
-                cloud.aws_call("create notification", bud.create_notification, AccountId=acct, BudgetName=name, **n)
+                cloud.aws_call(
+                    "create notification",
+                    bud.create_notification,
+                    AccountId=acct,
+                    BudgetName=name,
+                    **n,
+                )
     return budget_status(session, name)
+
 
 # %% ../nbs/81_cloud_guard.ipynb #031532ea
 def cost_review_request(start: dt.date, end: dt.date, tag: str = "owner") -> dict:
-    "The `GetCostAndUsage` request: unblended cost per `tag` value, daily, credits and refunds excluded."
-    return {"TimePeriod": {"Start": start.isoformat(), "End": end.isoformat()}, "Granularity": "DAILY",
-            "Metrics": ["UnblendedCost"], "GroupBy": [{"Type": "TAG", "Key": tag}],
-            "Filter": {"Not": {"Dimensions": {"Key": "RECORD_TYPE", "Values": ["Credit", "Refund"]}}}}
+    """The `GetCostAndUsage` request: unblended cost per `tag` value, daily, credits and refunds
+    excluded."""
+    return {
+        "TimePeriod": {"Start": start.isoformat(), "End": end.isoformat()},
+        "Granularity": "DAILY",
+        "Metrics": ["UnblendedCost"],
+        "GroupBy": [{"Type": "TAG", "Key": tag}],
+        "Filter": {"Not": {"Dimensions": {"Key": "RECORD_TYPE", "Values": ["Credit", "Refund"]}}},
+    }
+
 
 def parse_cost_groups(pages: list[dict], tag: str = "owner") -> list[tuple[str, float]]:
-    "(tag value, USD) summed over the period, most expensive first; untagged spend as '(no owner tag)'."
+    """(tag value, USD) summed over the period, most expensive first; untagged spend as '(no owner
+    tag)'."""
     total: dict[str, float] = {}
     for page in pages:
         for day in page.get("ResultsByTime", []):
@@ -162,197 +338,429 @@ def parse_cost_groups(pages: list[dict], tag: str = "owner") -> list[tuple[str, 
                 total[v] = total.get(v, 0.0) + float(g["Metrics"]["UnblendedCost"]["Amount"])
     return sorted(((k, round(v, 2)) for k, v in total.items()), key=lambda kv: (-kv[1], kv[0]))
 
-def cost_review(session, days: int = 7, tag: str = "owner", end: dt.date | None = None) -> list[tuple[str, float]]:
+
+def cost_review(
+    session, days: int = 7, tag: str = "owner", end: dt.date | None = None
+) -> list[tuple[str, float]]:
     "Spend per `tag` value over the last `days` days (Cost Explorer)."
     end = end or dt.date.today()
-    ce, req, pages = cloud.aws_client(session, "ce"), cost_review_request(end - dt.timedelta(days=days), end, tag), []
+    ce, req, pages = (
+        cloud.aws_client(session, "ce"),
+        cost_review_request(end - dt.timedelta(days=days), end, tag),
+        [],
+    )
     while True:
-        pages.append(cloud.aws_call("cost explorer get-cost-and-usage", ce.get_cost_and_usage, **req))
-        if not pages[-1].get("NextPageToken"): return parse_cost_groups(pages, tag)
+        pages.append(
+            cloud.aws_call("cost explorer get-cost-and-usage", ce.get_cost_and_usage, **req)
+        )
+        if not pages[-1].get("NextPageToken"):
+            return parse_cost_groups(pages, tag)
         req["NextPageToken"] = pages[-1]["NextPageToken"]
+
 
 # %% ../nbs/81_cloud_guard.ipynb #1051c9d0
 KEEP_TAGS = ("qmind:keep", "keep")
 CLEANUP_AGE = dt.timedelta(hours=24)
 
+
 @dataclass
 class Orphan:
-    "Something of the project's that bills while nobody uses it, and why cleanup would leave it ('' : it would not)."
-    kind: str                      # instance | volume | snapshot | upload
-    id: str                        # an upload's is s3://bucket/key
+    """Something of the project's that bills while nobody uses it, and why cleanup would leave it
+    ('' : it would not)."""
+
+    kind: str  # instance | volume | snapshot | upload
+    id: str  # an upload's is s3://bucket/key
     owner: str
     size_gb: int | None
     age_h: float
     why: str
-    leave: str = ""                # "kept (qmind:keep=true)" | "younger than 24h" | ""
+    leave: str = ""  # "kept (qmind:keep=true)" | "younger than 24h" | ""
     upload_id: str | None = None
+
 
 def keep_tag(tags: dict) -> str:
     "The keep tag exempting a resource from cleanup, as `key=value` ('' when it has none)."
-    return next((f"{k}={tags[k]}" for k in KEEP_TAGS if k in tags and tags[k].strip().lower() not in ("false", "no", "0")), "")
+    return next(
+        (
+            f"{k}={tags[k]}"
+            for k in KEEP_TAGS
+            if k in tags and tags[k].strip().lower() not in ("false", "no", "0")
+        ),
+        "",
+    )
+
 
 def parse_age(s: str) -> dt.timedelta:
     "'90s', '30m', '2h', '3d', or '0', as a timedelta."
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", str(s).strip())
     if not m or (not m.group(2) and float(m.group(1))):
         raise CloudError(f"age {s!r}: a number and a unit, e.g. 30m, 2h or 3d (or 0 for any age)")
-    return dt.timedelta(seconds=float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 0}[m.group(2)])
+    return dt.timedelta(
+        seconds=float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 0}[m.group(2)]
+    )
+
 
 def _span(d: dt.timedelta) -> str:
     "A timedelta as `parse_age` reads it: 24h, 30m, 3d."
     s = d.total_seconds()
-    if s >= 2 * 86400 and s % 86400 == 0: return f"{s / 86400:g}d"
-    return next((f"{s / n:g}{u}" for n, u in ((3600, "h"), (60, "m")) if s >= n and s % n == 0), f"{s:g}s")
+    if s >= 2 * 86400 and s % 86400 == 0:
+        return f"{s / 86400:g}d"
+    return next(
+        (f"{s / n:g}{u}" for n, u in ((3600, "h"), (60, "m")) if s >= n and s % n == 0), f"{s:g}s"
+    )
+
 
 # %% ../nbs/81_cloud_guard.ipynb #1a30fefb
 def stopped_at(instance: dict) -> dt.datetime:
-    "When a stopped instance stopped, from EC2's `StateTransitionReason` ('User initiated (YYYY-MM-DD HH:MM:SS GMT)'); else its launch time."
-    m = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)", instance.get("StateTransitionReason") or "")
-    if not m: return instance["LaunchTime"]
+    """When a stopped instance stopped, from EC2's `StateTransitionReason` ('User initiated
+    (YYYY-MM-DD HH:MM:SS GMT)'); else its launch time."""
+    m = re.search(
+        r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)",
+        instance.get("StateTransitionReason") or "",
+    )
+    if not m:
+        return instance["LaunchTime"]
     return dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
 
-def classify_orphans(volumes: list[dict], snapshots: list[dict], instances: list[dict], images: list[dict],
-                     uploads: list[dict] = (), now: dt.datetime | None = None, older_than: dt.timedelta = CLEANUP_AGE) -> list[Orphan]:
-    "The project's orphans among `describe_*` results and unfinished `uploads`, each marked with why cleanup would leave it."
+
+def classify_orphans(
+    volumes: list[dict],
+    snapshots: list[dict],
+    instances: list[dict],
+    images: list[dict],
+    uploads: list[dict] = (),
+    now: dt.datetime | None = None,
+    older_than: dt.timedelta = CLEANUP_AGE,
+) -> list[Orphan]:
+    """The project's orphans among `describe_*` results and unfinished `uploads`, each marked with
+    why cleanup would leave it."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    live = {v["VolumeId"] for v in volumes}              # every volume in the region, not only ours
-    in_ami = {bd["Ebs"]["SnapshotId"] for im in images for bd in im.get("BlockDeviceMappings", []) if bd.get("Ebs", {}).get("SnapshotId")}
+    live = {v["VolumeId"] for v in volumes}  # every volume in the region, not only ours
+    in_ami = {
+        bd["Ebs"]["SnapshotId"]
+        for im in images
+        for bd in im.get("BlockDeviceMappings", [])
+        if bd.get("Ebs", {}).get("SnapshotId")
+    }
     ours = lambda r: _tags(r).get("project") == PROJECT
-    found = [(i, "instance", i["InstanceId"], None, stopped_at(i), f"stopped {i['InstanceType']}: its volumes still bill")
-             for i in instances if ours(i) and i["State"]["Name"] == "stopped"]
-    found += [(v, "volume", v["VolumeId"], v["Size"], v["CreateTime"], "attached to nothing")
-              for v in volumes if ours(v) and v["State"] == "available"]
-    found += [(s, "snapshot", s["SnapshotId"], s.get("VolumeSize"), s["StartTime"], f"its volume {s.get('VolumeId')} is gone; no AMI uses it")
-              for s in snapshots if ours(s) and s.get("VolumeId") not in live and s["SnapshotId"] not in in_ami]
-    found += [(u, "upload", f"s3://{u['Bucket']}/{u['Key']}", None, u["Initiated"], "a multipart upload never finished: its parts bill")
-              for u in uploads]
+    found = [
+        (
+            i,
+            "instance",
+            i["InstanceId"],
+            None,
+            stopped_at(i),
+            f"stopped {i['InstanceType']}: its volumes still bill",
+        )
+        for i in instances
+        if ours(i) and i["State"]["Name"] == "stopped"
+    ]
+    found += [
+        (v, "volume", v["VolumeId"], v["Size"], v["CreateTime"], "attached to nothing")
+        for v in volumes
+        if ours(v) and v["State"] == "available"
+    ]
+    found += [
+        (
+            s,
+            "snapshot",
+            s["SnapshotId"],
+            s.get("VolumeSize"),
+            s["StartTime"],
+            f"its volume {s.get('VolumeId')} is gone; no AMI uses it",
+        )
+        for s in snapshots
+        if ours(s) and s.get("VolumeId") not in live and s["SnapshotId"] not in in_ami
+    ]
+    found += [
+        (
+            u,
+            "upload",
+            f"s3://{u['Bucket']}/{u['Key']}",
+            None,
+            u["Initiated"],
+            "a multipart upload never finished: its parts bill",
+        )
+        for u in uploads
+    ]
     out = []
     for res, kind, rid, size, born, why in found:
         tags, age = _tags(res), now - born
-        leave = f"kept ({keep_tag(tags)})" if keep_tag(tags) else f"younger than {_span(older_than)}" if age < older_than else ""
+        leave = (
+            f"kept ({keep_tag(tags)})"
+            if keep_tag(tags)
+            else f"younger than {_span(older_than)}"
+            if age < older_than
+            else ""
+        )
         owner = tags.get("owner") or res.get("Initiator", {}).get("DisplayName") or "(no owner tag)"
-        out.append(Orphan(kind, rid, owner, size, round(age.total_seconds() / 3600, 1), why, leave, res.get("UploadId")))
+        out.append(
+            Orphan(
+                kind,
+                rid,
+                owner,
+                size,
+                round(age.total_seconds() / 3600, 1),
+                why,
+                leave,
+                res.get("UploadId"),
+            )
+        )
     return out
+
 
 # %% ../nbs/81_cloud_guard.ipynb #e1a7b8f9
 def project_stores(session) -> list[str]:
-    "`s3://bucket` for each bucket in the session's region tagged project=qmind-render (`qmind aws setup` tags them)."
+    """`s3://bucket` for each bucket in the session's region tagged project=qmind-render (`qmind aws
+    setup` tags them)."""
     from botocore.exceptions import ClientError
+
     s3, out = cloud.aws_client(session, "s3"), []
-    for b in cloud.aws_call("list buckets", s3.list_buckets, BucketRegion=session.region_name)["Buckets"]:
-        try: tags = {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=b["Name"])["TagSet"]}
-        except ClientError: continue                     # untagged, or not ours to read
-        if tags.get("project") == PROJECT: out.append(f"s3://{b['Name']}")
+    for b in cloud.aws_call("list buckets", s3.list_buckets, BucketRegion=session.region_name)[
+        "Buckets"
+    ]:
+        try:
+            tags = {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=b["Name"])["TagSet"]}
+        except ClientError:
+            continue  # untagged, or not ours to read
+        if tags.get("project") == PROJECT:
+            out.append(f"s3://{b['Name']}")
     return out
 
+
 def unfinished_uploads(session, stores: list[str] | None = None) -> list[dict]:
-    "Multipart uploads neither completed nor aborted under each store (default: `project_stores`), with their bucket."
+    """Multipart uploads neither completed nor aborted under each store (default: `project_stores`),
+    with their bucket."""
     s3, out = cloud.aws_client(session, "s3"), []
     for store in stores or project_stores(session):
         bucket, prefix = split_s3(store.rstrip("/"))
-        out += [{**u, "Bucket": bucket} for u in all_pages(s3, "list_multipart_uploads", "Uploads", Bucket=bucket,
-                                                         Prefix=f"{prefix}/" if prefix else "")]
+        out += [
+            {**u, "Bucket": bucket}
+            for u in all_pages(
+                s3,
+                "list_multipart_uploads",
+                "Uploads",
+                Bucket=bucket,
+                Prefix=f"{prefix}/" if prefix else "",
+            )
+        ]
     return out
 
-def find_orphans(session, now: dt.datetime | None = None, older_than: dt.timedelta = CLEANUP_AGE,
-                 stores: list[str] | None = None) -> list[Orphan]:
+
+def find_orphans(
+    session,
+    now: dt.datetime | None = None,
+    older_than: dt.timedelta = CLEANUP_AGE,
+    stores: list[str] | None = None,
+) -> list[Orphan]:
     "The project's orphans in the session's region (see `classify_orphans`)."
     ec2, ours = cloud.aws_client(session, "ec2"), {"Name": "tag:project", "Values": [PROJECT]}
-    insts = all_pages(ec2, "describe_instances", "Reservations", Filters=[ours, {"Name": "instance-state-name", "Values": ["stopped"]}])
-    return classify_orphans(all_pages(ec2, "describe_volumes", "Volumes"),
-                            all_pages(ec2, "describe_snapshots", "Snapshots", OwnerIds=["self"], Filters=[ours]),
-                            [i for r in insts for i in r["Instances"]],
-                            cloud.aws_call("describe images", ec2.describe_images, Owners=["self"])["Images"],
-                            unfinished_uploads(session, stores), now, older_than)
+    insts = all_pages(
+        ec2,
+        "describe_instances",
+        "Reservations",
+        Filters=[ours, {"Name": "instance-state-name", "Values": ["stopped"]}],
+    )
+    return classify_orphans(
+        all_pages(ec2, "describe_volumes", "Volumes"),
+        all_pages(ec2, "describe_snapshots", "Snapshots", OwnerIds=["self"], Filters=[ours]),
+        [i for r in insts for i in r["Instances"]],
+        cloud.aws_call("describe images", ec2.describe_images, Owners=["self"])["Images"],
+        unfinished_uploads(session, stores),
+        now,
+        older_than,
+    )
 
-_VERBS = {"instance": ("terminate", "terminated"), "volume": ("delete", "deleted"), "snapshot": ("delete", "deleted"),
-          "upload": ("abort", "aborted")}
+
+_VERBS = {
+    "instance": ("terminate", "terminated"),
+    "volume": ("delete", "deleted"),
+    "snapshot": ("delete", "deleted"),
+    "upload": ("abort", "aborted"),
+}
+
 
 def delete_orphans(session, orphans: list[Orphan], confirm: bool = False) -> list[str]:
-    "Delete the `orphans` not marked to leave (instances, volumes, snapshots, then uploads), only with `confirm`; a line each."
+    """Delete the `orphans` not marked to leave (instances, volumes, snapshots, then uploads), only
+    with `confirm`; a line each."""
     todo = sorted((o for o in orphans if not o.leave), key=lambda o: list(_VERBS).index(o.kind))
-    if not confirm: return [f"would {_VERBS[o.kind][0]} {o.kind} {o.id} (owner {o.owner}, {o.age_h:g} h old)" for o in todo]
+    if not confirm:
+        return [
+            f"would {_VERBS[o.kind][0]} {o.kind} {o.id} (owner {o.owner}, {o.age_h:g} h old)"
+            for o in todo
+        ]
     ec2, s3, done = cloud.aws_client(session, "ec2"), cloud.aws_client(session, "s3"), []
-    act = {"instance": lambda o: ec2.terminate_instances(InstanceIds=[o.id]), "volume": lambda o: ec2.delete_volume(VolumeId=o.id),
-           "snapshot": lambda o: ec2.delete_snapshot(SnapshotId=o.id),
-           "upload": lambda o: s3.abort_multipart_upload(**dict(zip(("Bucket", "Key"), split_s3(o.id))), UploadId=o.upload_id)}
+    act = {
+        "instance": lambda o: ec2.terminate_instances(InstanceIds=[o.id]),
+        "volume": lambda o: ec2.delete_volume(VolumeId=o.id),
+        "snapshot": lambda o: ec2.delete_snapshot(SnapshotId=o.id),
+        "upload": lambda o: s3.abort_multipart_upload(
+            **dict(zip(("Bucket", "Key"), split_s3(o.id))), UploadId=o.upload_id
+        ),
+    }
     for o in todo:
-        try: act[o.kind](o); done.append(f"{_VERBS[o.kind][1]} {o.kind} {o.id} (owner {o.owner}, {o.age_h:g} h old)")
-        except Exception as e: done.append(f"could not {_VERBS[o.kind][0]} {o.kind} {o.id}: {explain(e, _VERBS[o.kind][0])}")
+        try:
+            act[o.kind](o)
+            done.append(f"{_VERBS[o.kind][1]} {o.kind} {o.id} (owner {o.owner}, {o.age_h:g} h old)")
+        except Exception as e:
+            done.append(
+                f"could not {_VERBS[o.kind][0]} {o.kind} {o.id}: {explain(e, _VERBS[o.kind][0])}"
+            )
     return done
 
+
 # %% ../nbs/81_cloud_guard.ipynb #3b97eb70
-def cleanup(s, older_than: dt.timedelta = CLEANUP_AGE, stores: list[str] | None = None, confirm: bool = False) -> str:
-    "`qmind aws cleanup`'s report: the project's orphans and what happens to each, and with `confirm` what was done."
+def cleanup(
+    s,
+    older_than: dt.timedelta = CLEANUP_AGE,
+    stores: list[str] | None = None,
+    confirm: bool = False,
+) -> str:
+    """`qmind aws cleanup`'s report: the project's orphans and what happens to each, and with
+    `confirm` what was done."""
     orphans = find_orphans(s, older_than=older_than, stores=stores)
     verb = lambda o: f"leave: {o.leave}" if o.leave else _VERBS[o.kind][0]
-    out = [table([asdict(o) | {"action": verb(o)} for o in orphans], ["kind", "id", "owner", "age_h", "size_gb", "why", "action"])]
+    out = [
+        table(
+            [asdict(o) | {"action": verb(o)} for o in orphans],
+            ["kind", "id", "owner", "age_h", "size_gb", "why", "action"],
+        )
+    ]
     out += delete_orphans(s, orphans, confirm)
     todo, left = sum(not o.leave for o in orphans), sum(bool(o.leave) for o in orphans)
-    out.append(("" if confirm or not todo else f"DRY RUN: nothing changed; rerun with --confirm to act on the {todo} above. ")
-          + f"Only the project's resources (tagged project={PROJECT}, or in its buckets) older than {_span(older_than)} "
-          f"are touched; {left} left alone (a {KEEP_TAGS[0]} tag, or younger).")
+    out.append(
+        (
+            ""
+            if confirm or not todo
+            else f"DRY RUN: nothing changed; rerun with --confirm to act on the {todo} above. "
+        )
+        + f"Only the project's resources (tagged project={PROJECT}, or in its buckets) "
+        f"older than {_span(older_than)} "
+        f"are touched; {left} left alone (a {KEEP_TAGS[0]} tag, or younger)."
+    )
     return "\n".join(out)
 
+
 # %% ../nbs/81_cloud_guard.ipynb #8d0487e8
-QUOTAS = {("G", "on-demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
-          ("G", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
-          ("P", "on-demand"): ("L-417A185B", "Running On-Demand P instances"),
-          ("P", "spot"): ("L-7212CCBC", "All P Spot Instance Requests")}
+QUOTAS = {
+    ("G", "on-demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    ("G", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    ("P", "on-demand"): ("L-417A185B", "Running On-Demand P instances"),
+    ("P", "spot"): ("L-7212CCBC", "All P Spot Instance Requests"),
+}
+
 
 def vcpus_needed(jobs: list[tuple[str, int, str]]) -> dict[tuple[str, str], int]:
-    "vCPUs per (family, market) for `jobs` = [(instance type, how many at once, 'spot' | 'on-demand'), ...]."
+    """vCPUs per (family, market) for `jobs` = [(instance type, how many at once, 'spot' |
+    'on-demand'), ...]."""
     need: dict[tuple[str, str], int] = {}
     for name, count, market in jobs:
         t = instance_type(name)
-        if t.family not in ("G", "P"): raise CloudError(f"{name}: EC2 quotas are for G and P types; SageMaker has its own per-type quotas")
-        if market not in MARKETS: raise CloudError(f"market {market!r}: use one of {', '.join(MARKETS)}")
+        if t.family not in ("G", "P"):
+            raise CloudError(
+                f"{name}: EC2 quotas are for G and P types; SageMaker has its own per-type quotas"
+            )
+        if market not in MARKETS:
+            raise CloudError(f"market {market!r}: use one of {', '.join(MARKETS)}")
         need[(t.family, market)] = need.get((t.family, market), 0) + t.vcpus * int(count)
     return need
 
+
 def quota_rows(need: dict, limits: dict, in_use: dict) -> list[dict]:
-    "One row per (family, market): the quota, its limit, what runs now, what the jobs need, what is short."
+    """One row per (family, market): the quota, its limit, what runs now, what the jobs need, what
+    is short."""
     rows = []
     for key, vcpus in sorted(need.items()):
         code, qname = QUOTAS[key]
         lim, used = limits.get(key, 0.0), in_use.get(key, 0)
-        rows.append({"family": key[0], "market": key[1], "quota": qname, "code": code, "limit": lim, "in_use": used,
-                     "needed": vcpus, "short": max(0, int(used + vcpus - lim))})
+        rows.append(
+            {
+                "family": key[0],
+                "market": key[1],
+                "quota": qname,
+                "code": code,
+                "limit": lim,
+                "in_use": used,
+                "needed": vcpus,
+                "short": max(0, int(used + vcpus - lim)),
+            }
+        )
     return rows
+
 
 # %% ../nbs/81_cloud_guard.ipynb #17cfb2d9
 def _family(instance: str) -> str | None:
     m = re.match(r"([a-z]+)\d", instance)
-    if not m: return None
+    if not m:
+        return None
     return "G" if m.group(1) in ("g", "vt") else "P" if m.group(1) == "p" else None
+
 
 def in_use_vcpus(session) -> dict[tuple[str, str], int]:
     "vCPUs of running and pending G and P instances, per (family, market)."
     ec2, used, menu = cloud.aws_client(session, "ec2"), {}, load_menu()
-    res = all_pages(ec2, "describe_instances", "Reservations", Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    res = all_pages(
+        ec2,
+        "describe_instances",
+        "Reservations",
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}],
+    )
     for i in (i for r in res for i in r["Instances"]):
-        fam, t, cpu = _family(i["InstanceType"]), menu.get(i["InstanceType"]), i.get("CpuOptions", {})
-        if not fam: continue
+        fam, t, cpu = (
+            _family(i["InstanceType"]),
+            menu.get(i["InstanceType"]),
+            i.get("CpuOptions", {}),
+        )
+        if not fam:
+            continue
         n = t.vcpus if t else cpu.get("CoreCount", 0) * cpu.get("ThreadsPerCore", 1)
         key = (fam, "spot" if i.get("InstanceLifecycle") == "spot" else "on-demand")
         used[key] = used.get(key, 0) + n
     return used
+
 
 def quota_report(session, need: dict) -> list[dict]:
     "`quota_rows` with the limits from Service Quotas and the vCPUs running now."
     sq, limits = cloud.aws_client(session, "service-quotas"), {}
     for key in need:
         code = QUOTAS[key][0]
-        try: limits[key] = float(sq.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
+        try:
+            limits[key] = float(
+                sq.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+            )
         except sq.exceptions.NoSuchResourceException:
-            limits[key] = float(cloud.aws_call(f"default quota {code}", sq.get_aws_default_service_quota, ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
-        except Exception as e: raise explain(e, f"service quota {code} ({QUOTAS[key][1]})") from None
+            limits[key] = float(
+                cloud.aws_call(
+                    f"default quota {code}",
+                    sq.get_aws_default_service_quota,
+                    ServiceCode="ec2",
+                    QuotaCode=code,
+                )["Quota"]["Value"]
+            )
+        except Exception as e:
+            raise explain(e, f"service quota {code} ({QUOTAS[key][1]})") from None
     return quota_rows(need, limits, in_use_vcpus(session))
+
 
 def request_increase(session, family: str, market: str, vcpus: int, dry_run: bool = False) -> dict:
     "Ask Service Quotas to raise (family, market) to `vcpus`; return the request's id and status."
     code, qname = QUOTAS[(family, market)]
-    if dry_run: return {"dry_run": True, "would_request": {"quota": qname, "code": code, "desired_vcpus": vcpus}}
-    r = cloud.aws_call(f"request increase of {qname}", cloud.aws_client(session, "service-quotas").request_service_quota_increase,
-                 ServiceCode="ec2", QuotaCode=code, DesiredValue=float(vcpus))["RequestedQuota"]
-    return {"quota": qname, "code": code, "desired_vcpus": vcpus, "id": r.get("Id"), "status": r.get("Status")}
+    if dry_run:
+        return {
+            "dry_run": True,
+            "would_request": {"quota": qname, "code": code, "desired_vcpus": vcpus},
+        }
+    r = cloud.aws_call(
+        f"request increase of {qname}",
+        cloud.aws_client(session, "service-quotas").request_service_quota_increase,
+        ServiceCode="ec2",
+        QuotaCode=code,
+        DesiredValue=float(vcpus),
+    )["RequestedQuota"]
+    return {
+        "quota": qname,
+        "code": code,
+        "desired_vcpus": vcpus,
+        "id": r.get("Id"),
+        "status": r.get("Status"),
+    }

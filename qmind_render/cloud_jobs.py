@@ -1,4 +1,4 @@
-"""Training runs as cloud jobs: an EC2 instance running the job script under a watchdog, or a SageMaker training job.
+"""Training runs as cloud jobs: EC2 under a watchdog, or a SageMaker training job.
 
 Docs: https://qmind.github.io/qmind-render/cloud_jobs.html.md"""
 
@@ -23,82 +23,166 @@ from pathlib import Path
 import yaml
 from fastcore.basics import patch
 from . import cloud
-from .cloud import AwsBackend, CloudError, MARKETS, PROJECT, RunSpec, assets_dir, b64, check_bucket_region, check_run, default_owner, explain, instance_type, job_tags, menu_source, papermill_parameters, split_s3, tag_list, tag_specs, utc_stamp
+from qmind_render.cloud import (
+    AwsBackend,
+    CloudError,
+    MARKETS,
+    PROJECT,
+    RunSpec,
+    assets_dir,
+    b64,
+    check_bucket_region,
+    check_run,
+    default_owner,
+    explain,
+    instance_type,
+    job_tags,
+    menu_source,
+    papermill_parameters,
+    split_s3,
+    tag_list,
+    tag_specs,
+    utc_stamp,
+)
 from .cloud_guard import BudgetGuard, CAP_TAG, ESTIMATE_TAG, max_cost
 from .config import save_config
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['USER_DATA_LIMIT', 'DLAMI_PARAMETER', 'render_template', 'render_user_data', 'code_version', 's3_exists', 'stage_code',
-           'load_watchdog', 'watchdog_main', 'LaunchFailed', 'CappedJobs', 'EC2Backend', 'check_dataset',
-           'resolve_image', 'abandon', 'launch_instance', 'put_record', 'read_status_json', 'finished_state',
-           'SageMakerBackend', 'training_job_name', 'sagemaker_train_main']
+__all__ = [
+    "USER_DATA_LIMIT",
+    "DLAMI_PARAMETER",
+    "render_template",
+    "render_user_data",
+    "code_version",
+    "s3_exists",
+    "stage_code",
+    "load_watchdog",
+    "watchdog_main",
+    "LaunchFailed",
+    "CappedJobs",
+    "EC2Backend",
+    "check_dataset",
+    "resolve_image",
+    "abandon",
+    "launch_instance",
+    "put_record",
+    "read_status_json",
+    "finished_state",
+    "SageMakerBackend",
+    "training_job_name",
+    "sagemaker_train_main",
+]
 
 # %% ../nbs/82_cloud_jobs.ipynb #4366e3e2
-USER_DATA_LIMIT = 16 * 1024    # EC2's limit on user data, before base64
+USER_DATA_LIMIT = 16 * 1024  # EC2's limit on user data, before base64
+
 
 def render_template(text: str, values: dict) -> str:
-    "Replace every `@NAME@` in `text` by `shlex.quote(str(values[NAME]))`; missing or unused names are errors."
+    """Replace every `@NAME@` in `text` by `shlex.quote(str(values[NAME]))`; missing or unused names
+    are errors."""
     names = set(re.findall(r"@([A-Z][A-Z0-9_]*)@", text))
-    if names - set(values): raise CloudError(f"template needs values for {sorted(names - set(values))}")
-    if set(values) - names: raise CloudError(f"template has no place for {sorted(set(values) - names)}")
+    if names - set(values):
+        raise CloudError(f"template needs values for {sorted(names - set(values))}")
+    if set(values) - names:
+        raise CloudError(f"template has no place for {sorted(set(values) - names)}")
     return re.sub(r"@([A-Z][A-Z0-9_]*)@", lambda m: shlex.quote(str(values[m.group(1)])), text)
 
 
-def render_user_data(run: RunSpec, code_uri: str, region: str, max_hours: float, idle_minutes: float = 30,
-                     sync_every_s: int = 600, python: str = "python3.11", wandb_mode: str = "offline") -> str:
+def render_user_data(
+    run: RunSpec,
+    code_uri: str,
+    region: str,
+    max_hours: float,
+    idle_minutes: float = 30,
+    sync_every_s: int = 600,
+    python: str = "python3.11",
+    wandb_mode: str = "offline",
+) -> str:
     "The EC2 job script for `run` (see `qmind_render/assets/user_data.sh`)."
-    run_dir = f"runs/{run.name}"                   # relative to the job's working directory, the code checkout
-    values = dict(RUN_NAME=run.name, RUN_URI=run.run_uri, DATA_URI=run.dataset_uri, DATASET=run.dataset,
-                  CODE_URI=code_uri, NOTEBOOK=run.notebook, MAX_MINUTES=max(1, round(max_hours * 60)),
-                  CONFIG_B64=b64(yaml.safe_dump(run.config, sort_keys=False)),
-                  PARAMS_B64=b64(yaml.safe_dump(papermill_parameters(run, run_dir), sort_keys=False)),
-                  SYNC_EVERY_S=int(sync_every_s), IDLE_MINUTES=idle_minutes, PYTHON=python, REGION=region,
-                  WANDB_MODE=wandb_mode, GIT_COMMIT=code_uri.rsplit("/", 1)[-1].removesuffix(".tar.gz"))
+    # relative to the job's working directory, the code checkout
+    run_dir = f"runs/{run.name}"
+    values = dict(
+        RUN_NAME=run.name,
+        RUN_URI=run.run_uri,
+        DATA_URI=run.dataset_uri,
+        DATASET=run.dataset,
+        CODE_URI=code_uri,
+        NOTEBOOK=run.notebook,
+        MAX_MINUTES=max(1, round(max_hours * 60)),
+        CONFIG_B64=b64(yaml.safe_dump(run.config, sort_keys=False)),
+        PARAMS_B64=b64(yaml.safe_dump(papermill_parameters(run, run_dir), sort_keys=False)),
+        SYNC_EVERY_S=int(sync_every_s),
+        IDLE_MINUTES=idle_minutes,
+        PYTHON=python,
+        REGION=region,
+        WANDB_MODE=wandb_mode,
+        GIT_COMMIT=code_uri.rsplit("/", 1)[-1].removesuffix(".tar.gz"),
+    )
     script = render_template((assets_dir() / "user_data.sh").read_text(), values)
     if len(script.encode()) > USER_DATA_LIMIT:
-        raise CloudError(f"run {run.name}: the job script is {len(script.encode())} bytes, over EC2's {USER_DATA_LIMIT}; "
-                         "is the config unusually large?")
+        raise CloudError(
+            f"run {run.name}: the job script is {len(script.encode())} bytes, over EC2's "
+            f"{USER_DATA_LIMIT}; "
+            "is the config unusually large?"
+        )
     return script
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #12a71a10
 def _git(root: Path, *args: str) -> str:
     r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
-    if r.returncode: raise CloudError(f"git {' '.join(args)} failed in {root}: {r.stderr.strip()}")
+    if r.returncode:
+        raise CloudError(f"git {' '.join(args)} failed in {root}: {r.stderr.strip()}")
     return r.stdout.strip()
 
+
 def code_version(root: str | Path | None = None, allow_dirty: bool = False) -> tuple[str, str]:
-    "(tree-ish to archive, archive name) for the checkout at `root` (default: this package's repository)."
+    """(tree-ish to archive, archive name) for the checkout at `root` (default: this package's
+    repository)."""
     root = Path(root or Path(assets_dir()).parents[1])
     head = _git(root, "rev-parse", "HEAD")
-    if not _git(root, "status", "--porcelain", "--untracked-files=no"): return head, head[:12]
+    if not _git(root, "status", "--porcelain", "--untracked-files=no"):
+        return head, head[:12]
     if not allow_dirty:
-        raise CloudError(f"{root} has uncommitted changes: commit them so the run records its code, "
-                         "or pass --allow-dirty to ship the tracked changes as they are")
+        raise CloudError(
+            f"{root} has uncommitted changes: commit them so the run records its code, "
+            "or pass --allow-dirty to ship the tracked changes as they are"
+        )
     stash = _git(root, "stash", "create")
     return stash, f"{head[:12]}+dirty-{stash[:8]}"
+
 
 def s3_exists(s3, bucket: str, key: str) -> bool:
     "Does `s3://bucket/key` exist? (Other failures are explained, not swallowed.)"
     from botocore.exceptions import ClientError
-    try: s3.head_object(Bucket=bucket, Key=key); return True
+
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return True
     except ClientError as e:
-        if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"): return False
+        if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
         raise explain(e, f"head s3://{bucket}/{key}") from None
 
-def stage_code(session, store: str, root: str | Path | None = None, allow_dirty: bool = False) -> str:
+
+def stage_code(
+    session, store: str, root: str | Path | None = None, allow_dirty: bool = False
+) -> str:
     "Upload a `git archive` of the current commit to `<store>/code/` (once); return its S3 URI."
     root = Path(root or Path(assets_dir()).parents[1])
     treeish, name = code_version(root, allow_dirty)
     bucket, prefix = split_s3(store.rstrip("/"))
     key = f"{prefix}/code/{name}.tar.gz".lstrip("/")
     s3 = cloud.aws_client(session, "s3")
-    if s3_exists(s3, bucket, key): return f"s3://{bucket}/{key}"
+    if s3_exists(s3, bucket, key):
+        return f"s3://{bucket}/{key}"
     with tempfile.TemporaryDirectory() as td:
         tar = Path(td) / "code.tar.gz"
         _git(root, "archive", "--format=tar.gz", "-o", str(tar), treeish)
         cloud.aws_call(f"upload {key}", s3.upload_file, str(tar), bucket, key)
     return f"s3://{bucket}/{key}"
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #6e38cd8e
 def load_watchdog():
@@ -108,52 +192,75 @@ def load_watchdog():
     spec.loader.exec_module(mod)
     return mod
 
+
 def watchdog_main(argv: list[str]) -> int:
     "`qmind aws watchdog ...`: the same script, run from the installed package."
     return load_watchdog().main(argv)
 
+
 # %% ../nbs/82_cloud_jobs.ipynb #f5821c38
-DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-ubuntu-22.04/latest/ami-id"
+DLAMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-ubuntu-22.04/latest/ami-id"
+)
+
 
 class LaunchFailed(CloudError):
     "A launch that did not come up; whatever it created has been terminated."
 
+
 def _default_region(region: str | None = None) -> str:
-    return region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or menu_source()["region"]
+    return (
+        region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or menu_source()["region"]
+    )
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #01115414
 class CappedJobs(AwsBackend):
-    """A job on one `instance` for at most `max_hours`, EC2's or SageMaker's. What it costs: the guard charges its cap, the
-    on-demand price (spot never bills above it) × the hours after which the instance powers off (EC2) or the job is stopped
-    (SageMaker). How it is submitted: one `submit` for both (below), each backend's `launch` creating the job."""
+    """A job on one `instance` for at most `max_hours`, EC2's or SageMaker's. What it costs: the
+    guard charges its cap, the on-demand price (spot never bills above it) × the hours after which
+    the instance powers off (EC2) or the job is stopped (SageMaker). How it is submitted: one
+    `submit` for both (below), each backend's `launch` creating the job."""
+
     def estimate(self, run: RunSpec) -> float:
-        "What the run should cost: the planner's estimate, else its cap. Shown and tagged; the guard charges `max_usd`."
-        if run.estimate_usd is not None: return round(float(run.estimate_usd), 2)
+        """What the run should cost: the planner's estimate, else its cap. Shown and tagged; the
+        guard charges `max_usd`."""
+        if run.estimate_usd is not None:
+            return round(float(run.estimate_usd), 2)
         return self.max_usd(run)
 
     def max_usd(self, run: RunSpec | None = None) -> float:
         "What the guard charges for `run`: its cap."
         return max_cost(instance_type(self.instance).on_demand_usd_h, self.max_hours)
 
-    def cap_basis(self) -> str: return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
+    def cap_basis(self) -> str:
+        return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
+
 
 @dataclass
 class EC2Backend(CappedJobs):
-    "Each run on its own EC2 instance, which uploads its run dir and terminates itself when the job ends."
+    """Each run on its own EC2 instance, which uploads its run dir and terminates itself when the
+    job ends."""
+
     instance: str = "g6.xlarge"
-    market: str = "spot"                        # "spot" | "on-demand"
-    max_hours: float = 24.0                     # the backstop: the instance powers off after this
+    market: str = "spot"  # "spot" | "on-demand"
+    max_hours: float = 24.0  # the backstop: the instance powers off after this
     region: str | None = None
-    owner: str | None = None                    # default: $QMIND_OWNER, else the caller's STS name
+    owner: str | None = None  # default: $QMIND_OWNER, else the caller's STS name
     instance_profile: str = "qmind-render-job"  # `qmind aws setup` creates it (policy: infra/iam/)
-    image_id: str | None = None                 # default: the Deep Learning Base AMI from DLAMI_PARAMETER
+    # default: the Deep Learning Base AMI from DLAMI_PARAMETER
+    image_id: str | None = None
     subnet_id: str | None = None
-    security_group_ids: tuple = ()              # none needed: no inbound ports (connect with SSM)
+    security_group_ids: tuple = ()  # none needed: no inbound ports (connect with SSM)
     volume_gb: int = 100
     idle_minutes: float = 30
-    code_uri: str | None = None                 # default: `stage_code` uploads a git archive of HEAD
+    # default: `stage_code` uploads a git archive of HEAD
+    code_uri: str | None = None
     allow_dirty: bool = False
-    budget: str | None = PROJECT                # the budget the guard checks (None: no guard, tests only)
+    # the budget the guard checks (None: no guard, tests only)
+    budget: str | None = PROJECT
     start_timeout_s: float = 600
     poll_s: float = 10
     session: object = field(default=None, repr=False)
@@ -165,57 +272,125 @@ class EC2Backend(CappedJobs):
 def plan(self: EC2Backend, run: RunSpec) -> dict:
     "What `submit` would create and what it would cost (no AWS calls)."
     t = instance_type(self.instance)
-    if t.sagemaker: raise CloudError(f"{t.name} is a SageMaker type; EC2 jobs use the EC2 menu rows (e.g. g6.xlarge)")
-    if self.market not in MARKETS: raise CloudError(f"market {self.market!r}: use one of {', '.join(MARKETS)}")
-    if not 0 < self.max_hours <= 24 * 14: raise CloudError(f"max_hours {self.max_hours}: between 0 and 336 (two weeks)")
+    if t.sagemaker:
+        raise CloudError(
+            f"{t.name} is a SageMaker type; EC2 jobs use the EC2 menu rows (e.g. g6.xlarge)"
+        )
+    if self.market not in MARKETS:
+        raise CloudError(f"market {self.market!r}: use one of {', '.join(MARKETS)}")
+    if not 0 < self.max_hours <= 24 * 14:
+        raise CloudError(f"max_hours {self.max_hours}: between 0 and 336 (two weeks)")
     check_run(run)
     usd_h = t.usd_per_hour(self.market)
     owner = self.owner or os.environ.get("QMIND_OWNER") or "(caller's STS name)"
-    tags = {"owner": owner, "project": PROJECT, "run": run.name, ESTIMATE_TAG: f"{self.estimate(run):.2f}",
-            CAP_TAG: f"{self.max_usd(run):.2f}"}
-    return {"backend": "ec2", "run": run.name, "region": _default_region(self.region or getattr(self.session, "region_name", None)),
-            "instance_type": t.name, "gpu": f"{t.gpus}x {t.gpu}", "market": self.market, "usd_per_hour": usd_h,
-            "cap_usd_per_hour": t.on_demand_usd_h, "max_hours": self.max_hours, "max_usd": self.max_usd(run),
-            "estimate_usd": self.estimate(run), "planner_usd": run.estimate_usd,
-            "run_uri": run.run_uri, "data_uri": run.dataset_uri, "notebook": run.notebook,
-            "creates": [{"resource": "instance", "type": t.name, "market": self.market, "profile": self.instance_profile},
-                        {"resource": "volume", "size_gb": self.volume_gb, "type": "gp3", "delete_on_termination": True}]
-                       + ([{"resource": "spot-instances-request", "type": "one-time"}] if self.market == "spot" else []),
-            "tags": tags}
+    tags = {
+        "owner": owner,
+        "project": PROJECT,
+        "run": run.name,
+        ESTIMATE_TAG: f"{self.estimate(run):.2f}",
+        CAP_TAG: f"{self.max_usd(run):.2f}",
+    }
+    return {
+        "backend": "ec2",
+        "run": run.name,
+        "region": _default_region(self.region or getattr(self.session, "region_name", None)),
+        "instance_type": t.name,
+        "gpu": f"{t.gpus}x {t.gpu}",
+        "market": self.market,
+        "usd_per_hour": usd_h,
+        "cap_usd_per_hour": t.on_demand_usd_h,
+        "max_hours": self.max_hours,
+        "max_usd": self.max_usd(run),
+        "estimate_usd": self.estimate(run),
+        "planner_usd": run.estimate_usd,
+        "run_uri": run.run_uri,
+        "data_uri": run.dataset_uri,
+        "notebook": run.notebook,
+        "creates": [
+            {
+                "resource": "instance",
+                "type": t.name,
+                "market": self.market,
+                "profile": self.instance_profile,
+            },
+            {
+                "resource": "volume",
+                "size_gb": self.volume_gb,
+                "type": "gp3",
+                "delete_on_termination": True,
+            },
+        ]
+        + (
+            [{"resource": "spot-instances-request", "type": "one-time"}]
+            if self.market == "spot"
+            else []
+        ),
+        "tags": tags,
+    }
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #3906f9d4
 def check_dataset(session, run: RunSpec) -> None:
     "Refuse a run whose dataset is not committed (no manifest) in its store."
     bucket, key = split_s3(f"{run.dataset_uri}/manifest.json")
     if not s3_exists(cloud.aws_client(session, "s3"), bucket, key):
-        raise CloudError(f"run {run.name}: dataset {run.dataset} is not committed in {run.store} (no manifest): generate "
-                         f"it first (`qmind aws data ...` on Batch, or `qmind data gen ... data.store={run.store}`)")
+        raise CloudError(
+            f"run {run.name}: dataset {run.dataset} is not committed in {run.store} (no "
+            "manifest): generate "
+            "it first (`qmind aws data ...` on Batch, or `qmind data gen ... "
+            f"data.store={run.store}`)"
+        )
+
 
 def resolve_image(session, parameter: str = DLAMI_PARAMETER) -> str:
-    "The AMI id behind an SSM public parameter (default: the Deep Learning Base AMI, NVIDIA driver, Ubuntu 22.04)."
-    try: return cloud.aws_client(session, "ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
-    except Exception as e: raise CloudError(f"{explain(e, f'resolve AMI from SSM {parameter}')}; or pass --image-id") from None
+    """The AMI id behind an SSM public parameter (default: the Deep Learning Base AMI, NVIDIA
+    driver, Ubuntu 22.04)."""
+    try:
+        return cloud.aws_client(session, "ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
+    except Exception as e:
+        raise CloudError(
+            f"{explain(e, f'resolve AMI from SSM {parameter}')}; or pass --image-id"
+        ) from None
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #62e6a628
 def _instance(ec2, iid: str) -> dict | None:
     from botocore.exceptions import ClientError
-    try: r = ec2.describe_instances(InstanceIds=[iid])
+
+    try:
+        r = ec2.describe_instances(InstanceIds=[iid])
     except ClientError as e:
-        if e.response["Error"]["Code"] == "InvalidInstanceID.NotFound": return None
+        if e.response["Error"]["Code"] == "InvalidInstanceID.NotFound":
+            return None
         raise explain(e, f"describe instance {iid}") from None
     return next((i for res in r["Reservations"] for i in res["Instances"]), None)
 
+
 def abandon(ec2, instance_id: str, spot_request_id: str | None = None) -> None:
-    "Cancel a launch's spot request (first, so AWS cannot fulfil it again), then terminate its instance and volume."
+    """Cancel a launch's spot request (first, so AWS cannot fulfil it again), then terminate its
+    instance and volume."""
     if spot_request_id:
-        cloud.aws_call(f"cancel spot request {spot_request_id}", ec2.cancel_spot_instance_requests,
-                 SpotInstanceRequestIds=[spot_request_id])
+        cloud.aws_call(
+            f"cancel spot request {spot_request_id}",
+            ec2.cancel_spot_instance_requests,
+            SpotInstanceRequestIds=[spot_request_id],
+        )
     cloud.aws_call(f"terminate {instance_id}", ec2.terminate_instances, InstanceIds=[instance_id])
 
-def launch_instance(ec2, params: dict, timeout_s: float = 600, poll_s: float = 10,
-                    sleep=time.sleep, clock=time.monotonic) -> dict:
-    "`RunInstances`, then wait for 'running'; on a timeout or any failure terminate what was started, then raise."
-    what = f"launch {params['InstanceType']}" + (" (spot)" if "InstanceMarketOptions" in params else " (on-demand)")
+
+def launch_instance(
+    ec2,
+    params: dict,
+    timeout_s: float = 600,
+    poll_s: float = 10,
+    sleep=time.sleep,
+    clock=time.monotonic,
+) -> dict:
+    """`RunInstances`, then wait for 'running'; on a timeout or any failure terminate what was
+    started, then raise."""
+    what = f"launch {params['InstanceType']}" + (
+        " (spot)" if "InstanceMarketOptions" in params else " (on-demand)"
+    )
     inst = cloud.aws_call(what, ec2.run_instances, **params)["Instances"][0]
     iid, sir = inst["InstanceId"], inst.get("SpotInstanceRequestId")
     try:
@@ -224,68 +399,131 @@ def launch_instance(ec2, params: dict, timeout_s: float = 600, poll_s: float = 1
             inst = _instance(ec2, iid) or {"State": {"Name": "terminated"}}
             sir = inst.get("SpotInstanceRequestId", sir)
             state = inst["State"]["Name"]
-            if state == "running": return inst
+            if state == "running":
+                return inst
             if state not in ("pending",):
                 reason = inst.get("StateReason", {}).get("Message", "no reason given")
-                raise LaunchFailed(f"{what}: instance {iid} went to {state!r} before running ({reason})")
+                raise LaunchFailed(
+                    f"{what}: instance {iid} went to {state!r} before running ({reason})"
+                )
             if clock() >= end:
-                raise LaunchFailed(f"{what}: instance {iid} was not running after {timeout_s:.0f}s (still {state}: a spot "
-                                   "request AWS could not fulfil?). It was terminated and its spot request cancelled; "
-                                   "nothing is left running. Retry later, on-demand, or with another type or zone.")
+                raise LaunchFailed(
+                    f"{what}: instance {iid} was not running after {timeout_s:.0f}s "
+                    f"(still {state}: a spot "
+                    "request AWS could not fulfil?). It was terminated and its spot "
+                    "request cancelled; "
+                    "nothing is left running. Retry later, on-demand, or with another type or zone."
+                )
             sleep(poll_s)
     except BaseException:
         abandon(ec2, iid, sir)
         raise
 
+
 # %% ../nbs/82_cloud_jobs.ipynb #03de2803
 @patch
-def run_instances_params(self: EC2Backend, run: RunSpec, image_id: str, root_device: str, user_data: str,
-                         tags: dict) -> dict:
-    "The `RunInstances` request: tags at creation, instance profile, IMDSv2, self-terminating, one-time spot."
+def run_instances_params(
+    self: EC2Backend, run: RunSpec, image_id: str, root_device: str, user_data: str, tags: dict
+) -> dict:
+    """The `RunInstances` request: tags at creation, instance profile, IMDSv2, self-terminating,
+    one-time spot."""
     import uuid
+
     spot = self.market == "spot"
-    p = dict(ImageId=image_id, InstanceType=self.instance, MinCount=1, MaxCount=1, UserData=user_data,
-             IamInstanceProfile={"Name": self.instance_profile}, InstanceInitiatedShutdownBehavior="terminate",
-             MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled"},
-             BlockDeviceMappings=[{"DeviceName": root_device, "Ebs": {"VolumeSize": self.volume_gb, "VolumeType": "gp3",
-                                                                       "DeleteOnTermination": True, "Encrypted": True}}],
-             TagSpecifications=tag_specs({**tags, "Name": f"qmind-{run.name}"}, "instance", "volume",
-                                         *(["spot-instances-request"] if spot else [])),
-             ClientToken=uuid.uuid4().hex)    # botocore's retries resend the same token: at most one instance
-    if spot: p["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
-        "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
-    if self.subnet_id: p["SubnetId"] = self.subnet_id
-    if self.security_group_ids: p["SecurityGroupIds"] = list(self.security_group_ids)
+    p = dict(
+        ImageId=image_id,
+        InstanceType=self.instance,
+        MinCount=1,
+        MaxCount=1,
+        UserData=user_data,
+        IamInstanceProfile={"Name": self.instance_profile},
+        InstanceInitiatedShutdownBehavior="terminate",
+        MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        BlockDeviceMappings=[
+            {
+                "DeviceName": root_device,
+                "Ebs": {
+                    "VolumeSize": self.volume_gb,
+                    "VolumeType": "gp3",
+                    "DeleteOnTermination": True,
+                    "Encrypted": True,
+                },
+            }
+        ],
+        TagSpecifications=tag_specs(
+            {**tags, "Name": f"qmind-{run.name}"},
+            "instance",
+            "volume",
+            *(["spot-instances-request"] if spot else []),
+        ),
+        # botocore's retries resend the same token: at most one instance
+        ClientToken=uuid.uuid4().hex,
+    )
+    if spot:
+        p["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
+            },
+        }
+    if self.subnet_id:
+        p["SubnetId"] = self.subnet_id
+    if self.security_group_ids:
+        p["SecurityGroupIds"] = list(self.security_group_ids)
     return p
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #95455653
 def put_record(session, uri: str, record: dict) -> None:
     "Write a JSON record to an S3 URI."
     bucket, key = split_s3(uri)
-    cloud.aws_call(f"write {uri}", cloud.aws_client(session, "s3").put_object, Bucket=bucket, Key=key,
-             Body=(json.dumps(record, indent=1) + "\n").encode(), ContentType="application/json")
+    cloud.aws_call(
+        f"write {uri}",
+        cloud.aws_client(session, "s3").put_object,
+        Bucket=bucket,
+        Key=key,
+        Body=(json.dumps(record, indent=1) + "\n").encode(),
+        ContentType="application/json",
+    )
+
 
 @patch
 def check_ready(self: CappedJobs) -> None:
     "What a backend needs of its own before anything is created (EC2: nothing more)."
 
+
 @patch
 def submit(self: CappedJobs, run: RunSpec, dry_run: bool = False) -> dict:
-    """Start `run` as the backend's job (or, with `dry_run`, return its plan); returns the job record, also saved as
-    `<run_uri>/job.json`. Checked first, in order: the plan, the backend's own needs, the bucket's region, the dataset, the budget."""
+    """Start `run` as the backend's job (or, with `dry_run`, return its plan); returns the job
+    record, also saved as `<run_uri>/job.json`. Checked first, in order: the plan, the backend's own
+    needs, the bucket's region, the dataset, the budget."""
     plan = self.plan(run)
-    if dry_run: return {**plan, "dry_run": True}
+    if dry_run:
+        return {**plan, "dry_run": True}
     self.check_ready()
     s = self.get_session()
-    tags = job_tags(self.owner or default_owner(s), run=run.name, **{k: plan["tags"][k] for k in (ESTIMATE_TAG, CAP_TAG)})
+    tags = job_tags(
+        self.owner or default_owner(s),
+        run=run.name,
+        **{k: plan["tags"][k] for k in (ESTIMATE_TAG, CAP_TAG)},
+    )
     check_bucket_region(s, run.store)
     check_dataset(s, run)
-    if self.budget: BudgetGuard(self.budget, s).check(plan["max_usd"], f"run {run.name} on {self.instance} ({plan['market']})",
-                                                      run.estimate_usd, self.cap_basis())
+    if self.budget:
+        BudgetGuard(self.budget, s).check(
+            plan["max_usd"],
+            f"run {run.name} on {self.instance} ({plan['market']})",
+            run.estimate_usd,
+            self.cap_basis(),
+        )
     job = self.launch(run, plan, s, tags)
-    try: put_record(s, f"{run.run_uri}/job.json", job)
-    except CloudError: pass        # the job runs either way; the caller has the record
+    try:
+        put_record(s, f"{run.run_uri}/job.json", job)
+    except CloudError:
+        pass  # the job runs either way; the caller has the record
     return job
+
 
 @patch
 def launch(self: EC2Backend, run: RunSpec, plan: dict, s, tags: dict) -> dict:
@@ -293,27 +531,48 @@ def launch(self: EC2Backend, run: RunSpec, plan: dict, s, tags: dict) -> dict:
     code_uri = self.code_uri or stage_code(s, run.store, allow_dirty=self.allow_dirty)
     ec2 = cloud.aws_client(s, "ec2")
     image = self.image_id or resolve_image(s)
-    imgs = cloud.aws_call(f"describe image {image}", ec2.describe_images, ImageIds=[image])["Images"]
-    if not imgs: raise CloudError(f"image {image} not found in {s.region_name}; pass --image-id")
+    imgs = cloud.aws_call(f"describe image {image}", ec2.describe_images, ImageIds=[image])[
+        "Images"
+    ]
+    if not imgs:
+        raise CloudError(f"image {image} not found in {s.region_name}; pass --image-id")
     user_data = render_user_data(run, code_uri, s.region_name, self.max_hours, self.idle_minutes)
-    params = self.run_instances_params(run, image, imgs[0].get("RootDeviceName", "/dev/sda1"), user_data, tags)
+    params = self.run_instances_params(
+        run, image, imgs[0].get("RootDeviceName", "/dev/sda1"), user_data, tags
+    )
     inst = launch_instance(ec2, params, self.start_timeout_s, self.poll_s)
-    return {**plan, "region": s.region_name, "tags": tags, "instance_id": inst["InstanceId"],
-            "spot_request_id": inst.get("SpotInstanceRequestId"), "image_id": image, "code_uri": code_uri,
-            "submitted": utc_stamp()}
+    return {
+        **plan,
+        "region": s.region_name,
+        "tags": tags,
+        "instance_id": inst["InstanceId"],
+        "spot_request_id": inst.get("SpotInstanceRequestId"),
+        "image_id": image,
+        "code_uri": code_uri,
+        "submitted": utc_stamp(),
+    }
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #a8acc3b4
 def read_status_json(session, run_uri: str) -> dict | None:
     "The `status.json` a finished job uploaded to its run dir, or None."
     bucket, key = split_s3(f"{run_uri}/status.json")
     s3 = cloud.aws_client(session, "s3")
-    if not s3_exists(s3, bucket, key): return None
-    return json.loads(cloud.aws_call(f"read {run_uri}/status.json", s3.get_object, Bucket=bucket, Key=key)["Body"].read())
+    if not s3_exists(s3, bucket, key):
+        return None
+    return json.loads(
+        cloud.aws_call(f"read {run_uri}/status.json", s3.get_object, Bucket=bucket, Key=key)[
+            "Body"
+        ].read()
+    )
+
 
 def finished_state(session, run_uri: str) -> str:
-    "'done' when the job's status.json says exit code 0, else 'failed' (also when it never wrote one)."
+    """'done' when the job's status.json says exit code 0, else 'failed' (also when it never wrote
+    one)."""
     st = read_status_json(session, run_uri)
     return "done" if st and st.get("exit_code") == 0 else "failed"
+
 
 @patch
 def status(self: EC2Backend, job: dict) -> str:
@@ -321,27 +580,37 @@ def status(self: EC2Backend, job: dict) -> str:
     s = self.get_session(job.get("region"))
     inst = _instance(cloud.aws_client(s, "ec2"), job["instance_id"])
     state = inst["State"]["Name"] if inst else "terminated"
-    if state == "pending": return "queued"
-    if state == "running": return "running"
-    if state in ("stopping", "stopped"): return "failed"
+    if state == "pending":
+        return "queued"
+    if state == "running":
+        return "running"
+    if state in ("stopping", "stopped"):
+        return "failed"
     return finished_state(s, job["run_uri"])
+
 
 @patch
 def cancel(self: EC2Backend, job: dict) -> None:
-    "Terminate the job's instance (its exit trap still uploads what it has) and cancel its spot request."
+    """Terminate the job's instance (its exit trap still uploads what it has) and cancel its spot
+    request."""
     s = self.get_session(job.get("region"))
     abandon(cloud.aws_client(s, "ec2"), job["instance_id"], job.get("spot_request_id"))
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #868ef02a
 @dataclass
 class SageMakerBackend(CappedJobs):
-    "Each run as a SageMaker training job: managed spot, checkpoints synced to the run dir, a maximum runtime."
+    """Each run as a SageMaker training job: managed spot, checkpoints synced to the run dir, a
+    maximum runtime."""
+
     instance: str = "ml.g5.xlarge"
     spot: bool = True
     max_hours: float = 24.0
-    max_wait_hours: float | None = None          # spot: capacity wait + runtime; default 2 × max_hours
-    image: str | None = None                     # ECR URI of the image built from infra/Dockerfile
-    role_arn: str | None = None                  # the execution role (`qmind aws setup` creates qmind-render-sagemaker)
+    # spot: capacity wait + runtime; default 2 × max_hours
+    max_wait_hours: float | None = None
+    image: str | None = None  # ECR URI of the image built from infra/Dockerfile
+    # the execution role (`qmind aws setup` creates qmind-render-sagemaker)
+    role_arn: str | None = None
     region: str | None = None
     owner: str | None = None
     volume_gb: int = 50
@@ -351,83 +620,176 @@ class SageMakerBackend(CappedJobs):
 
 
 def training_job_name(run_name: str, suffix: str) -> str:
-    "A SageMaker job name (unique forever in an account, at most 63 characters) for one attempt at a run."
+    """A SageMaker job name (unique forever in an account, at most 63 characters) for one attempt at
+    a run."""
     return f"qm-{re.sub(r'[^A-Za-z0-9-]', '-', run_name)[:44]}-{suffix}"[:63]
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #85916dd2
 def _channel(name: str, uri: str) -> dict:
-    return {"ChannelName": name, "InputMode": "File", "DataSource": {"S3DataSource": {
-        "S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}}}
+    return {
+        "ChannelName": name,
+        "InputMode": "File",
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": uri,
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+    }
+
 
 @patch
 def request(self: SageMakerBackend, run: RunSpec, job_name: str, tags: dict) -> dict:
     "The `CreateTrainingJob` request for `run`."
     wait = self.max_wait_hours or 2 * self.max_hours
     stop = {"MaxRuntimeInSeconds": int(self.max_hours * 3600)}
-    if self.spot: stop["MaxWaitTimeInSeconds"] = int(max(wait, self.max_hours) * 3600)
-    return {"TrainingJobName": job_name, "RoleArn": self.role_arn or "(--role-arn)",
-            "AlgorithmSpecification": {"TrainingImage": self.image or "(--image)", "TrainingInputMode": "File"},
-            "HyperParameters": {"run_name": run.name, "notebook": run.notebook, "dataset": run.dataset},
-            "InputDataConfig": [_channel("data", f"{run.dataset_uri}/"), _channel("config", f"{run.run_uri}/config.yaml")],
-            "OutputDataConfig": {"S3OutputPath": f"{run.run_uri}/sagemaker-output"},
-            "ResourceConfig": {"InstanceType": self.instance, "InstanceCount": 1, "VolumeSizeInGB": self.volume_gb},
-            "StoppingCondition": stop, "EnableManagedSpotTraining": self.spot,
-            "CheckpointConfig": {"S3Uri": f"{run.run_uri}/", "LocalPath": "/opt/ml/checkpoints"},
-            "Environment": {"WANDB_MODE": "offline"}, "Tags": tag_list(tags)}
+    if self.spot:
+        stop["MaxWaitTimeInSeconds"] = int(max(wait, self.max_hours) * 3600)
+    return {
+        "TrainingJobName": job_name,
+        "RoleArn": self.role_arn or "(--role-arn)",
+        "AlgorithmSpecification": {
+            "TrainingImage": self.image or "(--image)",
+            "TrainingInputMode": "File",
+        },
+        "HyperParameters": {"run_name": run.name, "notebook": run.notebook, "dataset": run.dataset},
+        "InputDataConfig": [
+            _channel("data", f"{run.dataset_uri}/"),
+            _channel("config", f"{run.run_uri}/config.yaml"),
+        ],
+        "OutputDataConfig": {"S3OutputPath": f"{run.run_uri}/sagemaker-output"},
+        "ResourceConfig": {
+            "InstanceType": self.instance,
+            "InstanceCount": 1,
+            "VolumeSizeInGB": self.volume_gb,
+        },
+        "StoppingCondition": stop,
+        "EnableManagedSpotTraining": self.spot,
+        "CheckpointConfig": {"S3Uri": f"{run.run_uri}/", "LocalPath": "/opt/ml/checkpoints"},
+        "Environment": {"WANDB_MODE": "offline"},
+        "Tags": tag_list(tags),
+    }
+
 
 @patch
 def plan(self: SageMakerBackend, run: RunSpec) -> dict:  # noqa: F811 (patched per backend)
     "What `submit` would create and what it would cost (no AWS calls)."
     t = instance_type(self.instance)
-    if not t.sagemaker: raise CloudError(f"{t.name} is an EC2 type; SageMaker jobs use ml.* rows (e.g. ml.g5.xlarge)")
-    if not 0 < self.max_hours <= 24 * 5: raise CloudError(f"max_hours {self.max_hours}: between 0 and 120 (SageMaker's limit is 5 days)")
+    if not t.sagemaker:
+        raise CloudError(
+            f"{t.name} is an EC2 type; SageMaker jobs use ml.* rows (e.g. ml.g5.xlarge)"
+        )
+    if not 0 < self.max_hours <= 24 * 5:
+        raise CloudError(
+            f"max_hours {self.max_hours}: between 0 and 120 (SageMaker's limit is 5 days)"
+        )
     check_run(run)
-    tags = {"owner": self.owner or os.environ.get("QMIND_OWNER") or "(caller's STS name)", "project": PROJECT,
-            "run": run.name, ESTIMATE_TAG: f"{self.estimate(run):.2f}", CAP_TAG: f"{self.max_usd(run):.2f}"}
+    tags = {
+        "owner": self.owner or os.environ.get("QMIND_OWNER") or "(caller's STS name)",
+        "project": PROJECT,
+        "run": run.name,
+        ESTIMATE_TAG: f"{self.estimate(run):.2f}",
+        CAP_TAG: f"{self.max_usd(run):.2f}",
+    }
     req = self.request(run, training_job_name(run.name, "<yymmdd-hhmmss>"), tags)
-    return {"backend": "sagemaker", "run": run.name, "region": _default_region(self.region or getattr(self.session, "region_name", None)),
-            "instance_type": t.name, "gpu": f"{t.gpus}x {t.gpu}", "market": "managed spot" if self.spot else "on-demand",
-            "usd_per_hour": t.on_demand_usd_h, "cap_usd_per_hour": t.on_demand_usd_h, "max_hours": self.max_hours,
-            "max_usd": self.max_usd(run), "estimate_usd": self.estimate(run), "planner_usd": run.estimate_usd, "run_uri": run.run_uri, "data_uri": run.dataset_uri, "notebook": run.notebook,
-            "creates": [{"resource": "training-job", "name": req["TrainingJobName"], "type": t.name,
-                         "spot": self.spot, "max_runtime_s": req["StoppingCondition"]["MaxRuntimeInSeconds"]}],
-            "tags": tags, "request": req}
+    return {
+        "backend": "sagemaker",
+        "run": run.name,
+        "region": _default_region(self.region or getattr(self.session, "region_name", None)),
+        "instance_type": t.name,
+        "gpu": f"{t.gpus}x {t.gpu}",
+        "market": "managed spot" if self.spot else "on-demand",
+        "usd_per_hour": t.on_demand_usd_h,
+        "cap_usd_per_hour": t.on_demand_usd_h,
+        "max_hours": self.max_hours,
+        "max_usd": self.max_usd(run),
+        "estimate_usd": self.estimate(run),
+        "planner_usd": run.estimate_usd,
+        "run_uri": run.run_uri,
+        "data_uri": run.dataset_uri,
+        "notebook": run.notebook,
+        "creates": [
+            {
+                "resource": "training-job",
+                "name": req["TrainingJobName"],
+                "type": t.name,
+                "spot": self.spot,
+                "max_runtime_s": req["StoppingCondition"]["MaxRuntimeInSeconds"],
+            }
+        ],
+        "tags": tags,
+        "request": req,
+    }
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #8edb202c
 @patch
 def check_ready(self: SageMakerBackend) -> None:  # noqa: F811 (patched per backend)
     "A SageMaker job needs the image and the execution role."
     if not self.image or not self.role_arn:
-        raise CloudError("a SageMaker job needs --image (the ECR URI of infra/Dockerfile's image) and --role-arn "
-                         "(its execution role; `qmind aws setup` creates qmind-render-sagemaker)")
+        raise CloudError(
+            "a SageMaker job needs --image (the ECR URI of infra/Dockerfile's image) and "
+            "--role-arn "
+            "(its execution role; `qmind aws setup` creates qmind-render-sagemaker)"
+        )
+
 
 @patch
 def launch(self: SageMakerBackend, run: RunSpec, plan: dict, s, tags: dict) -> dict:  # noqa: F811 (patched per backend)
-    "Create `run`'s training job, its config in the run dir first (`submit` has checked everything else); returns its job record."
+    """Create `run`'s training job, its config in the run dir first (`submit` has checked everything
+    else); returns its job record."""
     bucket, key = split_s3(f"{run.run_uri}/config.yaml")
-    cloud.aws_call(f"write {run.run_uri}/config.yaml", cloud.aws_client(s, "s3").put_object, Bucket=bucket, Key=key,
-             Body=yaml.safe_dump(run.config, sort_keys=False).encode())
+    cloud.aws_call(
+        f"write {run.run_uri}/config.yaml",
+        cloud.aws_client(s, "s3").put_object,
+        Bucket=bucket,
+        Key=key,
+        Body=yaml.safe_dump(run.config, sort_keys=False).encode(),
+    )
     name = training_job_name(run.name, dt.datetime.now(dt.timezone.utc).strftime("%y%m%d-%H%M%S"))
     req = self.request(run, name, tags)
-    arn = cloud.aws_call(f"create training job {name}", cloud.aws_client(s, "sagemaker").create_training_job, **req)["TrainingJobArn"]
-    return {**{k: v for k, v in plan.items() if k != "request"}, "region": s.region_name, "tags": tags,
-            "training_job": name, "training_job_arn": arn, "submitted": utc_stamp()}
+    arn = cloud.aws_call(
+        f"create training job {name}", cloud.aws_client(s, "sagemaker").create_training_job, **req
+    )["TrainingJobArn"]
+    return {
+        **{k: v for k, v in plan.items() if k != "request"},
+        "region": s.region_name,
+        "tags": tags,
+        "training_job": name,
+        "training_job_arn": arn,
+        "submitted": utc_stamp(),
+    }
+
 
 @patch
 def status(self: SageMakerBackend, job: dict) -> str:  # noqa: F811 (patched per backend)
     "queued | running | done | failed, from the training job's status."
     s = self.get_session(job.get("region"))
-    d = cloud.aws_call(f"describe {job['training_job']}", cloud.aws_client(s, "sagemaker").describe_training_job,
-                 TrainingJobName=job["training_job"])
+    d = cloud.aws_call(
+        f"describe {job['training_job']}",
+        cloud.aws_client(s, "sagemaker").describe_training_job,
+        TrainingJobName=job["training_job"],
+    )
     st, sec = d["TrainingJobStatus"], d.get("SecondaryStatus", "")
-    if st == "InProgress": return "queued" if sec in ("Starting", "Pending", "Downloading", "Interrupted") else "running"
+    if st == "InProgress":
+        return (
+            "queued" if sec in ("Starting", "Pending", "Downloading", "Interrupted") else "running"
+        )
     return "done" if st == "Completed" else "failed"
+
 
 @patch
 def cancel(self: SageMakerBackend, job: dict) -> None:  # noqa: F811 (patched per backend)
     "Stop the training job (SageMaker uploads its checkpoints)."
     s = self.get_session(job.get("region"))
-    cloud.aws_call(f"stop {job['training_job']}", cloud.aws_client(s, "sagemaker").stop_training_job, TrainingJobName=job["training_job"])
+    cloud.aws_call(
+        f"stop {job['training_job']}",
+        cloud.aws_client(s, "sagemaker").stop_training_job,
+        TrainingJobName=job["training_job"],
+    )
+
 
 # %% ../nbs/82_cloud_jobs.ipynb #515d4062
 def sagemaker_train_main(argv: list[str]) -> int:
@@ -441,14 +803,32 @@ def sagemaker_train_main(argv: list[str]) -> int:
     save_config(config, run_dir / "config.yaml")
     cache = root / "qmind-cache"
     cache.mkdir(exist_ok=True)
-    for link, target in ((cache / dataset, root / "input/data/data"), (cwd / "runs" / run_name, run_dir)):
+    for link, target in (
+        (cache / dataset, root / "input/data/data"),
+        (cwd / "runs" / run_name, run_dir),
+    ):
         link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.exists(): link.symlink_to(target, target_is_directory=True)
+        if not link.exists():
+            link.symlink_to(target, target_is_directory=True)
     params = papermill_parameters(RunSpec(run_name, config, notebook), str(cwd / "runs" / run_name))
     atomic_write(run_dir / "params.yaml", yaml.safe_dump(params, sort_keys=False))
-    cmd = [sys.executable, "-m", "papermill", notebook, str(run_dir / Path(notebook).name), "-f",
-           str(run_dir / "params.yaml"), "--cwd", str(cwd)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "papermill",
+        notebook,
+        str(run_dir / Path(notebook).name),
+        "-f",
+        str(run_dir / "params.yaml"),
+        "--cwd",
+        str(cwd),
+    ]
     rc = subprocess.run(cmd, env={**os.environ, "QMIND_CACHE": str(cache)}).returncode
-    atomic_write(run_dir / "status.json", json.dumps({"run": run_name, "exit_code": rc}) + "\n")   # what `finished_state` reads
-    if rc: atomic_write(root / "output/failure", f"papermill {notebook} exited with {rc}; see the executed notebook in the run dir")
+    # what `finished_state` reads
+    atomic_write(run_dir / "status.json", json.dumps({"run": run_name, "exit_code": rc}) + "\n")
+    if rc:
+        atomic_write(
+            root / "output/failure",
+            f"papermill {notebook} exited with {rc}; see the executed notebook in the run dir",
+        )
     return rc

@@ -1,4 +1,4 @@
-"""The typed experiment config: dataclasses with defaults, YAML files under `sweeps/`, `key=value` overrides, and errors that name the key.
+"""The typed experiment config: dataclasses, YAML under `sweeps/`, overrides, errors naming keys.
 
 Docs: https://qmind.github.io/qmind-render/config.html.md"""
 
@@ -23,94 +23,178 @@ from .contracts import UserError, project_dirs
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Loss', 'Tracker', 'NonFinite',
-           'native_bf16', 'resolve_precision', 'precision_dtype', 'DataConfig', 'ModelConfig', 'TrainConfig',
-           'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config', 'check_config', 'load_config',
-           'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args',
-           'config_main']
+__all__ = [
+    "RULES",
+    "MaterialEnc",
+    "ThemeEnc",
+    "Precision",
+    "Prediction",
+    "Schedule",
+    "Loss",
+    "Tracker",
+    "NonFinite",
+    "native_bf16",
+    "resolve_precision",
+    "precision_dtype",
+    "DataConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "EvalConfig",
+    "ExperimentConfig",
+    "ConfigError",
+    "find_config",
+    "check_config",
+    "load_config",
+    "config_to_dict",
+    "config_from_dict",
+    "save_config",
+    "add_config_args",
+    "config_args",
+    "config_from_args",
+    "config_main",
+]
+
 
 # %% ../nbs/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
     "How the material id reaches the model."
-    one_hot = "one_hot"; embedding = "embedding"
+
+    one_hot = "one_hot"
+    embedding = "embedding"
+
 
 class ThemeEnc(str, Enum):
     "How the theme (and the lighting setup) conditions the model."
-    planes = "planes"; id = "id"; param_vector = "param_vector"
+
+    planes = "planes"
+    id = "id"
+    param_vector = "param_vector"
+
 
 class Precision(str, Enum):
-    "What a run computes in: fp32, bf16 (autocast), or auto: bf16 where the device has it natively, else fp32."
-    fp32 = "fp32"; bf16 = "bf16"; auto = "auto"
+    """What a run computes in: fp32, bf16 (autocast), or auto: bf16 where the device has it
+    natively, else fp32."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    auto = "auto"
+
 
 class Prediction(str, Enum):
-    eps = "eps"; v = "v"; edm = "edm"   # edm: Karras et al. (2022) preconditioning, σ_data 0.5
+    eps = "eps"
+    v = "v"
+    edm = "edm"  # edm: Karras et al. (2022) preconditioning, σ_data 0.5
+
 
 class Schedule(str, Enum):
-    cosine = "cosine"; linear = "linear"
+    cosine = "cosine"
+    linear = "linear"
+
 
 class Loss(str, Enum):
-    "What the training loss compares: the network's target (ε or v), the clean frame it implies, or the target weighted by min-SNR-γ."
-    target = "target"; x0 = "x0"; min_snr = "min_snr"
+    """What the training loss compares: the network's target (ε or v), the clean frame it implies,
+    or the target weighted by min-SNR-γ."""
+
+    target = "target"
+    x0 = "x0"
+    min_snr = "min_snr"
+
 
 class Tracker(str, Enum):
-    wandb = "wandb"; none = "none"
+    wandb = "wandb"
+    none = "none"
+
 
 class NonFinite(str, Enum):
     "What a NaN/Inf loss or gradient does: stop the run, or skip that step."
-    stop = "stop"; skip = "skip"
+
+    stop = "stop"
+    skip = "skip"
+
 
 # %% ../nbs/01_config.ipynb #d008ba56
 def native_bf16(device="cpu") -> bool:
-    "Whether `device` computes bf16 natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX (oneDNN says); elsewhere it is emulated."
+    """Whether `device` computes bf16 natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX
+    (oneDNN says); elsewhere it is emulated."""
     import torch
+
     d = torch.device(device)
-    if d.type == "cuda": return torch.cuda.is_bf16_supported(including_emulation=False)
-    return d.type == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if d.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return (
+        d.type == "cpu"
+        and torch.backends.mkldnn.is_available()
+        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
 
 def resolve_precision(precision: Precision | str, device="cpu") -> Precision:
-    "`precision`, with `auto` made concrete for `device`: bf16 where it is native (`native_bf16`), else fp32."
+    """`precision`, with `auto` made concrete for `device`: bf16 where it is native (`native_bf16`),
+    else fp32."""
     p = Precision(precision)
-    if p is not Precision.auto: return p
+    if p is not Precision.auto:
+        return p
     return Precision.bf16 if native_bf16(device) else Precision.fp32
 
+
 def precision_dtype(precision: Precision | str, device="cpu"):
-    "The torch dtype a run of `precision` computes in on `device`: bfloat16 for bf16 (autocast), float32 for fp32; auto resolved."
+    """The torch dtype a run of `precision` computes in on `device`: bfloat16 for bf16 (autocast),
+    float32 for fp32; auto resolved."""
     import torch
-    return {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16}[resolve_precision(precision, device)]
+
+    return {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16}[
+        resolve_precision(precision, device)
+    ]
+
 
 # %% ../nbs/01_config.ipynb #b9300cda
 @dataclass
 class DataConfig:
     "Which dataset, where it lives, how it is made if missing, and which cells are held out."
-    dataset: str = "ds-quickstart"                      # immutable dataset ID in the store
-    store: str = "${oc.env:QMIND_STORE,qmind-store}"    # a path, file://..., or s3://bucket/prefix
-    holdout: str = "random_15"                          # split file: which factor cells training never sees
-    seed_start: int = 0                                 # episode seeds [seed_start, seed_start + episodes)
+
+    dataset: str = "ds-quickstart"  # immutable dataset ID in the store
+    store: str = "${oc.env:QMIND_STORE,qmind-store}"  # a path, file://..., or s3://bucket/prefix
+    # split file: which factor cells training never sees
+    holdout: str = "random_15"
+    # episode seeds [seed_start, seed_start + episodes)
+    seed_start: int = 0
     episodes: int = 64
     frames_per_episode: int = 32
     shard_size: int = 1000
 
+
 @dataclass
 class ModelConfig:
     "The conditional U-Net and its encodings."
-    size: str = "tiny"                                  # a name in the model registry: tiny | small | base
+
+    # a name in the model registry: tiny | small | base
+    size: str = "tiny"
     material_enc: MaterialEnc = MaterialEnc.one_hot
     theme_enc: ThemeEnc = ThemeEnc.param_vector
-    lighting_enc: Optional[ThemeEnc] = None            # None: the same choice as theme_enc
-    material_dim: int = 4                               # width of the learned material embedding (material_enc=embedding)
-    prediction: Prediction = Prediction.v               # v: stable few-step DDIM (eps divides by sqrt(alpha_bar) ~ 5e-5 at t=T-1); edm: EDM's c_in/c_skip/c_out
+    lighting_enc: Optional[ThemeEnc] = None  # None: the same choice as theme_enc
+    # width of the learned material embedding (material_enc=embedding)
+    material_dim: int = 4
+    # v: stable few-step DDIM (eps divides by sqrt(alpha_bar) ~ 5e-5 at t=T-1); edm: EDM's
+    # c_in/c_skip/c_out
+    prediction: Prediction = Prediction.v
     schedule: Schedule = Schedule.cosine
     timesteps: int = 1000
     dropout: float = 0.0
-    channels_last: bool = True                          # NHWC: faster on CPU, what tensor cores want
-    uv_freqs: list[int] = field(default_factory=lambda: [1])   # uv as sin/cos(2π f u) per f (textures repeat up to 12 times a cell)
-    depth_freqs: list[int] = field(default_factory=list)       # depth as sin/cos(π f d) per f, beside depth itself
-    pixel_head: int = 0                                 # width of a per-pixel MLP beside the U-Net's output (0: none)
+    # NHWC: faster on CPU, what tensor cores want
+    channels_last: bool = True
+    # uv as sin/cos(2π f u) per f (textures repeat up to 12 times a cell)
+    uv_freqs: list[int] = field(default_factory=lambda: [1])
+    # depth as sin/cos(π f d) per f, beside depth itself
+    depth_freqs: list[int] = field(default_factory=list)
+    # width of a per-pixel MLP beside the U-Net's output (0: none)
+    pixel_head: int = 0
+
 
 # %% ../nbs/01_config.ipynb #0488c609
 @dataclass
 class TrainConfig:
     "The training loop."
+
     steps: int = 2000
     batch: int = 64
     lr: float = 2e-4
@@ -119,42 +203,55 @@ class TrainConfig:
     grad_accum: int = 1
     ema: float = 0.999
     precision: Precision = Precision.fp32
-    compile: Optional[bool] = None                      # None: on for CUDA (Inductor fuses norms and activations), off on CPU
+    # None: on for CUDA (Inductor fuses norms and activations), off on CPU
+    compile: Optional[bool] = None
     ckpt_every_min: float = 15.0
-    ckpt_every_steps: int = 0                           # 0: time-based only
+    ckpt_every_steps: int = 0  # 0: time-based only
     keep_last: int = 3
     nonfinite: NonFinite = NonFinite.stop
-    workers: int = 0                                    # DataLoader worker processes
-    device: str = "auto"                                # auto | cpu | cuda | cuda:1 ...
-    resume: str = "latest"                              # latest | never | a checkpoint path
+    workers: int = 0  # DataLoader worker processes
+    device: str = "auto"  # auto | cpu | cuda | cuda:1 ...
+    resume: str = "latest"  # latest | never | a checkpoint path
     log_every: int = 50
     sample_every: int = 500
-    sampler_share: float = 0.0                          # share of each batch at the timesteps eval.ddim_steps' samplers visit
-    loss: Loss = Loss.target                            # target: MSE on ε or v | x0: on the clean frame | min_snr: min-SNR-5
-    finetune_steps: int = 0                             # the run's last N steps: one step from pure noise (t = T-1), x0 loss
+    # share of each batch at the timesteps eval.ddim_steps' samplers visit
+    sampler_share: float = 0.0
+    # target: MSE on ε or v | x0: on the clean frame | min_snr: min-SNR-5
+    loss: Loss = Loss.target
+    # the run's last N steps: one step from pure noise (t = T-1), x0 loss
+    finetune_steps: int = 0
+
 
 @dataclass
 class EvalConfig:
     "Evaluation on held-out and training cells."
+
     ddim_steps: list[int] = field(default_factory=lambda: [1, 2, 4])
     frames_per_cell: int = 8
-    device: str = "auto"                                # auto (the GPU when there is one) | cpu | cuda | cuda:1 ...
-    classifier_steps: int = 300                         # AdamW steps of the factor classifiers (fitted on training frames)
+    # auto (the GPU when there is one) | cpu | cuda | cuda:1 ...
+    device: str = "auto"
+    # AdamW steps of the factor classifiers (fitted on training frames)
+    classifier_steps: int = 300
+
 
 @dataclass
 class ExperimentConfig:
     "Everything that changes a run."
+
     name: str = "quickstart"
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    tracker: Tracker = Tracker.wandb                    # wandb runs offline unless you are logged in
+    # wandb runs offline unless you are logged in
+    tracker: Tracker = Tracker.wandb
+
 
 # %% ../nbs/01_config.ipynb #16392fe2
 class ConfigError(UserError, ValueError):
     "A config could not be loaded: the message names the key, the source and the fix."
+
 
 def _section_type(key: str):
     "The dataclass that holds the last part of dotted `key`, or None."
@@ -162,15 +259,21 @@ def _section_type(key: str):
     for part in key.split(".")[:-1]:
         hints = get_type_hints(t) if is_dataclass(t) else {}
         t = hints.get(part.split("[")[0])
-        if t is None: return None
+        if t is None:
+            return None
     return t if is_dataclass(t) else None
+
 
 def _closest(key: str) -> str | None:
     t = _section_type(key)
-    if t is None: return None
+    if t is None:
+        return None
     prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
-    m = difflib.get_close_matches(key.rsplit(".", 1)[-1], [f.name for f in fields(t)], n=1, cutoff=0.5)
+    m = difflib.get_close_matches(
+        key.rsplit(".", 1)[-1], [f.name for f in fields(t)], n=1, cutoff=0.5
+    )
     return prefix + m[0] if m else None
+
 
 # %% ../nbs/01_config.ipynb #793430f3
 def _explain(e: OmegaConfBaseException, source: str) -> ConfigError:
@@ -183,126 +286,225 @@ def _explain(e: OmegaConfBaseException, source: str) -> ConfigError:
     msg = (getattr(e, "msg", None) or str(e)).split("\n")[0]
     return ConfigError(f"bad value for '{key}' in {source}: {msg}")
 
+
 # %% ../nbs/01_config.ipynb #c5efd0c2
 def find_config(name: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
-    "Resolve a config path or a name under `sweeps/exp/`; a missing file is a `ConfigError` listing what exists."
+    """Resolve a config path or a name under `sweeps/exp/`; a missing file is a `ConfigError`
+    listing what exists."""
     p = Path(name)
-    if p.suffix in (".yaml", ".yml") or p.exists(): cands = [p]
-    else: cands = [d / "sweeps" / "exp" / f"{name}.yaml" for d in project_dirs(root)]
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        cands = [p]
+    else:
+        cands = [d / "sweeps" / "exp" / f"{name}.yaml" for d in project_dirs(root)]
     for c in cands:
-        if c.is_file(): return c
-    exp = next((d / "sweeps" / "exp" for d in project_dirs(root) if (d / "sweeps" / "exp").is_dir()), Path("sweeps") / "exp")
+        if c.is_file():
+            return c
+    exp = next(
+        (d / "sweeps" / "exp" for d in project_dirs(root) if (d / "sweeps" / "exp").is_dir()),
+        Path("sweeps") / "exp",
+    )
     have = sorted(x.stem for x in exp.glob("*.yaml")) if exp.is_dir() else []
-    raise ConfigError(f"config file not found: {cands[0]}" + (f" (sweeps/exp has: {', '.join(have)})" if have else ""))
+    raise ConfigError(
+        f"config file not found: {cands[0]}"
+        + (f" (sweeps/exp has: {', '.join(have)})" if have else "")
+    )
+
 
 # %% ../nbs/01_config.ipynb #78e2d671
 def _read_yaml(path: Path) -> dict:
-    try: d = yaml.safe_load(path.read_text()) or {}
+    try:
+        d = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
-        raise ConfigError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', None) or e}") from None
-    if not isinstance(d, dict): raise ConfigError(f"{path}: a config file is a YAML mapping, got {type(d).__name__}")
+        raise ConfigError(
+            f"{path}:{where} not valid YAML: {getattr(e, 'problem', None) or e}"
+        ) from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: a config file is a YAML mapping, got {type(d).__name__}")
     return d
 
+
 def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
-    try: return OmegaConf.merge(cfg, other)
-    except OmegaConfBaseException as e: raise _explain(e, source) from None
+    try:
+        return OmegaConf.merge(cfg, other)
+    except OmegaConfBaseException as e:
+        raise _explain(e, source) from None
+
 
 def _override(cfg: DictConfig, item: str) -> DictConfig:
     if "=" not in item or item.startswith("="):
         raise ConfigError(f"override '{item}' is not key=value (e.g. train.lr=1e-4)")
-    try: dot = OmegaConf.from_dotlist([item])
-    except OmegaConfBaseException as e: raise ConfigError(f"override '{item}' could not be parsed: {e.msg}") from None
+    try:
+        dot = OmegaConf.from_dotlist([item])
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"override '{item}' could not be parsed: {e.msg}") from None
     return _merge(cfg, dot, f"override '{item}'")
+
 
 # %% ../nbs/01_config.ipynb #391b0b01
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=-]*")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
-def _at_least(n): return (lambda v: v >= n), f"must be at least {n}"
-def _above(n): return (lambda v: v > n), f"must be above {n}"
-def _fraction(): return (lambda v: 0 <= v < 1), "must be in [0, 1)"
-def _in_unit(): return (lambda v: 0 <= v <= 1), "must be in [0, 1]"
-_NAME = (lambda v: bool(_FOLDER_NAME.fullmatch(v)), "must be one folder name: letters, digits and . _ + = -, no / or leading .")
+
+def _at_least(n):
+    return (lambda v: v >= n), f"must be at least {n}"
+
+
+def _above(n):
+    return (lambda v: v > n), f"must be above {n}"
+
+
+def _fraction():
+    return (lambda v: 0 <= v < 1), "must be in [0, 1)"
+
+
+def _in_unit():
+    return (lambda v: 0 <= v <= 1), "must be in [0, 1]"
+
+
+_NAME = (
+    lambda v: bool(_FOLDER_NAME.fullmatch(v)),
+    "must be one folder name: letters, digits and . _ + = -, no / or leading .",
+)
 _DEV = (lambda v: bool(_DEVICE.fullmatch(v)), "must be auto, cpu, mps, cuda or cuda:N")
 
 RULES: dict[str, tuple] = {
-    "name": _NAME, "seed": _at_least(0), "data.dataset": _NAME, "data.seed_start": _at_least(0),
-    "data.episodes": _at_least(1), "data.frames_per_episode": _at_least(1), "data.shard_size": _at_least(1),
-    "model.timesteps": _at_least(2), "model.material_dim": _at_least(1), "model.dropout": _fraction(),
-    "train.steps": _at_least(1), "train.batch": _at_least(1), "train.lr": _above(0), "train.warmup": _at_least(0),
-    "train.grad_clip": _above(0), "train.grad_accum": _at_least(1), "train.ema": _fraction(),
-    "train.ckpt_every_min": _above(0), "train.ckpt_every_steps": _at_least(0), "train.keep_last": _at_least(0),
-    "train.workers": _at_least(0), "train.log_every": _at_least(1), "train.sample_every": _at_least(0), "train.device": _DEV,
-    "train.sampler_share": _in_unit(), "train.finetune_steps": _at_least(0),
-    "model.uv_freqs": _at_least(1), "model.pixel_head": _at_least(0),
-    "eval.ddim_steps": _at_least(1), "eval.frames_per_cell": _at_least(1), "eval.classifier_steps": _at_least(1), "eval.device": _DEV,
+    "name": _NAME,
+    "seed": _at_least(0),
+    "data.dataset": _NAME,
+    "data.seed_start": _at_least(0),
+    "data.episodes": _at_least(1),
+    "data.frames_per_episode": _at_least(1),
+    "data.shard_size": _at_least(1),
+    "model.timesteps": _at_least(2),
+    "model.material_dim": _at_least(1),
+    "model.dropout": _fraction(),
+    "train.steps": _at_least(1),
+    "train.batch": _at_least(1),
+    "train.lr": _above(0),
+    "train.warmup": _at_least(0),
+    "train.grad_clip": _above(0),
+    "train.grad_accum": _at_least(1),
+    "train.ema": _fraction(),
+    "train.ckpt_every_min": _above(0),
+    "train.ckpt_every_steps": _at_least(0),
+    "train.keep_last": _at_least(0),
+    "train.workers": _at_least(0),
+    "train.log_every": _at_least(1),
+    "train.sample_every": _at_least(0),
+    "train.device": _DEV,
+    "train.sampler_share": _in_unit(),
+    "train.finetune_steps": _at_least(0),
+    "model.uv_freqs": _at_least(1),
+    "model.pixel_head": _at_least(0),
+    "eval.ddim_steps": _at_least(1),
+    "eval.frames_per_cell": _at_least(1),
+    "eval.classifier_steps": _at_least(1),
+    "eval.device": _DEV,
 }
 
+
 def check_config(cfg: DictConfig) -> DictConfig:
-    "Raise a `ConfigError` naming the first key whose value breaks its rule in `RULES` (lists: every item, and not empty)."
+    """Raise a `ConfigError` naming the first key whose value breaks its rule in `RULES` (lists:
+    every item, and not empty)."""
     for key, (ok, need) in RULES.items():
         v = OmegaConf.select(cfg, key)
         items = list(v) if isinstance(v, (list, ListConfig)) else [v]
         if not items or not all(ok(x) for x in items):
             shown = OmegaConf.to_container(v) if isinstance(v, ListConfig) else v
-            raise ConfigError(f"bad value for '{key}': {shown!r} {need} (set it in the config file or as {key}=...)")
+            raise ConfigError(
+                f"bad value for '{key}': {shown!r} {need} (set it in the config file or "
+                f"as {key}=...)"
+            )
     return cfg
 
+
 # %% ../nbs/01_config.ipynb #eb6e6ca1
-def load_config(config: str | os.PathLike | dict | None = None, overrides: list[str] = (),
-                root: str | os.PathLike | None = None) -> DictConfig:
-    "Embedded defaults <- YAML file (path, name under sweeps/exp/, or a dict) <- `key=value` overrides, type- and range-checked."
+def load_config(
+    config: str | os.PathLike | dict | None = None,
+    overrides: list[str] = (),
+    root: str | os.PathLike | None = None,
+) -> DictConfig:
+    """Embedded defaults <- YAML file (path, name under sweeps/exp/, or a dict) <- `key=value`
+    overrides, type- and range-checked."""
     cfg = OmegaConf.structured(ExperimentConfig)
-    if isinstance(config, dict): cfg = _merge(cfg, config, "the given dict")
+    if isinstance(config, dict):
+        cfg = _merge(cfg, config, "the given dict")
     elif config is not None:
         path = find_config(config, root)
         cfg = _merge(cfg, _read_yaml(path), str(path))
-    for item in overrides: cfg = _override(cfg, item)
-    try: OmegaConf.resolve(cfg)
-    except OmegaConfBaseException as e: raise _explain(e, "an interpolation") from None
+    for item in overrides:
+        cfg = _override(cfg, item)
+    try:
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as e:
+        raise _explain(e, "an interpolation") from None
     OmegaConf.set_readonly(cfg, True)
     return check_config(cfg)
+
 
 # %% ../nbs/01_config.ipynb #d0bad3a4
 def config_to_dict(cfg: DictConfig) -> dict:
     "The resolved config as plain data (dicts, lists, str, int, float, bool)."
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
+
 def config_from_dict(d: dict) -> DictConfig:
     "A config back from plain data (a checkpoint's or a run dir's), type-checked like a file."
     return load_config(dict(d))
 
+
 # %% ../nbs/01_config.ipynb #c129eb2d
 def save_config(cfg: DictConfig | dict, path: str | os.PathLike) -> Path:
-    "Write the resolved config (or its plain data, as `config_to_dict` gives it) as YAML, atomically (a temporary file, then a rename)."
-    return atomic_write(path, yaml.safe_dump(cfg if isinstance(cfg, dict) else config_to_dict(cfg), sort_keys=False))
+    """Write the resolved config (or its plain data, as `config_to_dict` gives it) as YAML,
+    atomically (a temporary file, then a rename)."""
+    return atomic_write(
+        path, yaml.safe_dump(cfg if isinstance(cfg, dict) else config_to_dict(cfg), sort_keys=False)
+    )
+
 
 # %% ../nbs/01_config.ipynb #4dd5b719
 def add_config_args(p, overrides_help: str = "key=value overrides, e.g. train.lr=1e-4 seed=2"):
     "Add the positional `CONFIG [key=value ...]` arguments to an argparse parser."
-    p.add_argument("config", nargs="?", help="YAML path or a name under sweeps/exp/ (default: embedded defaults)")
+    p.add_argument(
+        "config",
+        nargs="?",
+        help="YAML path or a name under sweeps/exp/ (default: embedded defaults)",
+    )
     p.add_argument("overrides", nargs="*", help=overrides_help)
     return p
+
 
 def config_args(a) -> tuple[str | None, list[str]]:
     "(config, overrides) from parsed `add_config_args` arguments."
     config, overrides = a.config, list(a.overrides)
     return (None, [config, *overrides]) if config and "=" in config else (config, overrides)
 
+
 def config_from_args(a) -> DictConfig:
     "The config that parsed `add_config_args` arguments name."
     return load_config(*config_args(a))
+
 
 # %% ../nbs/01_config.ipynb #b72b0dc0
 def config_main(argv: list[str]) -> int:
     "`qmind config [CONFIG] [key=value ...] [--json]`"
     import argparse
     import json
-    p = add_config_args(argparse.ArgumentParser(prog="qmind config", description="Resolve an experiment config and print it."))
+
+    p = add_config_args(
+        argparse.ArgumentParser(
+            prog="qmind config", description="Resolve an experiment config and print it."
+        )
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
-    a = p.parse_intermixed_args(argv)          # options anywhere on the line
+    a = p.parse_intermixed_args(argv)  # options anywhere on the line
     cfg = config_from_args(a)
-    print(json.dumps(config_to_dict(cfg), indent=2) if a.json else yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
+    print(
+        json.dumps(config_to_dict(cfg), indent=2)
+        if a.json
+        else yaml.safe_dump(config_to_dict(cfg), sort_keys=False),
+        end="",
+    )
     return 0

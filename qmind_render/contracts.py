@@ -1,4 +1,4 @@
-"""The versioned promises between stages: the channel spec and the theme schema, a validator that names the channel and the rule, and the version check that refuses incompatible data.
+"""The versioned promises between stages: channel spec, theme schema, validator, version check.
 
 Docs: https://qmind.github.io/qmind-render/contracts.html.md"""
 
@@ -16,78 +16,126 @@ import numpy as np
 import yaml
 
 # %% auto #0
-__all__ = ['contracts_dir', 'project_dirs', 'UserError', 'one_line', 'parse_version', 'is_compatible', 'IncompatibleVersion',
-           'check_compatible', 'ChannelSpec', 'load_spec', 'bytes_per_pixel', 'random_frame', 'ChannelError',
-           'validate', 'check_spec_version', 'jsonschema', 'ThemeSchema', 'load_theme_schema', 'ThemeError',
-           'validate_theme', 'theme_parts', 'theme_vector', 'contract_versions']
+__all__ = [
+    "contracts_dir",
+    "project_dirs",
+    "UserError",
+    "one_line",
+    "parse_version",
+    "is_compatible",
+    "IncompatibleVersion",
+    "check_compatible",
+    "ChannelSpec",
+    "load_spec",
+    "bytes_per_pixel",
+    "random_frame",
+    "ChannelError",
+    "validate",
+    "check_spec_version",
+    "jsonschema",
+    "ThemeSchema",
+    "load_theme_schema",
+    "ThemeError",
+    "validate_theme",
+    "theme_parts",
+    "theme_vector",
+    "contract_versions",
+]
+
 
 # %% ../nbs/00_contracts.ipynb #a9ae0412
 def contracts_dir() -> Path:
     "The folder holding `channel_spec.yaml` and `theme_schema.yaml`."
     import qmind_render
+
     return Path(qmind_render.__file__).resolve().parent / "contracts"
 
+
 def project_dirs(root: str | Path | None = None) -> list[Path]:
-    """Where the project's `sweeps/` (experiments, splits) is looked for, in order: `root` when given; else the working folder,
-    its parents, and the checkout this package was installed from (`pip install -e .`), so commands work from any folder."""
-    if root is not None: return [Path(root)]
+    """Where the project's `sweeps/` (experiments, splits) is looked for, in order: `root` when
+    given; else the working folder, its parents, and the checkout this package was installed from
+    (`pip install -e .`), so commands work from any folder."""
+    if root is not None:
+        return [Path(root)]
     import qmind_render
+
     here, checkout = Path.cwd().resolve(), Path(qmind_render.__file__).resolve().parent.parent
     out = [Path(".")] + [d for d in [*here.parents, checkout] if d != here]
     return [d for i, d in enumerate(out) if d.resolve() not in {x.resolve() for x in out[:i]}]
 
+
 def _read_yaml(path: Path, what: str) -> dict:
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"{what} not found: {path}")
-    with path.open() as f: d = yaml.safe_load(f)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    with path.open() as f:
+        d = yaml.safe_load(f)
     if not isinstance(d, dict) or "version" not in d:
         raise ValueError(f"{path}: not a {what} (a YAML mapping with a `version` key)")
     return d
 
+
 # %% ../nbs/00_contracts.ipynb #106d3c58
 class UserError(Exception):
-    """An expected failure caused by input: a config, a file, a flag, the machine. Its message names the thing
-    and the fix; `qmind` prints it as one line and exits with `exit_code`."""
+    """An expected failure caused by input: a config, a file, a flag, the machine. Its message names
+    the thing and the fix; `qmind` prints it as one line and exits with `exit_code`."""
+
     exit_code = 2
+
 
 def one_line(e: BaseException) -> str:
     "An error's message as one line: a `KeyError`'s text without its quotes, newlines folded."
     msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
     return " ".join(str(msg).split())
 
+
 # %% ../nbs/00_contracts.ipynb #cce90593
 _semver = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+
 
 def parse_version(v: str) -> tuple[int, int, int]:
     "`'0.1.0'` -> `(0, 1, 0)`; anything else is a `ValueError`."
     m = _semver.match(str(v).strip())
-    if not m: raise ValueError(f"not a semantic version (MAJOR.MINOR.PATCH): {v!r}")
+    if not m:
+        raise ValueError(f"not a semantic version (MAJOR.MINOR.PATCH): {v!r}")
     return tuple(int(x) for x in m.groups())
+
 
 def is_compatible(made: str, reader: str) -> bool:
     "Can code at version `reader` read data made under version `made`?"
     (M, m, _), (RM, Rm, _) = parse_version(made), parse_version(reader)
-    if M != RM: return False
+    if M != RM:
+        return False
     return m == Rm if M == 0 else m <= Rm
+
 
 # %% ../nbs/00_contracts.ipynb #8d466f07
 class IncompatibleVersion(UserError, ValueError):
     "Data or a checkpoint made under a contract version this code cannot read."
+
     def __init__(self, contract: str, made: str, reader: str, what: str = "data"):
         self.contract, self.made, self.reader, self.what = contract, made, reader, what
         super().__init__(
             f"{what} was made under {contract} {made}, but this code reads {contract} {reader}: "
-            f"incompatible versions. Regenerate it under {contract} {reader}, or check out a commit "
-            f"whose contracts/{contract}.yaml is at {made}.")
+            f"incompatible versions. Regenerate it under {contract} {reader}, or check "
+            "out a commit "
+            f"whose contracts/{contract}.yaml is at {made}."
+        )
+
 
 def check_compatible(contract: str, made: str, reader: str, what: str = "data") -> None:
-    "Raise `IncompatibleVersion` (naming both versions and `what`) unless `made` is readable by `reader`."
-    if not is_compatible(made, reader): raise IncompatibleVersion(contract, made, reader, what)
+    """Raise `IncompatibleVersion` (naming both versions and `what`) unless `made` is readable by
+    `reader`."""
+    if not is_compatible(made, reader):
+        raise IncompatibleVersion(contract, made, reader, what)
+
 
 # %% ../nbs/00_contracts.ipynb #aa43b205
 @dataclass(frozen=True)
 class ChannelSpec:
-    "The parsed `channel_spec.yaml`: `size` is (height, width); `channels` maps name -> rules; `map`: how a world's map is drawn (display only)."
+    """The parsed `channel_spec.yaml`: `size` is (height, width); `channels` maps name -> rules;
+    `map`: how a world's map is drawn (display only)."""
+
     version: str
     size: tuple[int, int]
     channels: dict = field(repr=False)
@@ -95,31 +143,49 @@ class ChannelSpec:
     map: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def names(self) -> list[str]: return list(self.channels)
-    def dtype(self, name: str) -> np.dtype: return np.dtype(self.channels[name]["dtype"])
+    def names(self) -> list[str]:
+        return list(self.channels)
+
+    def dtype(self, name: str) -> np.dtype:
+        return np.dtype(self.channels[name]["dtype"])
+
     def shape(self, name: str) -> tuple[int, ...]:
         "The concrete shape of channel `name` (H and W filled in from `size`)."
         H, W = self.size
         return tuple({"H": H, "W": W}.get(d, d) for d in self.channels[name]["shape"])
+
     @property
-    def classes(self) -> list[str]: return list(self.channels["surface"]["classes"])
-    def surface_id(self, cls: str) -> int: return self.classes.index(cls)
+    def classes(self) -> list[str]:
+        return list(self.channels["surface"]["classes"])
+
+    def surface_id(self, cls: str) -> int:
+        return self.classes.index(cls)
+
     @property
-    def n_materials(self) -> int: return int(self.channels["material"]["count"])
+    def n_materials(self) -> int:
+        return int(self.channels["material"]["count"])
+
     @property
-    def material_none(self) -> int: return int(self.channels["material"]["none"])
+    def material_none(self) -> int:
+        return int(self.channels["material"]["none"])
+
 
 # %% ../nbs/00_contracts.ipynb #0f0545ab
 _REQUIRED = ("dtype", "shape")
 
+
 def load_spec(path: str | Path | None = None) -> ChannelSpec:
-    "Load and sanity-check a channel spec (default: the project's `contracts/channel_spec.yaml`); cached until the file changes."
+    """Load and sanity-check a channel spec (default: the project's `contracts/channel_spec.yaml`);
+    cached until the file changes."""
     path = Path(path) if path else contracts_dir() / "channel_spec.yaml"
     return _load_spec(*_cache_key(path))
 
+
 def _cache_key(path: Path) -> tuple[str, int]:
-    if not path.is_file(): raise FileNotFoundError(f"not found: {path}")
+    if not path.is_file():
+        raise FileNotFoundError(f"not found: {path}")
     return str(path.resolve()), path.stat().st_mtime_ns
+
 
 @functools.lru_cache(maxsize=16)
 def _load_spec(path: str, mtime_ns: int) -> ChannelSpec:
@@ -127,16 +193,25 @@ def _load_spec(path: str, mtime_ns: int) -> ChannelSpec:
     d = _read_yaml(path, "channel spec")
     parse_version(d["version"])
     size = d.get("size")
-    if not (isinstance(size, list) and len(size) == 2 and all(isinstance(s, int) and s > 0 for s in size)):
-        raise ValueError(f"{path}: `size` must be [height, width] of positive integers, got {size!r}")
+    if not (
+        isinstance(size, list)
+        and len(size) == 2
+        and all(isinstance(s, int) and s > 0 for s in size)
+    ):
+        raise ValueError(
+            f"{path}: `size` must be [height, width] of positive integers, got {size!r}"
+        )
     chans = d.get("channels") or {}
     for name, rules in chans.items():
         for k in _REQUIRED:
-            if k not in rules: raise ValueError(f"{path}: channel {name!r} has no `{k}`")
+            if k not in rules:
+                raise ValueError(f"{path}: channel {name!r} has no `{k}`")
         np.dtype(rules["dtype"])
     for name in ("depth", "surface", "material", "uv", "light"):
-        if name not in chans: raise ValueError(f"{path}: channel {name!r} is missing")
+        if name not in chans:
+            raise ValueError(f"{path}: channel {name!r} is missing")
     return ChannelSpec(str(d["version"]), tuple(size), chans, path, d.get("map") or {})
+
 
 # %% ../nbs/00_contracts.ipynb #ceb73eb4
 def bytes_per_pixel(spec: ChannelSpec, rgb: bool = True) -> int:
@@ -144,6 +219,7 @@ def bytes_per_pixel(spec: ChannelSpec, rgb: bool = True) -> int:
     H, W = spec.size
     n = sum(spec.dtype(c).itemsize * int(np.prod(spec.shape(c))) for c in spec.names) // (H * W)
     return n + (3 if rgb else 0)
+
 
 # %% ../nbs/00_contracts.ipynb #54353b65
 def random_frame(spec: ChannelSpec, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -160,12 +236,17 @@ def random_frame(spec: ChannelSpec, rng: np.random.Generator) -> dict[str, np.nd
         "light": rng.random((H, W)).astype(spec.dtype("light")),
     }
 
+
 # %% ../nbs/00_contracts.ipynb #71a64d3a
 class ChannelError(UserError, ValueError):
     "A sample broke the channel spec: `.channel` and `.rule` say where and how."
+
     def __init__(self, channel: str, rule: str, detail: str, spec: ChannelSpec):
         self.channel, self.rule = channel, rule
-        super().__init__(f"channel {channel!r} breaks rule '{rule}' of channel_spec {spec.version}: {detail}")
+        super().__init__(
+            f"channel {channel!r} breaks rule '{rule}' of channel_spec {spec.version}: {detail}"
+        )
+
 
 # %% ../nbs/00_contracts.ipynb #fcd7039c
 def _check_array(name, x, rules, spec, lead):
@@ -173,24 +254,36 @@ def _check_array(name, x, rules, spec, lead):
     if not isinstance(x, np.ndarray):
         raise fail("type", f"expected a numpy array, got {type(x).__name__}")
     want = lead + spec.shape(name)
-    if x.shape != want: raise fail("shape", f"expected {want}, got {x.shape}")
-    if x.dtype != spec.dtype(name): raise fail("dtype", f"expected {spec.dtype(name)}, got {x.dtype}")
+    if x.shape != want:
+        raise fail("shape", f"expected {want}, got {x.shape}")
+    if x.dtype != spec.dtype(name):
+        raise fail("dtype", f"expected {spec.dtype(name)}, got {x.dtype}")
     if x.dtype.kind == "f" and not np.isfinite(x).all():
         raise fail("finite", f"{int((~np.isfinite(x)).sum())} non-finite values (NaN or Inf)")
     if "range" in rules:
         lo, hi = rules["range"]
         xmin, xmax = float(x.min()), float(x.max())
-        if xmin < lo or xmax > hi: raise fail("range", f"values must lie in [{lo}, {hi}], found [{xmin}, {xmax}]")
+        if xmin < lo or xmax > hi:
+            raise fail("range", f"values must lie in [{lo}, {hi}], found [{xmin}, {xmax}]")
+
 
 # %% ../nbs/00_contracts.ipynb #7c5360c3
 def _check_ids(name, x, rules, spec):
     if "classes" in rules:
-        allowed, what = set(range(len(rules["classes"]))), f"class ids 0..{len(rules['classes']) - 1} ({', '.join(rules['classes'])})"
+        allowed, what = (
+            set(range(len(rules["classes"]))),
+            f"class ids 0..{len(rules['classes']) - 1} ({', '.join(rules['classes'])})",
+        )
     else:
-        allowed, what = set(range(rules["count"])) | {rules["none"]}, f"material ids 0..{rules['count'] - 1} or none={rules['none']}"
+        allowed, what = (
+            set(range(rules["count"])) | {rules["none"]},
+            f"material ids 0..{rules['count'] - 1} or none={rules['none']}",
+        )
     found = np.unique(x)
     bad = [int(v) for v in found if int(v) not in allowed]
-    if bad: raise ChannelError(name, "class set", f"allowed {what}, found {bad[:8]}", spec)
+    if bad:
+        raise ChannelError(name, "class set", f"allowed {what}, found {bad[:8]}", spec)
+
 
 def _check_applies_to(sample, spec):
     rules = spec.channels["material"]
@@ -198,15 +291,26 @@ def _check_applies_to(sample, spec):
     has = sample["material"] != rules["none"]
     if (on != has).any():
         n = int((on != has).sum())
-        raise ChannelError("material", "applies_to", f"material must be set exactly where surface is "
-                           f"{'/'.join(rules['applies_to'])}; {n} pixels disagree", spec)
+        raise ChannelError(
+            "material",
+            "applies_to",
+            f"material must be set exactly where surface is "
+            f"{'/'.join(rules['applies_to'])}; {n} pixels disagree",
+            spec,
+        )
+
 
 # %% ../nbs/00_contracts.ipynb #20f5e2a5
 def validate(sample: dict, spec: ChannelSpec, batch: bool = False) -> dict:
-    "Check every channel of `sample` against `spec`; raise `ChannelError` naming the first broken rule. Returns `sample`."
-    if not isinstance(sample, dict): raise TypeError(f"a sample is a dict of channels, got {type(sample).__name__}")
+    """Check every channel of `sample` against `spec`; raise `ChannelError` naming the first broken
+    rule. Returns `sample`."""
+    if not isinstance(sample, dict):
+        raise TypeError(f"a sample is a dict of channels, got {type(sample).__name__}")
     missing = [c for c in spec.names if c not in sample]
-    if missing: raise ChannelError(missing[0], "present", f"missing from the sample (it has {sorted(sample)})", spec)
+    if missing:
+        raise ChannelError(
+            missing[0], "present", f"missing from the sample (it has {sorted(sample)})", spec
+        )
     lead = ()
     if batch:
         first = sample[spec.names[0]]
@@ -214,9 +318,11 @@ def validate(sample: dict, spec: ChannelSpec, batch: bool = False) -> dict:
     for name in spec.names:
         rules = spec.channels[name]
         _check_array(name, sample[name], rules, spec, lead)
-        if "classes" in rules or "count" in rules: _check_ids(name, sample[name], rules, spec)
+        if "classes" in rules or "count" in rules:
+            _check_ids(name, sample[name], rules, spec)
     _check_applies_to(sample, spec)
     return sample
+
 
 # %% ../nbs/00_contracts.ipynb #d50e260e
 def check_spec_version(made: str, spec: ChannelSpec | None = None, what: str = "data") -> None:
@@ -224,18 +330,26 @@ def check_spec_version(made: str, spec: ChannelSpec | None = None, what: str = "
     spec = spec or load_spec()
     check_compatible("channel_spec", made, spec.version, what)
 
+
 # %% ../nbs/00_contracts.ipynb #60adb71a
 def jsonschema():
-    """The `jsonschema` package, imported without its optional IRI checker: `rfc3987_syntax` builds a grammar when
-    imported (1-3 s of every process that loads a theme), and no schema here uses `format: iri`."""
+    """The `jsonschema` package, imported without its optional IRI checker: `rfc3987_syntax` builds
+    a grammar when imported (1-3 s of every process that loads a theme), and no schema here uses
+    `format: iri`."""
     import sys
-    if "jsonschema" not in sys.modules: sys.modules.setdefault("rfc3987_syntax", None)   # jsonschema skips what won't import
+
+    # jsonschema skips what won't import
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)
     import jsonschema as js
+
     return js
+
 
 @dataclass(frozen=True)
 class ThemeSchema:
     "The parsed `theme_schema.yaml`."
+
     version: str
     schema: dict = field(repr=False)
     param_paths: tuple[str, ...] = field(repr=False)
@@ -246,10 +360,13 @@ class ThemeSchema:
         "The compiled JSON Schema validator (made once per schema)."
         return jsonschema().Draft202012Validator(self.schema)
 
+
 def load_theme_schema(path: str | Path | None = None) -> ThemeSchema:
-    "Load the theme schema (default: the project's `contracts/theme_schema.yaml`); cached until the file changes."
+    """Load the theme schema (default: the project's `contracts/theme_schema.yaml`); cached until
+    the file changes."""
     path = Path(path) if path else contracts_dir() / "theme_schema.yaml"
     return _load_theme_schema(*_cache_key(path))
+
 
 @functools.lru_cache(maxsize=16)
 def _load_theme_schema(path: str, mtime_ns: int) -> ThemeSchema:
@@ -259,26 +376,38 @@ def _load_theme_schema(path: str, mtime_ns: int) -> ThemeSchema:
     jsonschema().Draft202012Validator.check_schema(d["schema"])
     return ThemeSchema(str(d["version"]), d["schema"], tuple(d["x-param-vector"]), path)
 
+
 # %% ../nbs/00_contracts.ipynb #6e0b4cc4
 class ThemeError(UserError, ValueError):
     "A theme record broke the theme schema: `.field` is the dotted path of the offending field."
+
     def __init__(self, theme: str, fld: str, detail: str, schema: ThemeSchema):
         self.theme, self.field = theme, fld
-        super().__init__(f"theme {theme!r}: field '{fld}': {detail} (theme_schema {schema.version})")
+        super().__init__(
+            f"theme {theme!r}: field '{fld}': {detail} (theme_schema {schema.version})"
+        )
+
 
 def _field_path(parts) -> str:
     out = ""
-    for p in parts: out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
     return out or "<record>"
 
+
 def validate_theme(record: dict, schema: ThemeSchema) -> dict:
-    "Check a theme record against the schema; raise `ThemeError` naming the field. Returns `record`."
-    errs = sorted(schema.validator.iter_errors(record), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    """Check a theme record against the schema; raise `ThemeError` naming the field. Returns
+    `record`."""
+    errs = sorted(
+        schema.validator.iter_errors(record),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
     if errs:
         e = errs[0]
         name = record.get("name", "?") if isinstance(record, dict) else "?"
         raise ThemeError(name, _field_path(e.absolute_path), e.message, schema)
     return record
+
 
 # %% ../nbs/00_contracts.ipynb #7221ed82
 def _resolve_ref(node: dict, root: dict) -> dict:
@@ -287,9 +416,12 @@ def _resolve_ref(node: dict, root: dict) -> dict:
         node = {**_root_get(root, ref), **{k: v for k, v in node.items() if k != "$ref"}}
     return node
 
+
 def _root_get(root: dict, keys) -> dict:
-    for k in keys: root = root[k]
+    for k in keys:
+        root = root[k]
     return root
+
 
 def _leaf_bounds(schema: dict, path: str) -> tuple[float, float]:
     node = schema
@@ -297,8 +429,10 @@ def _leaf_bounds(schema: dict, path: str) -> tuple[float, float]:
         node = _resolve_ref(node, schema)
         node = node["items"] if part == "[*]" else node["properties"][part]
     node = _resolve_ref(node, schema)
-    while node.get("type") == "array": node = _resolve_ref(node["items"], schema)
+    while node.get("type") == "array":
+        node = _resolve_ref(node["items"], schema)
     return float(node["minimum"]), float(node["maximum"])
+
 
 # %% ../nbs/00_contracts.ipynb #59a65716
 def _leaf_values(record, path: str) -> list[float]:
@@ -307,18 +441,25 @@ def _leaf_values(record, path: str) -> list[float]:
         nodes = [x for n in nodes for x in n] if part == "[*]" else [n[part] for n in nodes]
     return [float(v) for n in nodes for v in np.ravel(n)]
 
+
 def theme_parts(record: dict, schema: ThemeSchema) -> dict[str, np.ndarray]:
-    "A validated theme's parameters by `x-param-vector` path, in the vector's order: {path: float32 values in [0, 1]}."
+    """A validated theme's parameters by `x-param-vector` path, in the vector's order: {path:
+    float32 values in [0, 1]}."""
     validate_theme(record, schema)
     out = {}
     for path in schema.param_paths:
         lo, hi = _leaf_bounds(schema.schema, path)
-        out[path] = np.asarray([(v - lo) / (hi - lo) for v in _leaf_values(record, path)], dtype=np.float32)
+        out[path] = np.asarray(
+            [(v - lo) / (hi - lo) for v in _leaf_values(record, path)], dtype=np.float32
+        )
     return out
 
+
 def theme_vector(record: dict, schema: ThemeSchema) -> np.ndarray:
-    "A validated theme as its parameter vector (float32, every entry in [0, 1]): `theme_parts` end to end."
+    """A validated theme as its parameter vector (float32, every entry in [0, 1]): `theme_parts` end
+    to end."""
     return np.concatenate([np.zeros(0, np.float32), *theme_parts(record, schema).values()])
+
 
 # %% ../nbs/00_contracts.ipynb #d9950eec
 def contract_versions() -> dict[str, str]:

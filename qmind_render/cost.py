@@ -1,4 +1,4 @@
-"""What a run and a sweep cost before anything is rented: the deck's arithmetic, the configured model measured (FLOPs, the 3× check, activation memory), hours, dollars and memory per instance (`qmind cost`), and a sweep's total and wall time.
+"""What a run and a sweep cost before anything is rented: FLOPs, hours, dollars, memory.
 
 Docs: https://qmind.github.io/qmind-render/cost.html.md"""
 
@@ -16,17 +16,40 @@ from .config import config_from_dict, config_to_dict, load_config, precision_dty
 from .util import format_table, median_time
 
 # %% auto #0
-__all__ = ['DECK', 'BYTES_PER_PARAM', 'gpu_hours', 'deck_sizing', 'saved_activation_bytes', 'measure_model', 'memory_gb',
-           'instance_rows', 'plan_cost', 'format_plan', 'cost_main', 'sweep_cost', 'step_seconds', 'estimate_wall',
-           'plot_cost']
+__all__ = [
+    "DECK",
+    "BYTES_PER_PARAM",
+    "gpu_hours",
+    "deck_sizing",
+    "saved_activation_bytes",
+    "measure_model",
+    "memory_gb",
+    "instance_rows",
+    "plan_cost",
+    "format_plan",
+    "cost_main",
+    "sweep_cost",
+    "step_seconds",
+    "estimate_wall",
+    "plot_cost",
+]
 
 # %% ../nbs/85_cost.ipynb #f14003f1
-DECK = {"gflop_per_frame": 50.0, "steps": 200_000, "batch": 64, "backward_factor": 3.0, "utilisation": 0.3,
-        "instances": ("g6.xlarge", "g6e.xlarge", "p5.4xlarge")}
+DECK = {
+    "gflop_per_frame": 50.0,
+    "steps": 200_000,
+    "batch": 64,
+    "backward_factor": 3.0,
+    "utilisation": 0.3,
+    "instances": ("g6.xlarge", "g6e.xlarge", "p5.4xlarge"),
+}
+
 
 def gpu_hours(flops: float, tflops: float | None, utilisation: float) -> float | None:
-    "Hours one GPU of peak `tflops` (bf16) needs for `flops` at `utilisation` of peak; None if the peak is unknown."
+    """Hours one GPU of peak `tflops` (bf16) needs for `flops` at `utilisation` of peak; None if the
+    peak is unknown."""
     return None if not tflops else flops / (tflops * 1e12 * utilisation) / 3600
+
 
 def deck_sizing(menu: dict | None = None) -> list[dict]:
     "The deck's 'sizing the job' rows: hours and on-demand dollars per run on L4, L40S and H100."
@@ -36,178 +59,353 @@ def deck_sizing(menu: dict | None = None) -> list[dict]:
     for name in DECK["instances"]:
         it = menu[name]
         h = gpu_hours(flops, it.bf16_tflops, DECK["utilisation"])
-        rows.append({"instance": name, "gpu": it.gpu, "train_flops": flops, "hours": h, "usd_on_demand": h * it.on_demand_usd_h})
+        rows.append(
+            {
+                "instance": name,
+                "gpu": it.gpu,
+                "train_flops": flops,
+                "hours": h,
+                "usd_on_demand": h * it.on_demand_usd_h,
+            }
+        )
     return rows
+
 
 # %% ../nbs/85_cost.ipynb #95591248
 def _model_and_batch(model_cfg, n: int):
     import torch
     from qmind_render.model import build_model, prepare_batch, synthetic_batch
+
     torch.manual_seed(0)
     m = build_model(model_cfg)
     e = m.encoder
-    x0, cond = prepare_batch(synthetic_batch(n, grid_shape=(e.n_themes, m.spec.n_materials, e.n_lightings)), None, m.spec)
+    x0, cond = prepare_batch(
+        synthetic_batch(n, grid_shape=(e.n_themes, m.spec.n_materials, e.n_lightings)), None, m.spec
+    )
     return m, x0, cond
 
+
 def saved_activation_bytes(model, x0, cond) -> int:
-    "Bytes autograd keeps for backward in one forward of `model` on this batch (parameters not counted)."
+    """Bytes autograd keeps for backward in one forward of `model` on this batch (parameters not
+    counted)."""
     import torch
+
     params, seen, total = {p.data_ptr() for p in model.parameters()}, set(), 0
+
     def pack(t):
         nonlocal total
         key = (t.data_ptr(), t.numel())
-        if t.data_ptr() not in params and key not in seen: seen.add(key); total += t.numel() * t.element_size()
+        if t.data_ptr() not in params and key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
         return t
+
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x0, torch.zeros(len(x0), dtype=torch.long), cond)
     return total
 
+
 def measure_model(model_cfg, n: int = 2) -> dict:
-    "Parameters, forward GFLOP per frame, the counted (forward + backward) / forward ratio, activation bytes per sample."
+    """Parameters, forward GFLOP per frame, the counted (forward + backward) / forward ratio,
+    activation bytes per sample."""
     from qmind_render.flops import forward_flops, train_flops
     from qmind_render.model import Diffusion, n_params
+
     m, x0, cond = _model_and_batch(model_cfg, n)
     fwd = forward_flops(m, batch=n)
     ratio = train_flops(m, x0, cond, Diffusion.from_config(model_cfg)) / (fwd * n)
     act = saved_activation_bytes(m, x0, cond) / n
-    return {"params": n_params(m), "forward_flops": fwd, "train_forward_ratio": ratio, "activation_bytes_per_sample": act}
+    return {
+        "params": n_params(m),
+        "forward_flops": fwd,
+        "train_forward_ratio": ratio,
+        "activation_bytes_per_sample": act,
+    }
+
 
 # %% ../nbs/85_cost.ipynb #2a4bb7a8
 BYTES_PER_PARAM = {"weights": 4, "grads": 4, "adam": 8, "ema": 4}
 
+
 def memory_gb(params: int, activation_bytes_per_sample: float, batch: int) -> dict:
-    "Training memory in GB: weights, gradients, Adam (2×), EMA, activations at `batch`, and the total."
+    """Training memory in GB: weights, gradients, Adam (2×), EMA, activations at `batch`, and the
+    total."""
     d = {k: params * b / 1e9 for k, b in BYTES_PER_PARAM.items()}
     d["activations"] = activation_bytes_per_sample * batch / 1e9
     return d | {"total": sum(d.values())}
 
-def _per_run(hours, price, gpus): return None if hours is None or price is None else hours * price / gpus
 
-def instance_rows(flops: float, mem_total_gb: float, menu: dict, utilisation: float, budget: float | None) -> list[dict]:
+def _per_run(hours, price, gpus):
+    return None if hours is None or price is None else hours * price / gpus
+
+
+def instance_rows(
+    flops: float, mem_total_gb: float, menu: dict, utilisation: float, budget: float | None
+) -> list[dict]:
     "Hours and dollars per run (on-demand, spot, capacity block) for every instance of the menu."
     rows = []
     for it in menu.values():
         h = gpu_hours(flops, it.bf16_tflops, utilisation)
         od = _per_run(h, it.on_demand_usd_h, it.gpus)
-        rows.append({"instance": it.name, "gpu": f"{it.gpus}x {it.gpu}", "hours": h, "usd_on_demand": od,
-                     "usd_spot": _per_run(h, it.spot_usd_h, it.gpus), "usd_capacity_block": _per_run(h, it.capacity_block_usd_h, it.gpus),
-                     "fits": None if it.gpu_memory_gb is None else mem_total_gb <= it.gpu_memory_gb,
-                     "runs_in_budget": None if budget is None or not od else math.floor(budget / od)})
+        rows.append(
+            {
+                "instance": it.name,
+                "gpu": f"{it.gpus}x {it.gpu}",
+                "hours": h,
+                "usd_on_demand": od,
+                "usd_spot": _per_run(h, it.spot_usd_h, it.gpus),
+                "usd_capacity_block": _per_run(h, it.capacity_block_usd_h, it.gpus),
+                "fits": None if it.gpu_memory_gb is None else mem_total_gb <= it.gpu_memory_gb,
+                "runs_in_budget": None if budget is None or not od else math.floor(budget / od),
+            }
+        )
     return rows
+
 
 _MEASURED: dict[str, dict] = {}
 
-def plan_cost(cfg, instance: str | None = None, budget: float | None = None, utilisation: float = 0.4, menu: dict | None = None) -> dict:
-    "What one run of `cfg` costs: measured FLOPs, the 3× check, memory, hours and dollars per instance, runs per budget."
+
+def plan_cost(
+    cfg,
+    instance: str | None = None,
+    budget: float | None = None,
+    utilisation: float = 0.4,
+    menu: dict | None = None,
+) -> dict:
+    """What one run of `cfg` costs: measured FLOPs, the 3× check, memory, hours and dollars per
+    instance, runs per budget."""
     menu = menu or load_menu()
     if instance is not None:
-        if instance not in menu: raise KeyError(f"instance {instance!r} is not in the menu (qmind_render/assets/instances.yaml); have: {', '.join(menu)}")
+        if instance not in menu:
+            raise KeyError(
+                f"instance {instance!r} is not in the menu "
+                f"(qmind_render/assets/instances.yaml); have: {', '.join(menu)}"
+            )
         menu = {instance: menu[instance]}
     key = json.dumps(config_to_dict(cfg)["model"], sort_keys=True)
     meas = _MEASURED.get(key) or _MEASURED.setdefault(key, measure_model(cfg.model))
     samples = cfg.train.steps * cfg.train.batch * cfg.train.grad_accum
     flops = meas["train_forward_ratio"] * meas["forward_flops"] * samples
     mem = memory_gb(meas["params"], meas["activation_bytes_per_sample"], cfg.train.batch)
-    return {"name": cfg.name, "model": cfg.model.size, **meas, "samples": samples, "train_flops": flops, "utilisation": utilisation,
-            "memory_gb": mem, "budget": budget, "instances": instance_rows(flops, mem["total"], menu, utilisation, budget),
-            "deck": deck_sizing()}
+    return {
+        "name": cfg.name,
+        "model": cfg.model.size,
+        **meas,
+        "samples": samples,
+        "train_flops": flops,
+        "utilisation": utilisation,
+        "memory_gb": mem,
+        "budget": budget,
+        "instances": instance_rows(flops, mem["total"], menu, utilisation, budget),
+        "deck": deck_sizing(),
+    }
+
 
 # %% ../nbs/85_cost.ipynb #7b0db559
 def format_plan(p: dict) -> str:
-    "The plan as text: the measured model, memory, the instance table, and the deck's arithmetic under its own assumptions."
+    """The plan as text: the measured model, memory, the instance table, and the deck's arithmetic
+    under its own assumptions."""
     m = p["memory_gb"]
-    head = [f"{p['name']}: model {p['model']}, {p['params'] / 1e6:.2f}M params, {p['forward_flops'] / 1e9:.3g} GFLOP/frame forward (measured)",
-            f"train/forward FLOPs {p['train_forward_ratio']:.2f} (counted; the deck assumes 3), {p['samples']:,} samples seen -> {p['train_flops']:.3e} FLOPs at {p['utilisation']:.0%} of peak bf16",
-            "memory GB: " + ", ".join(f"{k} {v:.3g}" for k, v in m.items())]
-    deck = [f"the deck ({DECK['gflop_per_frame']:g} GFLOP/frame est., {DECK['steps']:,} steps x batch {DECK['batch']}, x{DECK['backward_factor']:g}, {DECK['utilisation']:.0%} of peak):",
-            format_table(p["deck"], ["instance", "gpu", "train_flops", "hours", "usd_on_demand"])]
+    head = [
+        f"{p['name']}: model {p['model']}, {p['params'] / 1e6:.2f}M params, "
+        f"{p['forward_flops'] / 1e9:.3g} GFLOP/frame forward (measured)",
+        f"train/forward FLOPs {p['train_forward_ratio']:.2f} (counted; the deck assumes "
+        f"3), {p['samples']:,} samples seen -> {p['train_flops']:.3e} FLOPs at "
+        f"{p['utilisation']:.0%} of peak bf16",
+        "memory GB: " + ", ".join(f"{k} {v:.3g}" for k, v in m.items()),
+    ]
+    deck = [
+        f"the deck ({DECK['gflop_per_frame']:g} GFLOP/frame est., {DECK['steps']:,} steps "
+        f"x batch {DECK['batch']}, x{DECK['backward_factor']:g}, "
+        f"{DECK['utilisation']:.0%} of peak):",
+        format_table(p["deck"], ["instance", "gpu", "train_flops", "hours", "usd_on_demand"]),
+    ]
     return "\n".join(head + ["", format_table(p["instances"]), ""] + deck)
 
+
 def cost_main(argv: list[str]) -> int:
-    "`qmind cost CONFIG [key=value ...] [--instance NAME] [--budget USD] [--utilisation U] [--json]`"
-    ap = argparse.ArgumentParser(prog="qmind cost", description="Hours, dollars and memory of one run of CONFIG across the instance menu.")
+    """`qmind cost CONFIG [key=value ...] [--instance NAME] [--budget USD] [--utilisation U]
+    [--json]`"""
+    ap = argparse.ArgumentParser(
+        prog="qmind cost",
+        description="Hours, dollars and memory of one run of CONFIG across the instance menu.",
+    )
     ap.add_argument("config", help="YAML path or name under sweeps/exp/")
     ap.add_argument("overrides", nargs="*", help="key=value overrides")
     ap.add_argument("--instance", default=None, help="one instance of the menu (default: all)")
     ap.add_argument("--budget", type=float, default=None, help="USD: how many runs it buys")
-    ap.add_argument("--utilisation", type=float, default=0.4, help="assumed fraction of peak bf16 (default 0.4)")
+    ap.add_argument(
+        "--utilisation", type=float, default=0.4, help="assumed fraction of peak bf16 (default 0.4)"
+    )
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
-    a = ap.parse_intermixed_args(argv)         # options anywhere on the line
+    a = ap.parse_intermixed_args(argv)  # options anywhere on the line
     p = plan_cost(load_config(a.config, a.overrides), a.instance, a.budget, a.utilisation)
     print(json.dumps(p, indent=1) if a.json else format_plan(p))
     return 0
 
+
 # %% ../nbs/85_cost.ipynb #6562e038
-def sweep_cost(runs: list[RunSpec], utilisation: float = 0.4, menu: dict | None = None) -> list[dict]:
+def sweep_cost(
+    runs: list[RunSpec], utilisation: float = 0.4, menu: dict | None = None
+) -> list[dict]:
     "Total hours and dollars of all `runs` per instance of the menu (cost planner over each run)."
     tot: dict[str, dict] = {}
     for r in runs:
         p = plan_cost(config_from_dict(r.config), utilisation=utilisation, menu=menu)
-        r.estimate_usd = next((x["usd_on_demand"] for x in p["instances"] if x["usd_on_demand"] is not None), None)
+        r.estimate_usd = next(
+            (x["usd_on_demand"] for x in p["instances"] if x["usd_on_demand"] is not None), None
+        )
         for x in p["instances"]:
-            t = tot.setdefault(x["instance"], {"instance": x["instance"], "gpu": x["gpu"], "runs": 0, "hours": 0.0, "usd_on_demand": 0.0, "usd_spot": 0.0})
+            t = tot.setdefault(
+                x["instance"],
+                {
+                    "instance": x["instance"],
+                    "gpu": x["gpu"],
+                    "runs": 0,
+                    "hours": 0.0,
+                    "usd_on_demand": 0.0,
+                    "usd_spot": 0.0,
+                },
+            )
             t["runs"] += 1
             for k in ("hours", "usd_on_demand", "usd_spot"):
                 t[k] = None if t[k] is None or x[k] is None else t[k] + x[k]
     return list(tot.values())
 
+
 # %% ../nbs/85_cost.ipynb #79e87002
 def step_seconds(cfg, threads: int | None = None, batch_cap: int = 8, iters: int = 3) -> float:
-    "Seconds of one training step of `cfg` on this machine's CPU, measured at a batch of at most `batch_cap` and scaled to its batch."
+    """Seconds of one training step of `cfg` on this machine's CPU, measured at a batch of at most
+    `batch_cap` and scaled to its batch."""
     import torch
 
     from qmind_render.model import Diffusion, build_model, prepare_batch, synthetic_batch
     from qmind_render.model_bench import train_step
     from qmind_render.grid import load_grid
     from qmind_render.optim import make_optimizer
+
     old = torch.get_num_threads()
     torch.set_num_threads(int(threads or old))
     try:
         torch.manual_seed(0)
-        model, d, b = build_model(cfg.model, grid=load_grid()), Diffusion.from_config(cfg.model), min(cfg.train.batch, batch_cap)
-        opt, (x0, cond), g = make_optimizer(model, cfg.train.lr), prepare_batch(synthetic_batch(b)), torch.Generator().manual_seed(0)
-        ac = precision_dtype(cfg.train.precision)                      # fp32: no autocast, as in training; auto: this CPU's choice
+        model, d, b = (
+            build_model(cfg.model, grid=load_grid()),
+            Diffusion.from_config(cfg.model),
+            min(cfg.train.batch, batch_cap),
+        )
+        opt, (x0, cond), g = (
+            make_optimizer(model, cfg.train.lr),
+            prepare_batch(synthetic_batch(b)),
+            torch.Generator().manual_seed(0),
+        )
+        # fp32: no autocast, as in training; auto: this CPU's choice
+        ac = precision_dtype(cfg.train.precision)
         s = median_time(lambda: train_step(model, opt, d, x0, cond, g, ac), iters, 1)
-    finally: torch.set_num_threads(old)
+    finally:
+        torch.set_num_threads(old)
     return s * cfg.train.batch * cfg.train.grad_accum / b
 
-def estimate_wall(runs: list[RunSpec], backend: str = "local", jobs: int | None = None, instance: str | None = None,
-                  utilisation: float = 0.4) -> dict:
-    "Minutes per run and for the whole sweep on `backend`: measured step times here (local), the planner's hours elsewhere."
+
+def estimate_wall(
+    runs: list[RunSpec],
+    backend: str = "local",
+    jobs: int | None = None,
+    instance: str | None = None,
+    utilisation: float = 0.4,
+) -> dict:
+    """Minutes per run and for the whole sweep on `backend`: measured step times here (local), the
+    planner's hours elsewhere."""
     import os
+
     jobs, per, cache = max(1, jobs or 1), [], {}
     if backend == "local":
         threads = max(1, (os.cpu_count() or 1) // jobs)
         for r in runs:
             cfg = config_from_dict(r.config)
-            key = json.dumps([r.config["model"], cfg.train.batch, cfg.train.grad_accum, str(r.config["train"]["precision"])], sort_keys=True)
-            if key not in cache: cache[key] = step_seconds(cfg, threads)   # one measurement per distinct model/batch/precision
+            key = json.dumps(
+                [
+                    r.config["model"],
+                    cfg.train.batch,
+                    cfg.train.grad_accum,
+                    str(r.config["train"]["precision"]),
+                ],
+                sort_keys=True,
+            )
+            # one measurement per distinct model/batch/precision
+            if key not in cache:
+                cache[key] = step_seconds(cfg, threads)
             s = cache[key]
-            ev = 100 * cfg.eval.frames_per_cell * sum(cfg.eval.ddim_steps) * s / (cfg.train.batch * cfg.train.grad_accum) / 3 + 10
-            per.append({"run": r.name, "step_s": round(s, 3), "minutes": round((cfg.train.steps * s + ev) / 60, 1)})
-        basis = f"step times measured on this machine's CPU, {threads} thread(s) a run, {jobs} run(s) at a time"
+            ev = (
+                100
+                * cfg.eval.frames_per_cell
+                * sum(cfg.eval.ddim_steps)
+                * s
+                / (cfg.train.batch * cfg.train.grad_accum)
+                / 3
+                + 10
+            )
+            per.append(
+                {
+                    "run": r.name,
+                    "step_s": round(s, 3),
+                    "minutes": round((cfg.train.steps * s + ev) / 60, 1),
+                }
+            )
+        basis = (
+            f"step times measured on this machine's CPU, {threads} thread(s) a run, {jobs} "
+            "run(s) at a time"
+        )
     else:
         inst = instance or ("ml.g5.xlarge" if backend == "sagemaker" else "g6.xlarge")
         for r in runs:
-            row = plan_cost(config_from_dict(r.config), instance=inst, utilisation=utilisation)["instances"][0]
-            per.append({"run": r.name, "minutes": None if row["hours"] is None else round(row["hours"] * 60, 1)})
-        basis = f"the planner's GPU hours on {inst} at {utilisation:.0%} of peak bf16, {jobs} run(s) at a time"
+            row = plan_cost(config_from_dict(r.config), instance=inst, utilisation=utilisation)[
+                "instances"
+            ][0]
+            per.append(
+                {
+                    "run": r.name,
+                    "minutes": None if row["hours"] is None else round(row["hours"] * 60, 1),
+                }
+            )
+        basis = (
+            f"the planner's GPU hours on {inst} at {utilisation:.0%} of peak bf16, {jobs} "
+            "run(s) at a time"
+        )
     mins = [p["minutes"] for p in per]
-    total = None if None in mins else round(sum(mins) / jobs if backend == "local" else max(mins, default=0) * -(-len(mins) // jobs), 1)
+    total = (
+        None
+        if None in mins
+        else round(
+            sum(mins) / jobs
+            if backend == "local"
+            else max(mins, default=0) * -(-len(mins) // jobs),
+            1,
+        )
+    )
     return {"runs": per, "wall_minutes": total, "basis": basis}
+
 
 # %% ../nbs/85_cost.ipynb #5555fbfc
 def plot_cost(rows: list[dict], title: str = ""):
-    "A sweep's plan per instance (`sweep_cost`'s rows): GPU hours, and dollars on demand and on spot; a matplotlib `Figure`."
+    """A sweep's plan per instance (`sweep_cost`'s rows): GPU hours, and dollars on demand and on
+    spot; a matplotlib `Figure`."""
     import numpy as np
     from matplotlib.figure import Figure
+
     rows = [r for r in rows if r["hours"] is not None]
     v = lambda k: np.array([np.nan if r[k] is None else r[k] for r in rows], float)  # noqa: E731
     x, names = np.arange(len(rows)), [f"{r['instance']}\n{r['gpu']}" for r in rows]
-    fig = Figure(figsize=(8, 3.2), layout="constrained"); hours, usd = fig.subplots(1, 2)
-    hours.bar(x, v("hours"), color="C0"); hours.set_ylabel("hours, all runs")
-    usd.bar(x - 0.2, v("usd_on_demand"), 0.4, label="on demand"); usd.bar(x + 0.2, v("usd_spot"), 0.4, label="spot")
-    usd.set_ylabel("US$, all runs"); usd.legend(fontsize=7)
-    for ax in (hours, usd): ax.set_xticks(x, names, fontsize=7); ax.grid(axis="y", alpha=0.3)
-    if title: fig.suptitle(title, fontsize=9)
+    fig = Figure(figsize=(8, 3.2), layout="constrained")
+    hours, usd = fig.subplots(1, 2)
+    hours.bar(x, v("hours"), color="C0")
+    hours.set_ylabel("hours, all runs")
+    usd.bar(x - 0.2, v("usd_on_demand"), 0.4, label="on demand")
+    usd.bar(x + 0.2, v("usd_spot"), 0.4, label="spot")
+    usd.set_ylabel("US$, all runs")
+    usd.legend(fontsize=7)
+    for ax in (hours, usd):
+        ax.set_xticks(x, names, fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=9)
     return fig

@@ -1,4 +1,4 @@
-"""Versioned datasets: samples packed into shards, a manifest written last and sealed, local and S3 stores, and a verified cache that every read goes through.
+"""Versioned datasets: shards, a sealed manifest, local and S3 stores, a verified cache.
 
 Docs: https://qmind.github.io/qmind-render/data.html.md"""
 
@@ -20,135 +20,290 @@ from typing import Iterable
 import numpy as np
 from fastcore.basics import patch
 
-from .contracts import UserError, ChannelSpec, check_spec_version, contract_versions, load_spec, validate
+from qmind_render.contracts import (
+    UserError,
+    ChannelSpec,
+    check_spec_version,
+    contract_versions,
+    load_spec,
+    validate,
+)
 from .grid import FactorGrid, load_grid
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['LABELS', 'DERIVED', 'MANIFEST_KEYS', 'EDITED', 'RECIPE', 'StoreError', 'Store', 'LocalStore', 'S3Store',
-           'default_store_uri', 'open_store', 'sample_fields', 'Grid', 'DatasetError', 'check_arrays', 'shard_bytes',
-           'sha256_file', 'ShardInfo', 'shard_name', 'shard_index', 'write_shard', 'load_shard', 'random_samples',
-           'Manifest', 'manifest_hash', 'manifest_fault', 'data_cmd', 'parse_manifest', 'check_manifest', 'git_commit',
-           'dataset_key', 'DatasetExists', 'DatasetWriter', 'list_datasets', 'read_manifest', 'shard_fix',
-           'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'shard_files', 'check_shards',
-           'verify_dataset', 'seal_manifest']
+__all__ = [
+    "LABELS",
+    "DERIVED",
+    "MANIFEST_KEYS",
+    "EDITED",
+    "RECIPE",
+    "StoreError",
+    "Store",
+    "LocalStore",
+    "S3Store",
+    "default_store_uri",
+    "open_store",
+    "sample_fields",
+    "Grid",
+    "DatasetError",
+    "check_arrays",
+    "shard_bytes",
+    "sha256_file",
+    "ShardInfo",
+    "shard_name",
+    "shard_index",
+    "write_shard",
+    "load_shard",
+    "random_samples",
+    "Manifest",
+    "manifest_hash",
+    "manifest_fault",
+    "data_cmd",
+    "parse_manifest",
+    "check_manifest",
+    "git_commit",
+    "dataset_key",
+    "DatasetExists",
+    "DatasetWriter",
+    "list_datasets",
+    "read_manifest",
+    "shard_fix",
+    "verify_shard",
+    "default_cache_dir",
+    "LocalDataset",
+    "fetch",
+    "shard_files",
+    "check_shards",
+    "verify_dataset",
+    "seal_manifest",
+]
+
 
 # %% ../nbs/30_data.ipynb #29d86866
 class StoreError(UserError, RuntimeError):
     "A store could not be reached or refused an operation; the message names the store and the key."
 
+
 class Store:
     "What every store offers. Keys are '/'-separated strings relative to the store's root."
+
     uri: str
-    def exists(self, key: str) -> bool: raise NotImplementedError
-    def list(self, prefix: str) -> list[str]: raise NotImplementedError
-    def put_file(self, local: Path, key: str) -> None: raise NotImplementedError
-    def get_file(self, key: str, local: Path) -> None: raise NotImplementedError
-    def put_bytes(self, data: bytes, key: str) -> None: raise NotImplementedError
-    def get_bytes(self, key: str) -> bytes: raise NotImplementedError
-    def size(self, key: str) -> int: raise NotImplementedError
+
+    def exists(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> list[str]:
+        raise NotImplementedError
+
+    def put_file(self, local: Path, key: str) -> None:
+        raise NotImplementedError
+
+    def get_file(self, key: str, local: Path) -> None:
+        raise NotImplementedError
+
+    def put_bytes(self, data: bytes, key: str) -> None:
+        raise NotImplementedError
+
+    def get_bytes(self, key: str) -> bytes:
+        raise NotImplementedError
+
+    def size(self, key: str) -> int:
+        raise NotImplementedError
+
     def local_path(self, key: str) -> Path | None:
-        "Where `key` lies as a file on this machine, when the store is a folder here; else None (fetch a copy)."
+        """Where `key` lies as a file on this machine, when the store is a folder here; else None
+        (fetch a copy)."""
         return None
-    def __repr__(self): return f"{type(self).__name__}({self.uri!r})"
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.uri!r})"
+
 
 # %% ../nbs/30_data.ipynb #41b27f40
 class LocalStore(Store):
     "A directory on this machine."
+
     def __init__(self, root: str | Path):
         self.root = Path(root).expanduser()
         self.uri = str(self.root)
-    def local_path(self, key: str) -> Path: return self.root / key
-    def exists(self, key): return self.local_path(key).is_file()
+
+    def local_path(self, key: str) -> Path:
+        return self.root / key
+
+    def exists(self, key):
+        return self.local_path(key).is_file()
+
     def list(self, prefix):
         base = self.local_path(prefix)
-        if not base.is_dir(): return []
-        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.startswith("."))
-    def put_file(self, local, key): atomic_write(self.local_path(key), src=local)
+        if not base.is_dir():
+            return []
+        return sorted(
+            str(p.relative_to(self.root))
+            for p in base.rglob("*")
+            if p.is_file() and not p.name.startswith(".")
+        )
+
+    def put_file(self, local, key):
+        atomic_write(self.local_path(key), src=local)
+
     def get_file(self, key, local):
-        if not self.exists(key): raise FileNotFoundError(f"{self.uri}: no {key}")
+        if not self.exists(key):
+            raise FileNotFoundError(f"{self.uri}: no {key}")
         atomic_write(Path(local), src=self.local_path(key))
-    def put_bytes(self, data, key): atomic_write(self.local_path(key), data)
+
+    def put_bytes(self, data, key):
+        atomic_write(self.local_path(key), data)
+
     def get_bytes(self, key):
-        if not self.exists(key): raise FileNotFoundError(f"{self.uri}: no {key}")
+        if not self.exists(key):
+            raise FileNotFoundError(f"{self.uri}: no {key}")
         return self.local_path(key).read_bytes()
-    def size(self, key): return self.local_path(key).stat().st_size
+
+    def size(self, key):
+        return self.local_path(key).stat().st_size
+
 
 # %% ../nbs/30_data.ipynb #0670c8d4
 class S3Store(Store):
     "`s3://bucket/prefix` through boto3 and its transfer manager."
+
     def __init__(self, uri: str, client=None):
         import boto3
         from boto3.s3.transfer import TransferConfig
         from botocore.config import Config
+
         self.uri = uri.rstrip("/")
         self.bucket, _, self.prefix = self.uri.removeprefix("s3://").partition("/")
-        if not self.bucket: raise ValueError(f"S3 store URI needs a bucket: {uri!r} (s3://bucket/prefix)")
-        cfg = Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5, read_timeout=60)
+        if not self.bucket:
+            raise ValueError(f"S3 store URI needs a bucket: {uri!r} (s3://bucket/prefix)")
+        cfg = Config(
+            retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5, read_timeout=60
+        )
         self.client = client or boto3.client("s3", config=cfg)
-        self.transfer = TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=8)
-    def _k(self, key): return f"{self.prefix}/{key}" if self.prefix else key
+        self.transfer = TransferConfig(
+            multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=8
+        )
+
+    def _k(self, key):
+        return f"{self.prefix}/{key}" if self.prefix else key
+
 
 # %% ../nbs/30_data.ipynb #1dc02ef0
 def _s3_call(store: S3Store, what: str, key: str, fn, *args, **kw):
-    "Run a boto3 call, turning connection and permission failures into `StoreError` naming store and key."
+    """Run a boto3 call, turning connection and permission failures into `StoreError` naming store
+    and key."""
     from botocore.exceptions import BotoCoreError, ClientError
-    try: return fn(*args, **kw)
+
+    try:
+        return fn(*args, **kw)
     except ClientError as e:
         code = e.response.get("Error", {}).get("Code", "")
-        if code in ("404", "NoSuchKey", "NotFound"): raise FileNotFoundError(f"{store.uri}: no {key}") from None
+        if code in ("404", "NoSuchKey", "NotFound"):
+            raise FileNotFoundError(f"{store.uri}: no {key}") from None
         raise StoreError(f"{store.uri}: {what} {key} failed: {code or e}") from None
-    except BotoCoreError as e: raise StoreError(f"{store.uri}: {what} {key} failed (is the store reachable?): {e}") from None
+    except BotoCoreError as e:
+        raise StoreError(
+            f"{store.uri}: {what} {key} failed (is the store reachable?): {e}"
+        ) from None
+
 
 @patch
 def exists(self: S3Store, key):
-    try: _s3_call(self, "head", key, self.client.head_object, Bucket=self.bucket, Key=self._k(key)); return True
-    except FileNotFoundError: return False
+    try:
+        _s3_call(self, "head", key, self.client.head_object, Bucket=self.bucket, Key=self._k(key))
+        return True
+    except FileNotFoundError:
+        return False
+
 
 @patch
 def size(self: S3Store, key):
-    return _s3_call(self, "head", key, self.client.head_object, Bucket=self.bucket, Key=self._k(key))["ContentLength"]
+    return _s3_call(
+        self, "head", key, self.client.head_object, Bucket=self.bucket, Key=self._k(key)
+    )["ContentLength"]
+
 
 @patch
 def list(self: S3Store, prefix):
-    pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._k(prefix))
-    keys = _s3_call(self, "list", prefix, lambda: [o["Key"] for p in pages for o in p.get("Contents", [])])
+    pages = self.client.get_paginator("list_objects_v2").paginate(
+        Bucket=self.bucket, Prefix=self._k(prefix)
+    )
+    keys = _s3_call(
+        self, "list", prefix, lambda: [o["Key"] for p in pages for o in p.get("Contents", [])]
+    )
     strip = len(self.prefix) + 1 if self.prefix else 0
     return sorted(k[strip:] for k in keys)
+
 
 # %% ../nbs/30_data.ipynb #a334893b
 @patch
 def put_file(self: S3Store, local, key):
-    _s3_call(self, "upload", key, self.client.upload_file, str(local), self.bucket, self._k(key), Config=self.transfer)
+    _s3_call(
+        self,
+        "upload",
+        key,
+        self.client.upload_file,
+        str(local),
+        self.bucket,
+        self._k(key),
+        Config=self.transfer,
+    )
+
 
 @patch
 def get_file(self: S3Store, key, local):
-    atomic_write(local, write=lambda tmp: _s3_call(self, "download", key, self.client.download_file, self.bucket, self._k(key),
-                                                   str(tmp), Config=self.transfer))
+    atomic_write(
+        local,
+        write=lambda tmp: _s3_call(
+            self,
+            "download",
+            key,
+            self.client.download_file,
+            self.bucket,
+            self._k(key),
+            str(tmp),
+            Config=self.transfer,
+        ),
+    )
+
 
 @patch
 def put_bytes(self: S3Store, data, key):
-    _s3_call(self, "put", key, self.client.put_object, Bucket=self.bucket, Key=self._k(key), Body=data)
+    _s3_call(
+        self, "put", key, self.client.put_object, Bucket=self.bucket, Key=self._k(key), Body=data
+    )
+
 
 @patch
 def get_bytes(self: S3Store, key):
-    return _s3_call(self, "get", key, self.client.get_object, Bucket=self.bucket, Key=self._k(key))["Body"].read()
+    return _s3_call(self, "get", key, self.client.get_object, Bucket=self.bucket, Key=self._k(key))[
+        "Body"
+    ].read()
+
 
 # %% ../nbs/30_data.ipynb #89f826be
 def default_store_uri() -> str:
     "The embedded default: `$QMIND_STORE`, else `./qmind-store`."
     return os.environ.get("QMIND_STORE") or "qmind-store"
 
+
 def open_store(uri: str | Path | None = None) -> Store:
-    "A store from a URI: a path, `file://path`, or `s3://bucket/prefix` (default: `default_store_uri()`)."
+    """A store from a URI: a path, `file://path`, or `s3://bucket/prefix` (default:
+    `default_store_uri()`)."""
     uri = str(uri or default_store_uri())
-    if uri.startswith("s3://"): return S3Store(uri)
+    if uri.startswith("s3://"):
+        return S3Store(uri)
     if "://" in uri and not uri.startswith("file://"):
-        raise ValueError(f"unsupported store URI {uri!r}: use a path, file://path or s3://bucket/prefix")
+        raise ValueError(
+            f"unsupported store URI {uri!r}: use a path, file://path or s3://bucket/prefix"
+        )
     return LocalStore(uri.removeprefix("file://"))
+
 
 # %% ../nbs/30_data.ipynb #f7a2caff
 LABELS = {"theme": np.int16, "lighting": np.int16, "seed": np.int64, "frame": np.int32}
+
 
 def sample_fields(spec: ChannelSpec, n_cells: int) -> dict[str, tuple[tuple, np.dtype]]:
     "Every field of a stored sample: name -> (per-sample shape, dtype)."
@@ -159,183 +314,287 @@ def sample_fields(spec: ChannelSpec, n_cells: int) -> dict[str, tuple[tuple, np.
     f["cells"] = ((n_cells,), np.dtype(bool))
     return f
 
+
 # %% ../nbs/30_data.ipynb #47305e71
 @dataclass(frozen=True)
 class Grid:
-    "The factor grid's shape, as a manifest and a split record it: the size of each factor. Cell index = (theme * material + m) * light + l."
+    """The factor grid's shape, as a manifest and a split record it: the size of each factor. Cell
+    index = (theme * material + m) * light + l."""
+
     theme: int
     material: int
     light: int
+
     @classmethod
     def of(cls, grid: FactorGrid | None = None) -> Grid:
-        "The shape of factor grid `grid` (default: the grid file, `load_grid()`): the one source of the grid's size."
+        """The shape of factor grid `grid` (default: the grid file, `load_grid()`): the one source
+        of the grid's size."""
         return cls(*(grid if grid is not None else load_grid()).shape)
+
     @property
-    def n_cells(self) -> int: return self.theme * self.material * self.light
-    def index(self, t: int, m: int, l: int) -> int: return (t * self.material + m) * self.light + l
+    def n_cells(self) -> int:
+        return self.theme * self.material * self.light
+
+    def index(self, t: int, m: int, l: int) -> int:
+        return (t * self.material + m) * self.light + l
+
     def cell(self, i: int) -> tuple[int, int, int]:
-        return int(i // (self.material * self.light)), int(i // self.light % self.material), int(i % self.light)
+        return (
+            int(i // (self.material * self.light)),
+            int(i // self.light % self.material),
+            int(i % self.light),
+        )
+
 
 # %% ../nbs/30_data.ipynb #1f11e206
 class DatasetError(UserError, ValueError):
-    """A dataset or one of its shards is missing, corrupt or incompatible; the message names both, and what to do.
-    Made from one message (unpickling; a DataLoader worker's error raised again with its traceback as the message),
-    it keeps the message's last line, so a shard that fails in a worker is still one line naming it."""
+    """A dataset or one of its shards is missing, corrupt or incompatible; the message names both,
+    and what to do. Made from one message (unpickling; a DataLoader worker's error raised again with
+    its traceback as the message), it keeps the message's last line, so a shard that fails in a
+    worker is still one line naming it."""
+
     def __init__(self, dataset: str, detail: str | None = None, shard: str | None = None):
         if detail is None:
-            last = re.sub(r"^[\w.]+: (?=dataset )", "", dataset.rstrip().splitlines()[-1] if dataset.strip() else dataset)
+            last = re.sub(
+                r"^[\w.]+: (?=dataset )",
+                "",
+                dataset.rstrip().splitlines()[-1] if dataset.strip() else dataset,
+            )
             m = re.fullmatch(r"dataset (\S+?)(?:, shard (\S+))?: (.*)", last, re.S)
             dataset, shard, detail = m.groups() if m else ("?", None, last)
         self.dataset, self.shard, self.detail = dataset, shard, detail
-        super().__init__(f"dataset {dataset}" + (f", shard {shard}" if shard else "") + f": {detail}")
+        super().__init__(
+            f"dataset {dataset}" + (f", shard {shard}" if shard else "") + f": {detail}"
+        )
+
 
 def check_arrays(arrays: dict, spec: ChannelSpec, grid: Grid, where: str = "shard") -> int:
     "Check that `arrays` holds every sample field with one common length; return that length."
     fields = sample_fields(spec, grid.n_cells)
     n = len(arrays["rgb"]) if "rgb" in arrays else -1
     for k, (shape, dt) in fields.items():
-        if k not in arrays: raise ValueError(f"{where}: field {k!r} missing")
+        if k not in arrays:
+            raise ValueError(f"{where}: field {k!r} missing")
         a = arrays[k]
         if a.shape != (n, *shape) or a.dtype != dt:
-            raise ValueError(f"{where}: field {k!r} is {a.dtype}{list(a.shape)}, expected {dt}{[n, *shape]}")
+            raise ValueError(
+                f"{where}: field {k!r} is {a.dtype}{list(a.shape)}, expected {dt}{[n, *shape]}"
+            )
     validate({c: arrays[c] for c in spec.names}, spec, batch=True)
     return n
 
+
 # %% ../nbs/30_data.ipynb #5cbfc92c
 def shard_bytes(arrays: dict) -> bytes:
-    "An uncompressed `.npz` of `arrays` whose bytes depend only on the arrays (fixed zip timestamps)."
+    """An uncompressed `.npz` of `arrays` whose bytes depend only on the arrays (fixed zip
+    timestamps)."""
     import zipfile
+
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
         for k in sorted(arrays):
             info = zipfile.ZipInfo(f"{k}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            with z.open(info, "w", force_zip64=True) as f: np.lib.format.write_array(f, np.ascontiguousarray(arrays[k]))
+            with z.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.ascontiguousarray(arrays[k]))
     return buf.getvalue()
+
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while b := f.read(chunk): h.update(b)
+        while b := f.read(chunk):
+            h.update(b)
     return h.hexdigest()
+
 
 # %% ../nbs/30_data.ipynb #e32f1411
 @dataclass(frozen=True)
 class ShardInfo:
     "A manifest's record of one shard."
+
     file: str
     n: int
     bytes: int
     sha256: str
 
     @property
-    def index(self) -> int: return shard_index(self.file)
+    def index(self) -> int:
+        return shard_index(self.file)
 
-def shard_name(index: int) -> str: return f"shard-{index:05d}.npz"
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}.npz"
+
 
 def shard_index(name: str) -> int:
     "The number in a shard's file name: `shard-00012.npz` -> 12."
     m = re.fullmatch(r"shard-(\d{5})\.npz", name)
-    if m is None: raise ValueError(f"{name!r} is not a shard's file name (shard-NNNNN.npz)")
+    if m is None:
+        raise ValueError(f"{name!r} is not a shard's file name (shard-NNNNN.npz)")
     return int(m[1])
+
 
 def write_shard(arrays: dict, path: Path) -> ShardInfo:
     "Write one shard atomically; return its manifest record."
     data = shard_bytes(arrays)
     atomic_write(path, data)
-    return ShardInfo(Path(path).name, len(arrays["rgb"]), len(data), hashlib.sha256(data).hexdigest())
+    return ShardInfo(
+        Path(path).name, len(arrays["rgb"]), len(data), hashlib.sha256(data).hexdigest()
+    )
+
 
 def load_shard(path: Path, fields: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     "Read a shard's arrays (all, or just `fields`). No checksum here: `verify_shard` does that."
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in (fields or [f.removesuffix(".npy") for f in z.files])}
 
+
 # %% ../nbs/30_data.ipynb #f11fef9c
-def random_samples(n: int, spec: ChannelSpec, grid: Grid, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def random_samples(
+    n: int, spec: ChannelSpec, grid: Grid, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
     "`n` made-up samples that satisfy the spec and the grid (one factor cell per sample)."
     from qmind_render.contracts import random_frame
+
     frames = [random_frame(spec, rng) for _ in range(n)]
     out = {c: np.stack([f[c] for f in frames]) for c in spec.names}
     H, W = spec.size
     out["rgb"] = rng.integers(0, 256, (n, H, W, 3), dtype=np.uint8)
     t, l = rng.integers(0, grid.theme, n), rng.integers(0, grid.light, n)
     m = rng.integers(0, grid.material, n)
-    out["material"] = np.where(out["material"] != spec.material_none, m[:, None, None], spec.material_none).astype(np.uint8)
-    out.update(theme=t.astype(np.int16), lighting=l.astype(np.int16), seed=np.arange(n, dtype=np.int64),
-               frame=np.zeros(n, np.int32))
+    out["material"] = np.where(
+        out["material"] != spec.material_none, m[:, None, None], spec.material_none
+    ).astype(np.uint8)
+    out.update(
+        theme=t.astype(np.int16),
+        lighting=l.astype(np.int16),
+        seed=np.arange(n, dtype=np.int64),
+        frame=np.zeros(n, np.int32),
+    )
     cells = np.zeros((n, grid.n_cells), bool)
     cells[np.arange(n), [grid.index(*c) for c in zip(t, m, l)]] = True
     out["cells"] = cells
     return out
 
+
 # %% ../nbs/30_data.ipynb #8c86f047
 @dataclass
 class Manifest:
     "`datasets/<id>/manifest.json`."
+
     id: str
     channel_spec: str
     theme_schema: str
     grid: dict
-    seeds: list[int]                       # [start, stop) of episode seeds
+    seeds: list[int]  # [start, stop) of episode seeds
     shards: list[ShardInfo]
     git: str = "unknown"
     qmind_render: str = ""
     generator: dict = field(default_factory=dict)
 
     @property
-    def n_samples(self) -> int: return sum(s.n for s in self.shards)
+    def n_samples(self) -> int:
+        return sum(s.n for s in self.shards)
+
     @property
-    def grid_(self) -> Grid: return Grid(**self.grid)
+    def grid_(self) -> Grid:
+        return Grid(**self.grid)
+
     @property
-    def content_sha256(self) -> str: return manifest_hash(asdict(self))
+    def content_sha256(self) -> str:
+        return manifest_hash(asdict(self))
+
     @property
-    def content_id(self) -> str: return self.content_sha256[:12]
+    def content_id(self) -> str:
+        return self.content_sha256[:12]
+
     def to_json(self) -> bytes:
         "The sealed manifest: its fields, `n_samples` and `content_sha256`."
         d = asdict(self)
         d.update(n_samples=self.n_samples, content_sha256=manifest_hash(d))
         return (json.dumps(d, indent=1, sort_keys=True) + "\n").encode()
 
+
 DERIVED = ("content_sha256", "n_samples")
+
 
 def manifest_hash(d: dict) -> str:
     "sha256 of a manifest's canonical JSON, without its derived fields."
     body = {k: v for k, v in d.items() if k not in DERIVED}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
 
 # %% ../nbs/30_data.ipynb #02dedf31
 MANIFEST_KEYS = {"id", "channel_spec", "theme_schema", "grid", "seeds", "shards"}
 EDITED = "the manifest was edited or is corrupt"
 
-def _whole(x) -> bool: return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+def _whole(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
 
 def _shard_fault(i: int, s) -> str | None:
     "What is wrong with shard record `i`, or None."
     if not isinstance(s, dict) or set(s) != {"file", "n", "bytes", "sha256"}:
         return f"shard record {i} is not {{file, n, bytes, sha256}}: {json.dumps(s)[:80]}"
     if s["file"] != f"shard-{i:05d}.npz":
-        return f"shard record {i} is {s['file']!r}, expected 'shard-{i:05d}.npz' (records go in order, none missing)"
+        return (
+            f"shard record {i} is {s['file']!r}, expected 'shard-{i:05d}.npz' (records go in "
+            "order, none missing)"
+        )
     for k in ("n", "bytes"):
-        if not _whole(s[k]): return f"shard {s['file']} has {k}={s[k]!r}, expected a whole number > 0"
-    if not (isinstance(s["sha256"], str) and len(s["sha256"]) == 64 and set(s["sha256"]) <= set("0123456789abcdef")):
+        if not _whole(s[k]):
+            return f"shard {s['file']} has {k}={s[k]!r}, expected a whole number > 0"
+    if not (
+        isinstance(s["sha256"], str)
+        and len(s["sha256"]) == 64
+        and set(s["sha256"]) <= set("0123456789abcdef")
+    ):
         return f"shard {s['file']} has sha256={s['sha256']!r}, expected 64 hex digits"
+
 
 def manifest_fault(d, dataset: str) -> str | None:
     "The first thing wrong with the shape of a manifest (its parsed JSON) of `dataset`, or None."
-    if not isinstance(d, dict): return f"manifest is a JSON {type(d).__name__}, not an object"
-    if missing := MANIFEST_KEYS - set(d): return f"manifest lacks {sorted(missing)}"
-    if d["id"] != dataset: return f"manifest is of dataset {d['id']!r}, stored as {dataset!r}"
+    if not isinstance(d, dict):
+        return f"manifest is a JSON {type(d).__name__}, not an object"
+    if missing := MANIFEST_KEYS - set(d):
+        return f"manifest lacks {sorted(missing)}"
+    if d["id"] != dataset:
+        return f"manifest is of dataset {d['id']!r}, stored as {dataset!r}"
     sh, seeds, grid = d["shards"], d["seeds"], d["grid"]
-    if not isinstance(sh, list) or not sh: return f"manifest lists no shards (shards: {json.dumps(sh)[:40]})"
+    if not isinstance(sh, list) or not sh:
+        return f"manifest lists no shards (shards: {json.dumps(sh)[:40]})"
     for i, s in enumerate(sh):
-        if fault := _shard_fault(i, s): return fault
-    if not (isinstance(seeds, list) and len(seeds) == 2 and all(isinstance(x, int) for x in seeds) and seeds[0] < seeds[1]):
+        if fault := _shard_fault(i, s):
+            return fault
+    if not (
+        isinstance(seeds, list)
+        and len(seeds) == 2
+        and all(isinstance(x, int) for x in seeds)
+        and seeds[0] < seeds[1]
+    ):
         return f"seeds is {seeds!r}, expected [start, stop)"
-    if not (isinstance(grid, dict) and set(grid) == set(Grid.__dataclass_fields__) and all(map(_whole, grid.values()))):
+    if not (
+        isinstance(grid, dict)
+        and set(grid) == set(Grid.__dataclass_fields__)
+        and all(map(_whole, grid.values()))
+    ):
         return f"grid is {grid!r}, expected whole numbers for {sorted(Grid.__dataclass_fields__)}"
     total, g = sum(s["n"] for s in sh), d.get("generator") or {}
-    if "n_samples" in d and d["n_samples"] != total: return f"n_samples is {d['n_samples']!r} but the shards hold {total}"
-    if _whole(g.get("episodes")) and _whole(g.get("frames_per_episode")) and g["episodes"] * g["frames_per_episode"] != total:
-        return f"its recipe makes {g['episodes']} episodes × {g['frames_per_episode']} frames but the shards hold {total} samples"
+    if "n_samples" in d and d["n_samples"] != total:
+        return f"n_samples is {d['n_samples']!r} but the shards hold {total}"
+    if (
+        _whole(g.get("episodes"))
+        and _whole(g.get("frames_per_episode"))
+        and g["episodes"] * g["frames_per_episode"] != total
+    ):
+        return (
+            f"its recipe makes {g['episodes']} episodes × {g['frames_per_episode']} frames "
+            f"but the shards hold {total} samples"
+        )
+
 
 # %% ../nbs/30_data.ipynb #c9ff3302
 def data_cmd(action: str, dataset: str, store: Store | None = None, extra: str = "") -> str:
@@ -343,64 +602,126 @@ def data_cmd(action: str, dataset: str, store: Store | None = None, extra: str =
     opt = "" if store is None or store.uri == open_store().uri else f" --store {store.uri}"
     return f"`qmind data {action} {dataset}{extra}{opt}`"
 
-def parse_manifest(data: bytes, dataset: str, sealed: bool = True, store: Store | None = None) -> Manifest:
-    """A manifest from JSON bytes, checked for shape and against its content hash; any fault is one `DatasetError`
-    naming the dataset, the fault and what to do. `sealed=False` also accepts a manifest written before sealing."""
+
+def parse_manifest(
+    data: bytes, dataset: str, sealed: bool = True, store: Store | None = None
+) -> Manifest:
+    """A manifest from JSON bytes, checked for shape and against its content hash; any fault is one
+    `DatasetError` naming the dataset, the fault and what to do. `sealed=False` also accepts a
+    manifest written before sealing."""
     fix = f"rebuild it from the shards with {data_cmd('repair', dataset, store)}"
-    try: d = json.loads(data)
+    try:
+        d = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DatasetError(dataset, f"manifest is not valid JSON ({e}): restore manifest.json or write the dataset again under a new ID") from None
-    if fault := manifest_fault(d, dataset): raise DatasetError(dataset, f"{fault}: {EDITED}; {fix}")
+        raise DatasetError(
+            dataset,
+            f"manifest is not valid JSON ({e}): restore manifest.json or write the "
+            "dataset again under a new ID",
+        ) from None
+    if fault := manifest_fault(d, dataset):
+        raise DatasetError(dataset, f"{fault}: {EDITED}; {fix}")
     stored = d.pop("content_sha256", None)
     if stored is None and sealed:
-        raise DatasetError(dataset, "manifest has no content hash (it was written before manifests were sealed), so it is not "
-                                    f"trusted: check every shard and seal it with {data_cmd('verify', dataset, store, ' --seal')}")
+        raise DatasetError(
+            dataset,
+            "manifest has no content hash (it was written before manifests were sealed), "
+            "so it is not "
+            "trusted: check every shard and seal it with "
+            f"{data_cmd('verify', dataset, store, ' --seal')}",
+        )
     if stored is not None and stored != manifest_hash(d):
-        raise DatasetError(dataset, f"manifest does not match its content hash ({manifest_hash(d)[:12]}…, recorded {str(stored)[:12]}…): {EDITED}; {fix}")
+        raise DatasetError(
+            dataset,
+            f"manifest does not match its content hash ({manifest_hash(d)[:12]}…, "
+            f"recorded {str(stored)[:12]}…): {EDITED}; {fix}",
+        )
     d.pop("n_samples", None)
     d["shards"] = [ShardInfo(**s) for s in d["shards"]]
     return Manifest(**{k: v for k, v in d.items() if k in Manifest.__dataclass_fields__})
 
+
 def check_manifest(m: Manifest, spec: ChannelSpec | None = None) -> Manifest:
     "Refuse a manifest made under an incompatible channel spec (both versions in the message)."
-    try: check_spec_version(m.channel_spec, spec, f"dataset {m.id}")
-    except ValueError as e: raise DatasetError(m.id, str(e)) from None
+    try:
+        check_spec_version(m.channel_spec, spec, f"dataset {m.id}")
+    except ValueError as e:
+        raise DatasetError(m.id, str(e)) from None
     return m
+
 
 # %% ../nbs/30_data.ipynb #65dd0d3a
 def git_commit(root: Path | None = None) -> str:
-    "The current commit (with `+dirty` when the work tree has changes); `$QMIND_GIT_COMMIT` where there is no .git (cloud jobs run a `git archive`); else 'unknown'."
+    """The current commit (with `+dirty` when the work tree has changes); `$QMIND_GIT_COMMIT` where
+    there is no .git (cloud jobs run a `git archive`); else 'unknown'."""
     import subprocess
-    if os.environ.get("QMIND_GIT_COMMIT"): return os.environ["QMIND_GIT_COMMIT"]
+
+    if os.environ.get("QMIND_GIT_COMMIT"):
+        return os.environ["QMIND_GIT_COMMIT"]
     import qmind_render
+
     root = root or Path(qmind_render.__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        if sha.returncode: return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=10)
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if sha.returncode:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError): return "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
 
 # %% ../nbs/30_data.ipynb #6348189a
-def dataset_key(dataset: str, name: str = "") -> str: return f"datasets/{dataset}/{name}"
+def dataset_key(dataset: str, name: str = "") -> str:
+    return f"datasets/{dataset}/{name}"
+
 
 class DatasetExists(DatasetError):
     "Writing to an ID that already has a manifest."
 
+
 class DatasetWriter:
     "Write shards, then the manifest, for one new dataset ID in `store`."
-    def __init__(self, store: Store, dataset: str, spec: ChannelSpec | None = None, grid: Grid | None = None):
+
+    def __init__(
+        self, store: Store, dataset: str, spec: ChannelSpec | None = None, grid: Grid | None = None
+    ):
         "`grid`: the shape the dataset's cells are of (default: the grid file's, `Grid.of()`)."
-        if not dataset or "/" in dataset: raise ValueError(f"bad dataset ID {dataset!r}")
-        self.store, self.id, self.spec, self.grid = store, dataset, spec or load_spec(), grid or Grid.of()
+        if not dataset or "/" in dataset:
+            raise ValueError(f"bad dataset ID {dataset!r}")
+        self.store, self.id, self.spec, self.grid = (
+            store,
+            dataset,
+            spec or load_spec(),
+            grid or Grid.of(),
+        )
         if store.exists(dataset_key(dataset, "manifest.json")):
-            raise DatasetExists(dataset, f"already exists in {store.uri} and datasets are immutable: use a new ID (a damaged one is "
-                                         f"checked by {data_cmd('verify', dataset, store)} and mended by {data_cmd('repair', dataset, store)})")
+            raise DatasetExists(
+                dataset,
+                f"already exists in {store.uri} and datasets are immutable: use a new ID "
+                "(a damaged one is "
+                f"checked by {data_cmd('verify', dataset, store)} and mended by "
+                f"{data_cmd('repair', dataset, store)})",
+            )
         self.shards: dict[int, ShardInfo] = {}
+
 
 # %% ../nbs/30_data.ipynb #de74c178
 @patch
-def add_shard(self: DatasetWriter, index: int, arrays: dict, staging: Path | None = None) -> ShardInfo:
+def add_shard(
+    self: DatasetWriter, index: int, arrays: dict, staging: Path | None = None
+) -> ShardInfo:
     "Check and write shard number `index`; return its record."
     name = shard_name(index)
     check_arrays(arrays, self.spec, self.grid, where=f"dataset {self.id}, {name}")
@@ -410,97 +731,168 @@ def add_shard(self: DatasetWriter, index: int, arrays: dict, staging: Path | Non
     (staging / name).unlink()
     return info
 
+
 @patch
 def put(self: DatasetWriter, local: Path, info: ShardInfo) -> None:
     "Upload a shard file already written locally (skipped when the store has it at the same size)."
     key = dataset_key(self.id, info.file)
-    if not (self.store.exists(key) and self.store.size(key) == info.bytes): self.store.put_file(local, key)
+    if not (self.store.exists(key) and self.store.size(key) == info.bytes):
+        self.store.put_file(local, key)
     self.shards[info.index] = info
+
 
 @patch
 def commit(self: DatasetWriter, seeds: tuple[int, int], generator: dict | None = None) -> Manifest:
     "Write the manifest (the commit marker) after every shard is in place."
     idx = sorted(self.shards)
-    if idx != list(range(len(idx))): raise DatasetError(self.id, f"shards missing before commit: have {idx}")
-    if self.store.exists(dataset_key(self.id, "manifest.json")): raise DatasetExists(self.id, "was committed meanwhile")
+    if idx != list(range(len(idx))):
+        raise DatasetError(self.id, f"shards missing before commit: have {idx}")
+    if self.store.exists(dataset_key(self.id, "manifest.json")):
+        raise DatasetExists(self.id, "was committed meanwhile")
     from qmind_render import __version__
+
     v = contract_versions()
-    m = Manifest(self.id, self.spec.version, v["theme_schema"], asdict(self.grid), list(seeds),
-                 [self.shards[i] for i in idx], git_commit(), __version__, dict(generator or {}))
+    m = Manifest(
+        self.id,
+        self.spec.version,
+        v["theme_schema"],
+        asdict(self.grid),
+        list(seeds),
+        [self.shards[i] for i in idx],
+        git_commit(),
+        __version__,
+        dict(generator or {}),
+    )
     self.store.put_bytes(m.to_json(), dataset_key(self.id, "manifest.json"))
     return m
+
 
 # %% ../nbs/30_data.ipynb #62d3abe5
 def list_datasets(store: Store) -> list[str]:
     "IDs of committed datasets (those with a manifest)."
     return sorted({k.split("/")[1] for k in store.list("datasets") if k.endswith("/manifest.json")})
 
-def read_manifest(store: Store, dataset: str, spec: ChannelSpec | None = None, sealed: bool = True) -> Manifest:
+
+def read_manifest(
+    store: Store, dataset: str, spec: ChannelSpec | None = None, sealed: bool = True
+) -> Manifest:
     "The checked manifest of a committed dataset: its shape, its content hash, its channel spec."
-    try: data = store.get_bytes(dataset_key(dataset, "manifest.json"))
+    try:
+        data = store.get_bytes(dataset_key(dataset, "manifest.json"))
     except FileNotFoundError:
         have = list_datasets(store)
-        raise DatasetError(dataset, f"not in store {store.uri} (no manifest; datasets there: {', '.join(have) or 'none'}); "
-                                    f"make it with `qmind data gen CONFIG data.dataset={dataset}`") from None
+        raise DatasetError(
+            dataset,
+            f"not in store {store.uri} (no manifest; datasets there: {', '.join(have) or 'none'}); "
+            f"make it with `qmind data gen CONFIG data.dataset={dataset}`",
+        ) from None
     return check_manifest(parse_manifest(data, dataset, sealed, store), spec)
+
 
 # %% ../nbs/30_data.ipynb #83076387
 RECIPE = ("seed_start", "episodes", "frames_per_episode", "shard_size", "engine", "skinner", "grid")
 
+
 def shard_fix(store: Store, m: Manifest) -> str:
-    "What to do about a bad shard of `m`: make it again from the recipe, or (no recipe) write the dataset again."
-    if all(k in m.generator for k in RECIPE): return f"make it again with {data_cmd('repair', m.id, store)}"
+    """What to do about a bad shard of `m`: make it again from the recipe, or (no recipe) write the
+    dataset again."""
+    if all(k in m.generator for k in RECIPE):
+        return f"make it again with {data_cmd('repair', m.id, store)}"
     return f"dataset {m.id} has no generation recipe to repair from: write it again under a new ID"
 
+
 def verify_shard(path: Path, info: ShardInfo, dataset: str, fix: str = "") -> None:
-    "Size and sha256 of a local shard file against its manifest record; `fix` says what to do about a bad one."
+    """Size and sha256 of a local shard file against its manifest record; `fix` says what to do
+    about a bad one."""
     fix = f"; {fix}" if fix else ""
-    if not Path(path).is_file(): raise DatasetError(dataset, f"missing{fix}", info.file)
+    if not Path(path).is_file():
+        raise DatasetError(dataset, f"missing{fix}", info.file)
     size = Path(path).stat().st_size
-    if size != info.bytes: raise DatasetError(dataset, f"size {size} bytes, manifest says {info.bytes} (truncated or replaced){fix}", info.file)
+    if size != info.bytes:
+        raise DatasetError(
+            dataset,
+            f"size {size} bytes, manifest says {info.bytes} (truncated or replaced){fix}",
+            info.file,
+        )
     sha = sha256_file(path)
-    if sha != info.sha256: raise DatasetError(dataset, f"sha256 {sha[:12]}… does not match the manifest's {info.sha256[:12]}… (corrupt){fix}", info.file)
+    if sha != info.sha256:
+        raise DatasetError(
+            dataset,
+            f"sha256 {sha[:12]}… does not match the manifest's {info.sha256[:12]}… (corrupt){fix}",
+            info.file,
+        )
+
 
 # %% ../nbs/30_data.ipynb #ff3fa1be
 def default_cache_dir() -> Path:
     "`$QMIND_CACHE`, else `~/.cache/qmind-render`."
     return Path(os.environ.get("QMIND_CACHE") or Path.home() / ".cache" / "qmind-render")
 
+
 @dataclass
 class LocalDataset:
-    "A fetched, verified dataset: its manifest, a local path for every shard, and the stat of each file when it was verified."
+    """A fetched, verified dataset: its manifest, a local path for every shard, and the stat of each
+    file when it was verified."""
+
     manifest: Manifest
     paths: list[Path]
-    stamps: list | None = None             # [size, mtime_ns, inode] per shard as verified; None: not verified yet
-    fix: str = ""                          # what to do about a bad shard
+    # [size, mtime_ns, inode] per shard as verified; None: not verified yet
+    stamps: list | None = None
+    fix: str = ""  # what to do about a bad shard
+
     def __post_init__(self):
-        if self.stamps is None: self.stamps = [None] * len(self.paths)
+        if self.stamps is None:
+            self.stamps = [None] * len(self.paths)
+
     @property
-    def id(self) -> str: return self.manifest.id
+    def id(self) -> str:
+        return self.manifest.id
+
 
 # %% ../nbs/30_data.ipynb #dcbd1e2a
-def _stamp(path: Path) -> list: s = Path(path).stat(); return [s.st_size, s.st_mtime_ns, s.st_ino]
+def _stamp(path: Path) -> list:
+    s = Path(path).stat()
+    return [s.st_size, s.st_mtime_ns, s.st_ino]
+
 
 def _verified(path: Path, m: Manifest) -> dict:
-    "The verified cache of `m`: local path -> [size, mtime_ns, inode, sha256] of each shard file hashed since it last changed."
-    try: seen = json.loads(path.read_text())
-    except (OSError, ValueError): return {}
-    fresh = isinstance(seen, dict) and seen.get("manifest") == m.content_sha256 and isinstance(seen.get("shards"), dict)
+    """The verified cache of `m`: local path -> [size, mtime_ns, inode, sha256] of each shard file
+    hashed since it last changed."""
+    try:
+        seen = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    fresh = (
+        isinstance(seen, dict)
+        and seen.get("manifest") == m.content_sha256
+        and isinstance(seen.get("shards"), dict)
+    )
     return seen["shards"] if fresh else {}
 
+
 def _local_copy(store: Store, m: Manifest, info: ShardInfo, cache: Path) -> Path:
-    "Where a shard is read: in place for a local store, else a copy in the cache (downloaded when absent)."
+    """Where a shard is read: in place for a local store, else a copy in the cache (downloaded when
+    absent)."""
     key = dataset_key(m.id, info.file)
     p = store.local_path(key)
-    if p is not None: return p
+    if p is not None:
+        return p
     p = cache / m.id / info.file
     if not p.is_file():
-        try: store.get_file(key, p)
-        except FileNotFoundError: raise DatasetError(m.id, f"missing from store {store.uri}; {shard_fix(store, m)}", info.file) from None
+        try:
+            store.get_file(key, p)
+        except FileNotFoundError:
+            raise DatasetError(
+                m.id, f"missing from store {store.uri}; {shard_fix(store, m)}", info.file
+            ) from None
     return p
 
-def fetch(store: Store, dataset: str, cache: Path | None = None, spec: ChannelSpec | None = None) -> LocalDataset:
-    "Bring `dataset` into the local cache (download once), verify every shard, return local paths and their verified stamps."
+
+def fetch(
+    store: Store, dataset: str, cache: Path | None = None, spec: ChannelSpec | None = None
+) -> LocalDataset:
+    """Bring `dataset` into the local cache (download once), verify every shard, return local paths
+    and their verified stamps."""
     m = read_manifest(store, dataset, spec)
     cache, fix = Path(cache or default_cache_dir()), shard_fix(store, m)
     seen_path = cache / "verified" / f"{dataset}.json"
@@ -508,21 +900,31 @@ def fetch(store: Store, dataset: str, cache: Path | None = None, spec: ChannelSp
     for info in m.shards:
         p = _local_copy(store, m, info, cache)
         if not (p.is_file() and seen.get(str(p)) == [*_stamp(p), info.sha256]):
-            try: verify_shard(p, info, dataset, fix)
+            try:
+                verify_shard(p, info, dataset, fix)
             except DatasetError:
-                if store.local_path(dataset_key(m.id, info.file)) is not None: raise   # the store's own file: nothing to fetch again
-                p.unlink(missing_ok=True)                  # a bad cached copy: the store's is the truth, fetch it again
+                # the store's own file: nothing to fetch again
+                if store.local_path(dataset_key(m.id, info.file)) is not None:
+                    raise
+                # a bad cached copy: the store's is the truth, fetch it again
+                p.unlink(missing_ok=True)
                 verify_shard(_local_copy(store, m, info, cache), info, dataset, fix)
             seen[str(p)] = [*_stamp(p), info.sha256]
         paths.append(p)
-    atomic_write(seen_path, json.dumps({"manifest": m.content_sha256, "shards": seen}, indent=0).encode())
+    atomic_write(
+        seen_path, json.dumps({"manifest": m.content_sha256, "shards": seen}, indent=0).encode()
+    )
     return LocalDataset(m, paths, [seen[str(p)][:3] for p in paths], fix)
+
 
 # %% ../nbs/30_data.ipynb #1ae15c31
 @patch
-def read_shard(self: LocalDataset, i: int, fields: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    """Shard `i`'s arrays (all, or `fields`). A stat first: a file that is no longer the one `fetch` verified (size, mtime or
-    inode changed) is hashed again; a bad shard, or one that cannot be read or changes while it is read, is a `DatasetError`."""
+def read_shard(
+    self: LocalDataset, i: int, fields: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Shard `i`'s arrays (all, or `fields`). A stat first: a file that is no longer the one `fetch`
+    verified (size, mtime or inode changed) is hashed again; a bad shard, or one that cannot be read
+    or changes while it is read, is a `DatasetError`."""
     p, info = self.paths[i], self.manifest.shards[i]
     try:
         before = _stamp(p) if p.is_file() else None
@@ -530,32 +932,49 @@ def read_shard(self: LocalDataset, i: int, fields: Iterable[str] | None = None) 
             verify_shard(p, info, self.id, self.fix)
             self.stamps[i] = before
         out = load_shard(p, fields)
-        if _stamp(p) != before: raise DatasetError(self.id, f"changed while it was read (is something writing {p}?)", info.file)
+        if _stamp(p) != before:
+            raise DatasetError(
+                self.id, f"changed while it was read (is something writing {p}?)", info.file
+            )
         return out
-    except (DatasetError, MemoryError): raise
-    except Exception as e:                                 # a corrupt zip, a truncated array, a vanished file
-        raise DatasetError(self.id, f"unreadable at {p} ({type(e).__name__}: {e}); {self.fix}", info.file) from None
+    except (DatasetError, MemoryError):
+        raise
+    # a corrupt zip, a truncated array, a vanished file
+    except Exception as e:
+        raise DatasetError(
+            self.id, f"unreadable at {p} ({type(e).__name__}: {e}); {self.fix}", info.file
+        ) from None
+
 
 # %% ../nbs/30_data.ipynb #cfaa0f12
 @patch(as_prop=True)
 def cells(self: LocalDataset) -> np.ndarray:
     "Bool [n_samples, n_cells], read once from the shards' `cells` fields."
-    if not hasattr(self, "_cells"): self._cells = np.concatenate([self.read_shard(i, ["cells"])["cells"] for i in range(len(self.paths))])
+    if not hasattr(self, "_cells"):
+        self._cells = np.concatenate(
+            [self.read_shard(i, ["cells"])["cells"] for i in range(len(self.paths))]
+        )
     return self._cells
+
 
 @patch(as_prop=True)
 def offsets(self: LocalDataset) -> np.ndarray:
     "Global index of each shard's first sample (and the total at the end)."
     return np.concatenate([[0], np.cumsum([s.n for s in self.manifest.shards])])
 
+
 # %% ../nbs/30_data.ipynb #7dfdf2d7
 def shard_files(store: Store, dataset: str) -> list[str]:
     "Names of the shard files in the store under `dataset` (listed in its manifest or not)."
     names = (k.removeprefix(dataset_key(dataset)) for k in store.list(dataset_key(dataset)))
-    return sorted(n for n in names if "/" not in n and n.startswith("shard-") and n.endswith(".npz"))
+    return sorted(
+        n for n in names if "/" not in n and n.startswith("shard-") and n.endswith(".npz")
+    )
+
 
 def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
-    "Re-hash every shard of `m` in the store (no cache) and find shard files its manifest does not list: the problems found."
+    """Re-hash every shard of `m` in the store (no cache) and find shard files its manifest does not
+    list: the problems found."""
     fix, problems = shard_fix(store, m), []
     with tempfile.TemporaryDirectory() as td:
         for info in m.shards:
@@ -563,24 +982,44 @@ def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
             here = store.local_path(key)
             p = here or Path(td) / info.file
             try:
-                if here is None: store.get_file(key, p)
+                if here is None:
+                    store.get_file(key, p)
                 verify_shard(p, info, m.id, fix)
-            except FileNotFoundError: problems.append(DatasetError(m.id, f"missing from store {store.uri}; {fix}", info.file))
-            except DatasetError as e: problems.append(e)
+            except FileNotFoundError:
+                problems.append(
+                    DatasetError(m.id, f"missing from store {store.uri}; {fix}", info.file)
+                )
+            except DatasetError as e:
+                problems.append(e)
             finally:
-                if here is None: p.unlink(missing_ok=True)
+                if here is None:
+                    p.unlink(missing_ok=True)
     listed = {s.file for s in m.shards}
-    problems += [DatasetError(m.id, "is in the store but not in the manifest (left from another generation?): delete it", f)
-                 for f in shard_files(store, m.id) if f not in listed]
+    problems += [
+        DatasetError(
+            m.id,
+            "is in the store but not in the manifest (left from another generation?): delete it",
+            f,
+        )
+        for f in shard_files(store, m.id)
+        if f not in listed
+    ]
     return problems
 
+
 def verify_dataset(store: Store, dataset: str, spec: ChannelSpec | None = None) -> list[str]:
-    "Check the manifest (shape, content hash), re-hash every shard in the store (ignoring any cache); return the problems (empty = good)."
+    """Check the manifest (shape, content hash), re-hash every shard in the store (ignoring any
+    cache); return the problems (empty = good)."""
     return [str(e) for e in check_shards(store, read_manifest(store, dataset, spec))]
 
+
 def seal_manifest(store: Store, dataset: str, spec: ChannelSpec | None = None) -> Manifest:
-    "Seal a manifest written before sealing (no content hash) once its shape and every shard check out."
+    """Seal a manifest written before sealing (no content hash) once its shape and every shard check
+    out."""
     m = read_manifest(store, dataset, spec, sealed=False)
-    if problems := check_shards(store, m): raise DatasetError(dataset, f"not sealed: {len(problems)} problem(s), the first: {problems[0]}")
+    if problems := check_shards(store, m):
+        raise DatasetError(
+            dataset, f"not sealed: {len(problems)} problem(s), the first: {problems[0]}"
+        )
     store.put_bytes(m.to_json(), dataset_key(dataset, "manifest.json"))
     return m

@@ -1,4 +1,4 @@
-"""The dataset command: generate, list, verify, repair, show and split; and `qmind bench data`, what generation and loading cost.
+"""`qmind data` (generate, list, verify, repair, show, split) and `qmind bench data`.
 
 Docs: https://qmind.github.io/qmind-render/data_cli.html.md"""
 
@@ -16,113 +16,218 @@ import numpy as np
 
 from .config import DataConfig, TrainConfig
 from .contracts import load_spec
-from .data import DatasetError, Grid, Store, check_shards, fetch, list_datasets, open_store, read_manifest, seal_manifest
-from .generate import ShardJob, check_workers, generate, make_shard, repair_dataset, sample_sheet, summary
+from qmind_render.data import (
+    DatasetError,
+    Grid,
+    Store,
+    check_shards,
+    fetch,
+    list_datasets,
+    open_store,
+    read_manifest,
+    seal_manifest,
+)
+from qmind_render.generate import (
+    ShardJob,
+    check_workers,
+    generate,
+    make_shard,
+    repair_dataset,
+    sample_sheet,
+    summary,
+)
 from .loader import make_loader
 from .splits import apply_split, load_split, make_split, save_split, split_path
 from .util import save_image
 
 # %% auto #0
-__all__ = ['data_main', 'bench_data']
+__all__ = ["data_main", "bench_data"]
+
 
 # %% ../nbs/34_data_cli.ipynb #8406cf37
 def _data_parser():
     import argparse
-    p = argparse.ArgumentParser(prog="qmind data", description="Build, list, check, repair and look at datasets.")
+
+    p = argparse.ArgumentParser(
+        prog="qmind data", description="Build, list, check, repair and look at datasets."
+    )
     sub = p.add_subparsers(dest="cmd", metavar="ACTION", required=True)
     from qmind_render.config import add_config_args
-    g = sub.add_parser("gen", help="generate a dataset from a config's data section (one process per core)")
+
+    g = sub.add_parser(
+        "gen", help="generate a dataset from a config's data section (one process per core)"
+    )
     add_config_args(g, "key=value, e.g. data.dataset=ds-v002 data.episodes=500")
     g.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
-    for name, hlp in [("ls", "list the datasets in a store (a broken one with what is wrong)"),
-                      ("verify", "check the manifest against its content hash and re-hash every shard"),
-                      ("repair", "make bad shards again from the manifest's recipe, or rebuild an edited manifest, byte for byte"),
-                      ("show", "print a dataset's summary and write a sample sheet")]:
+    for name, hlp in [
+        ("ls", "list the datasets in a store (a broken one with what is wrong)"),
+        ("verify", "check the manifest against its content hash and re-hash every shard"),
+        (
+            "repair",
+            "make bad shards again from the manifest's recipe, or rebuild an edited "
+            "manifest, byte for byte",
+        ),
+        ("show", "print a dataset's summary and write a sample sheet"),
+    ]:
         s = sub.add_parser(name, help=hlp)
-        if name != "ls": s.add_argument("dataset", help="dataset ID, e.g. ds-quickstart")
-        s.add_argument("--store", default=None, help="store URI (default: $QMIND_STORE or ./qmind-store)")
-    sub.choices["verify"].add_argument("--seal", action="store_true", help="seal a manifest written before sealing, if all checks out")
-    sub.choices["show"].add_argument("--split", default=None, help="also report what this split keeps")
-    sub.choices["show"].add_argument("--out", default=None, help="sample sheet PNG (default: <dataset>-samples.png)")
+        if name != "ls":
+            s.add_argument("dataset", help="dataset ID, e.g. ds-quickstart")
+        s.add_argument(
+            "--store", default=None, help="store URI (default: $QMIND_STORE or ./qmind-store)"
+        )
+    sub.choices["verify"].add_argument(
+        "--seal",
+        action="store_true",
+        help="seal a manifest written before sealing, if all checks out",
+    )
+    sub.choices["show"].add_argument(
+        "--split", default=None, help="also report what this split keeps"
+    )
+    sub.choices["show"].add_argument(
+        "--out", default=None, help="sample sheet PNG (default: <dataset>-samples.png)"
+    )
     s = sub.add_parser("split", help="write sweeps/splits/NAME.yaml (random_K or coverage_P)")
-    s.add_argument("name"); s.add_argument("--seed", type=int, default=0); s.add_argument("--force", action="store_true")
+    s.add_argument("name")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--force", action="store_true")
     return p
+
 
 # %% ../nbs/34_data_cli.ipynb #dc186f25
 def _ls(store: Store) -> int:
-    "One line per dataset; a broken one says what is wrong and what to do, and the others are still listed."
+    """One line per dataset; a broken one says what is wrong and what to do, and the others are
+    still listed."""
     found = list_datasets(store)
     for d in found:
         try:
             m = read_manifest(store, d)
-            print(f"{d:<20} {m.n_samples:>8} samples {len(m.shards):>5} shards  id {m.content_id}  channel_spec {m.channel_spec}  git {m.git}")
-        except DatasetError as e: print(f"{d:<20} BROKEN: {e.detail}")
-    if not found: print(f"no datasets in {store.uri} yet: make one with `qmind data gen quickstart` (or `qmind run quickstart`)")
+            print(
+                f"{d:<20} {m.n_samples:>8} samples {len(m.shards):>5} shards  id "
+                f"{m.content_id}  channel_spec {m.channel_spec}  git {m.git}"
+            )
+        except DatasetError as e:
+            print(f"{d:<20} BROKEN: {e.detail}")
+    if not found:
+        print(
+            f"no datasets in {store.uri} yet: make one with `qmind data gen quickstart` "
+            "(or `qmind run quickstart`)"
+        )
     return 0
+
 
 def _verify(store: Store, dataset: str, seal: bool) -> int:
     if seal:
         m = seal_manifest(store, dataset)
-        print(f"{dataset}: every shard matches; manifest sealed, id {m.content_id}"); return 0
+        print(f"{dataset}: every shard matches; manifest sealed, id {m.content_id}")
+        return 0
     m = read_manifest(store, dataset)
     problems = check_shards(store, m)
-    for p in problems: print(p)
-    print(f"{dataset}: " + (f"OK, id {m.content_id}: the manifest matches its content hash and every shard its record" if not problems
-                            else f"{len(problems)} problem(s), each above with what to do"))
+    for p in problems:
+        print(p)
+    print(
+        f"{dataset}: "
+        + (
+            f"OK, id {m.content_id}: the manifest matches its content hash and every "
+            "shard its record"
+            if not problems
+            else f"{len(problems)} problem(s), each above with what to do"
+        )
+    )
     return 1 if problems else 0
+
 
 # %% ../nbs/34_data_cli.ipynb #5ea8cd6a
 def data_main(argv: list[str]) -> int:
     "`qmind data gen|ls|verify|repair|show|split ...`"
     p = _data_parser()
-    a, extra = p.parse_known_args(argv)           # key=value after an option (gen quickstart --workers 2 data.episodes=8)
-    if extra and (a.cmd != "gen" or any("=" not in x or x.startswith("-") for x in extra)): p.error(f"unrecognized arguments: {' '.join(extra)}")
-    if extra: a.overrides = [*a.overrides, *extra]
+    # key=value after an option (gen quickstart --workers 2 data.episodes=8)
+    a, extra = p.parse_known_args(argv)
+    if extra and (a.cmd != "gen" or any("=" not in x or x.startswith("-") for x in extra)):
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        a.overrides = [*a.overrides, *extra]
     if a.cmd == "gen":
         from qmind_render.config import config_from_args
+
         m = generate(config_from_args(a).data, workers=check_workers(a.workers))
         print(f"dataset {m.id}: {m.n_samples} samples in {len(m.shards)} shards, id {m.content_id}")
         return 0
     if a.cmd == "split":
         if split_path(a.name).exists() and not a.force:
-            raise ValueError(f"{split_path(a.name)} exists (splits are versioned with experiments; --force to rewrite)")
+            raise ValueError(
+                f"{split_path(a.name)} exists (splits are versioned with experiments; "
+                "--force to rewrite)"
+            )
         print(save_split(make_split(a.name, seed=a.seed)))
         return 0
     store = open_store(a.store)
-    if a.cmd == "ls": return _ls(store)
-    if a.cmd == "verify": return _verify(store, a.dataset, a.seal)
+    if a.cmd == "ls":
+        return _ls(store)
+    if a.cmd == "verify":
+        return _verify(store, a.dataset, a.seal)
     if a.cmd == "repair":
         done = repair_dataset(store, a.dataset)
-        for line in done: print(line)
+        for line in done:
+            print(line)
         fixed = sum(": left alone" not in line for line in done)
-        print(f"{a.dataset}: " + (f"repaired {fixed} file(s)" if fixed else "nothing to repair: the manifest and every shard check out"))
+        print(
+            f"{a.dataset}: "
+            + (
+                f"repaired {fixed} file(s)"
+                if fixed
+                else "nothing to repair: the manifest and every shard check out"
+            )
+        )
         return 0
     ds = fetch(store, a.dataset)
     print(json.dumps(summary(ds, load_split(a.split) if a.split else None), indent=1))
-    out = save_image(sample_sheet(ds), a.out or f"{a.dataset}-samples.png"); print(f"sample sheet: {out}")
+    out = save_image(sample_sheet(ds), a.out or f"{a.dataset}-samples.png")
+    print(f"sample sheet: {out}")
     return 0
 
+
 # %% ../nbs/34_data_cli.ipynb #7922b778
-def bench_data(episodes: int = 8, frames: int = 125, repeats: int = 3, batch: int | None = None) -> dict:
-    "Generation and loading throughput on one core, and bytes per sample (medians of `repeats`); loading in batches of `train.batch`."
+def bench_data(
+    episodes: int = 8, frames: int = 125, repeats: int = 3, batch: int | None = None
+) -> dict:
+    """Generation and loading throughput on one core, and bytes per sample (medians of `repeats`);
+    loading in batches of `train.batch`."""
     from qmind_render.grid import load_grid
+
     batch = batch or TrainConfig().batch
     spec, grid = load_spec(), load_grid()
     with tempfile.TemporaryDirectory() as td:
         job = ShardJob(0, tuple(range(episodes)), frames, td, "bench")
-        make_shard(job)                                    # warm-up: JIT compilation, caches
+        make_shard(job)  # warm-up: JIT compilation, caches
         gen = [_timed(lambda: make_shard(job)) for _ in range(repeats)]
-        cfg = DataConfig(dataset="ds-bench", store=f"{td}/store", seed_start=0, episodes=episodes * 4,
-                         frames_per_episode=frames, shard_size=episodes * frames)
+        cfg = DataConfig(
+            dataset="ds-bench",
+            store=f"{td}/store",
+            seed_start=0,
+            episodes=episodes * 4,
+            frames_per_episode=frames,
+            shard_size=episodes * frames,
+        )
         m = generate(cfg, workers=1, cache=Path(td) / "cache", progress=False)
         ds = fetch(open_store(cfg.store), "ds-bench", Path(td) / "cache")
         split = make_split("random_15", Grid.of(grid))
-        load = [_timed(lambda: sum(len(b["rgb"]) for b in make_loader(ds, split, batch=batch))) for _ in range(repeats)]
+        load = [
+            _timed(lambda: sum(len(b["rgb"]) for b in make_loader(ds, split, batch=batch)))
+            for _ in range(repeats)
+        ]
         n_train = len(apply_split(ds.cells, split)["train"]) // batch * batch
     n = episodes * frames
-    return {"generate_samples_per_s": n / float(np.median(gen)), "load_samples_per_s": n_train / float(np.median(load)),
-            "bytes_per_sample": sum(s.bytes for s in m.shards) / m.n_samples,
-            "deck_bytes_per_sample": 13 * spec.size[0] * spec.size[1], "samples_generated": n, "samples_loaded": n_train}
+    return {
+        "generate_samples_per_s": n / float(np.median(gen)),
+        "load_samples_per_s": n_train / float(np.median(load)),
+        "bytes_per_sample": sum(s.bytes for s in m.shards) / m.n_samples,
+        "deck_bytes_per_sample": 13 * spec.size[0] * spec.size[1],
+        "samples_generated": n,
+        "samples_loaded": n_train,
+    }
+
 
 def _timed(fn) -> float:
-    t = time.perf_counter(); fn(); return time.perf_counter() - t
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t

@@ -1,4 +1,4 @@
-"""`qmind docs`: the notebooks as a website, built offline with nbdev's own processing and MkDocs; `nbdev-docs` still builds the Quarto site wherever Quarto is installed.
+"""`qmind docs`: the notebooks as a website, built offline with nbdev's processing and MkDocs.
 
 Docs: https://qmind.github.io/qmind-render/docs.html.md"""
 
@@ -32,77 +32,141 @@ from nbdev.processors import FilterDefaults, exec_show_docs
 from .util import atomic_dir, atomic_write, format_table
 
 # %% auto #0
-__all__ = ['FINGERPRINT_DIRS', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'working_dir', 'execute_nb', 'process_nb',
-           'lenient_exec_show_docs', 'DocsFilter', 'library_fingerprint', 'fresh_torch_rng', 'NotebookWorker',
-           'render_notebooks', 'quarto_options', 'markdown_ready', 'notebook_markdown', 'local_links', 'build_slides',
-           'talks_index', 'slugify', 'nav', 'mkdocs_yaml', 'write_pages', 'build_site', 'serve_site', 'docs_main']
+__all__ = [
+    "FINGERPRINT_DIRS",
+    "SITE_CSS",
+    "Page",
+    "page_name",
+    "find_pages",
+    "working_dir",
+    "execute_nb",
+    "process_nb",
+    "lenient_exec_show_docs",
+    "DocsFilter",
+    "library_fingerprint",
+    "fresh_torch_rng",
+    "NotebookWorker",
+    "render_notebooks",
+    "quarto_options",
+    "markdown_ready",
+    "notebook_markdown",
+    "local_links",
+    "build_slides",
+    "talks_index",
+    "slugify",
+    "nav",
+    "mkdocs_yaml",
+    "write_pages",
+    "build_site",
+    "serve_site",
+    "docs_main",
+]
+
 
 # %% ../nbs/95_docs.ipynb #33e3bfb6
 @dataclass(frozen=True)
 class Page:
-    src: Path      # the notebook
-    rel: str       # the Markdown page, relative to the docs folder: "engine.md", "experiments/train.md"
-    section: str   # "Home", "Chapters", a sub-folder's name, or "Talks"
+    src: Path  # the notebook
+    # the Markdown page, relative to the docs folder: "engine.md", "experiments/train.md"
+    rel: str
+    section: str  # "Home", "Chapters", a sub-folder's name, or "Talks"
+
 
 def page_name(nb_rel: str | Path) -> str:
-    "The page a notebook becomes: `10_engine.ipynb` -> `engine.md`, `talks/12_autograd.ipynb` -> `talks/autograd.md`."
+    """The page a notebook becomes: `10_engine.ipynb` -> `engine.md`, `talks/12_autograd.ipynb` ->
+    `talks/autograd.md`."""
     p = Path(nb_rel)
     return (p.parent / (re.sub(r"^\d+_", "", p.stem) + ".md")).as_posix()
 
+
 def _section(rel: Path) -> str:
-    if len(rel.parts) == 1: return "Home" if rel.name == "index.ipynb" else "Chapters"
+    if len(rel.parts) == 1:
+        return "Home" if rel.name == "index.ipynb" else "Chapters"
     return "Talks" if rel.parts[0] == "talks" else rel.parts[0].replace("_", " ").capitalize()
 
+
 def find_pages(nbs: Path) -> list[Page]:
-    "Every notebook under `nbs` as a page: Home, the chapters in order, each sub-folder, Talks last."
+    """Every notebook under `nbs` as a page: Home, the chapters in order, each sub-folder, Talks
+    last."""
     nbs = Path(nbs)
-    found = [p for p in nbs.rglob("*.ipynb") if not any(s[0] in "_." for s in p.relative_to(nbs).parts)]
-    order = lambda r: (r.parts[0] == "talks", len(r.parts) > 1, r.name != "index.ipynb", r.as_posix())
+    found = [
+        p for p in nbs.rglob("*.ipynb") if not any(s[0] in "_." for s in p.relative_to(nbs).parts)
+    ]
+    order = lambda r: (
+        r.parts[0] == "talks",
+        len(r.parts) > 1,
+        r.name != "index.ipynb",
+        r.as_posix(),
+    )
     pages, seen = [], {}
     for rel in sorted((p.relative_to(nbs) for p in found), key=order):
         page = Page(nbs / rel, page_name(rel), _section(rel))
-        if page.rel in seen: raise ValueError(f"{seen[page.rel]} and {rel} would both become the page {page.rel}; rename one")
+        if page.rel in seen:
+            raise ValueError(
+                f"{seen[page.rel]} and {rel} would both become the page {page.rel}; rename one"
+            )
         seen[page.rel] = rel
         pages.append(page)
     return pages
 
+
 # %% ../nbs/95_docs.ipynb #2c689683
 @contextmanager
 def working_dir(path: str | Path):
-    "`path` as the working directory inside the block (contextlib.chdir, which needs Python 3.11; we support 3.10)."
+    """`path` as the working directory inside the block (contextlib.chdir, which needs Python 3.11;
+    we support 3.10)."""
     old = os.getcwd()
     os.chdir(path)
-    try: yield
-    finally: os.chdir(old)
+    try:
+        yield
+    finally:
+        os.chdir(old)
 
-def execute_nb(src: Path, dst: Path, skip_flags: tuple[str, ...] = ("slow",), cell_timeout: int = 600) -> None:
-    "Run notebook `src` like `nbdev-test` (same skipped cells, cwd = its folder) and write it with its outputs to `dst`."
+
+def execute_nb(
+    src: Path, dst: Path, skip_flags: tuple[str, ...] = ("slow",), cell_timeout: int = 600
+) -> None:
+    """Run notebook `src` like `nbdev-test` (same skipped cells, cwd = its folder) and write it with
+    its outputs to `dst`."""
     from execnb.shell import CaptureShell
     from fastcore.basics import str2bool
     from fastcore.nbio import does_cell_eval, fm_default_eval, write_nb
     from nbdev.frontmatter import nb_frontmatter
     from nbdev.process import NBProcessor, nb_lang
+
     src = Path(src).absolute()
     nb = NBProcessor(src, rm_directives=False, process=True).nb
     fm = nb_frontmatter(nb)
     if not str2bool(fm.get("skip_exec", False)) and nb_lang(nb) == "python":
         dflt, flags = fm_default_eval(fm), set(skip_flags)
-        skip = lambda c: (c.cell_type != "code" or not does_cell_eval(c, dflt)
-                          or bool(flags & (getattr(c, "directives_", {}) or {}).keys()))
+        skip = lambda c: (
+            c.cell_type != "code"
+            or not does_cell_eval(c, dflt)
+            or bool(flags & (getattr(c, "directives_", {}) or {}).keys())
+        )
         os.environ["IN_TEST"] = "1"
         k = CaptureShell(src)
         with working_dir(src.parent):
-            try: k.run_all(nb, exc_stop=True, preproc=skip, cell_timeout=cell_timeout)
+            try:
+                k.run_all(nb, exc_stop=True, preproc=skip, cell_timeout=cell_timeout)
             except Exception as e:
-                raise RuntimeError(f"{src}: a cell failed while executing it for the docs:\n{k.prettytb(fname=src) or e}") from None
+                raise RuntimeError(
+                    f"{src}: a cell failed while executing it for the "
+                    f"docs:\n{k.prettytb(fname=src) or e}"
+                ) from None
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     write_nb(nb, dst)
 
-def process_nb(src: Path, dst: Path, cwd: Path, lenient: bool = True, skip_flags: tuple[str, ...] = ("slow",)) -> list[str]:
-    """nbdev's documentation processing of one notebook (what `nbdev-proc-nbs` does to each), run in `cwd`.
-    `lenient`: a failing cell that nbdev re-runs only because it imports is skipped; returns those cells. A cell flagged
-    with one of `skip_flags` (`#| slow`) that nbdev would re-run only because it imports is not run at all."""
+
+def process_nb(
+    src: Path, dst: Path, cwd: Path, lenient: bool = True, skip_flags: tuple[str, ...] = ("slow",)
+) -> list[str]:
+    """nbdev's documentation processing of one notebook (what `nbdev-proc-nbs` does to each), run in
+    `cwd`. `lenient`: a failing cell that nbdev re-runs only because it imports is skipped; returns
+    those cells. A cell flagged with one of `skip_flags` (`#| slow`) that nbdev would re-run only
+    because it imports is not run at all."""
     from fastcore.nbio import read_nb, write_nb
+
     _SKIPPED.clear()
     lenient_exec_show_docs.skip_flags = set(skip_flags)
     with working_dir(cwd):
@@ -112,74 +176,114 @@ def process_nb(src: Path, dst: Path, cwd: Path, lenient: bool = True, skip_flags
     write_nb(nb, dst)
     return list(_SKIPPED)
 
+
 # %% ../nbs/95_docs.ipynb #6fcfcabf
 _SKIPPED: list[str] = []
 _DOC_DIRECTIVES = {"export", "exports", "exporti", "exec_doc"}
 
+
 class lenient_exec_show_docs(exec_show_docs):
-    """nbdev's `exec_show_docs`, except that a failing cell that neither exports nor calls `show_doc` is skipped and recorded,
-    and one flagged `slow` (a flag in `skip_flags`) is not run: nbdev would re-run it only because it imports something."""
+    """nbdev's `exec_show_docs`, except that a failing cell that neither exports nor calls
+    `show_doc` is skipped and recorded, and one flagged `slow` (a flag in `skip_flags`) is not run:
+    nbdev would re-run it only because it imports something."""
+
     skip_flags: set = {"slow"}
+
     def __call__(self, cell):
         flags = (getattr(cell, "directives_", None) or {}).keys()
         doc = bool(flags & _DOC_DIRECTIVES) or "show_doc" in cell.source
-        if flags & self.skip_flags and not doc: return
-        try: super().__call__(cell)
+        if flags & self.skip_flags and not doc:
+            return
+        try:
+            super().__call__(cell)
         except Exception as e:
-            if doc: raise
+            if doc:
+                raise
             err = e.__cause__ or e
             _SKIPPED.append(f"cell {getattr(cell, 'idx_', '?')}: {type(err).__name__}: {err}")
             self.k.exc = None
 
+
 class DocsFilter(FilterDefaults):
     "nbdev's `FilterDefaults` with `exec_show_docs` made lenient (see above)."
-    def base_procs(self): return [lenient_exec_show_docs if p is exec_show_docs else p for p in super().base_procs()]
+
+    def base_procs(self):
+        return [lenient_exec_show_docs if p is exec_show_docs else p for p in super().base_procs()]
+
 
 # %% ../nbs/95_docs.ipynb #2c92c8f4
 FINGERPRINT_DIRS = ("contracts", "sweeps")  # besides the library: what the notebooks read
 
+
 def _hash_tree(h, path: Path) -> None:
-    for f in sorted(p for p in Path(path).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(f.relative_to(path).as_posix().encode()); h.update(f.read_bytes())
+    for f in sorted(
+        p for p in Path(path).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    ):
+        h.update(f.relative_to(path).as_posix().encode())
+        h.update(f.read_bytes())
+
 
 def library_fingerprint(root: Path) -> str:
-    "A hash of what a notebook's outputs depend on besides itself: the library, contracts, sweeps, pyproject, nbdev."
+    """A hash of what a notebook's outputs depend on besides itself: the library, contracts, sweeps,
+    pyproject, nbdev."""
     import nbdev
     from nbdev.config import get_config
+
     root = Path(root)
     h = hashlib.sha256(nbdev.__version__.encode())
     h.update((root / "pyproject.toml").read_bytes())
     for d in (get_config(root).lib_path, *(root / n for n in FINGERPRINT_DIRS)):
-        if Path(d).is_dir(): _hash_tree(h, Path(d))
+        if Path(d).is_dir():
+            _hash_tree(h, Path(d))
     return h.hexdigest()
 
-_FRESH_TORCH_SEED: list[int] = []  # the seed every page of this worker starts from: the first torch had when a page began
+
+# the seed every page of this worker starts from: the first torch had when a page began
+_FRESH_TORCH_SEED: list[int] = []
+
 
 def fresh_torch_rng() -> None:
-    """Torch's global generator back to this worker's one seed before each page, so what a page draws does not depend on the
-    pages before it in the same worker. Nothing to do while torch is not imported: importing it seeds it, and importing it
-    here would cost every worker (and every page executed in a process of its own) 3 s of CPU."""
+    """Torch's global generator back to this worker's one seed before each page, so what a page
+    draws does not depend on the pages before it in the same worker. Nothing to do while torch is
+    not imported: importing it seeds it, and importing it here would cost every worker (and every
+    page executed in a process of its own) 3 s of CPU."""
     torch = sys.modules.get("torch")
-    if torch is None: return
-    if not _FRESH_TORCH_SEED: _FRESH_TORCH_SEED.append(torch.initial_seed())
+    if torch is None:
+        return
+    if not _FRESH_TORCH_SEED:
+        _FRESH_TORCH_SEED.append(torch.initial_seed())
     torch.manual_seed(_FRESH_TORCH_SEED[0])
 
+
 def _render_job(job: dict) -> dict:
-    "Execute (if asked) and process one notebook into `job['dst']`, unless the cache has it. Runs in a worker process."
+    """Execute (if asked) and process one notebook into `job['dst']`, unless the cache has it. Runs
+    in a worker process."""
     t0, src, dst = time.perf_counter(), Path(job["src"]), Path(job["dst"])
     fresh_torch_rng()
     cached = Path(job["cache"]) / f"{job['key']}.ipynb" if job["cache"] else None
-    result = {"rel": job["rel"], "executed": False, "cached": False, "error": None, "skipped_cells": []}
+    result = {
+        "rel": job["rel"],
+        "executed": False,
+        "cached": False,
+        "error": None,
+        "skipped_cells": [],
+    }
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
         if cached and cached.exists():
-            shutil.copyfile(cached, dst); result["cached"] = True
+            shutil.copyfile(cached, dst)
+            result["cached"] = True
             result["skipped_cells"] = json.loads(cached.with_suffix(".json").read_text())
         else:
             executed = dst.with_suffix(".executed.ipynb")
-            if job["execute"]: execute_nb(src, executed, tuple(job["skip_flags"])); result["executed"] = True
-            else: shutil.copyfile(src, executed)
-            result["skipped_cells"] = process_nb(executed, dst, src.parent, skip_flags=tuple(job["skip_flags"]))
+            if job["execute"]:
+                execute_nb(src, executed, tuple(job["skip_flags"]))
+                result["executed"] = True
+            else:
+                shutil.copyfile(src, executed)
+            result["skipped_cells"] = process_nb(
+                executed, dst, src.parent, skip_flags=tuple(job["skip_flags"])
+            )
             executed.unlink()
             if cached:
                 atomic_write(cached.with_suffix(".json"), json.dumps(result["skipped_cells"]))
@@ -189,108 +293,194 @@ def _render_job(job: dict) -> dict:
         dst.with_suffix(".executed.ipynb").unlink(missing_ok=True)
     return {**result, "seconds": time.perf_counter() - t0}
 
-_RESULT = "qmind-docs-result: "   # marks the worker's answer among whatever a notebook prints
-# Once its input ends the worker leaves by `os._exit`: IPython's exit hook would reset every shell it made, a full garbage
-# collection each (half a minute for the site's sixty pages), in a process whose work is all written and reported.
-_WORKER = ("import importlib, json, os, sys\nfrom qmind_render.docs import _RESULT\n"
-           "module, name = sys.argv[1].split(':'); work = getattr(importlib.import_module(module), name)\n"
-           "for line in sys.stdin: print(_RESULT + json.dumps(work(json.loads(line))), flush=True)\n"
-           "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
+
+_RESULT = "qmind-docs-result: "  # marks the worker's answer among whatever a notebook prints
+# Once its input ends the worker leaves by `os._exit`: IPython's exit hook would reset every shell
+# it made, a full garbage collection each (half a minute for the site's sixty pages), in a process
+# whose work is all written and reported.
+_WORKER = (
+    "import importlib, json, os, sys\nfrom qmind_render.docs import _RESULT\n"
+    "module, name = sys.argv[1].split(':'); work = getattr(importlib.import_module(module), name)\n"
+    "for line in sys.stdin: print(_RESULT + json.dumps(work(json.loads(line))), flush=True)\n"
+    "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)"
+)
 
 _RUNNING: set = set()  # worker processes of the build in progress, killed if it is interrupted
 
+
 class NotebookWorker:
-    """A Python process that calls `entry` ("module:function") on each job it is given, a JSON object per line on stdin, one
-    after another, and answers with the function's JSON result. The docs' pages and the talks run in these: the library and
-    torch are imported once per worker, not once per notebook."""
+    """A Python process that calls `entry` ("module:function") on each job it is given, a JSON
+    object per line on stdin, one after another, and answers with the function's JSON result. The
+    docs' pages and the talks run in these: the library and torch are imported once per worker, not
+    once per notebook."""
+
     def __init__(self, root: str | Path, entry: str = "qmind_render.docs:_render_job"):
         import subprocess
-        self.err, self.died = tempfile.TemporaryFile(mode="w+"), None   # stderr to a file, not a pipe: a chatty notebook can't stall it
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, entry], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.err, text=True, cwd=str(root))
+
+        # stderr to a file, not a pipe: a chatty notebook can't stall it
+        self.err, self.died = tempfile.TemporaryFile(mode="w+"), None
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKER, entry],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+            cwd=str(root),
+        )
         _RUNNING.add(self.proc)
 
     def run(self, job: dict) -> dict | None:
-        "The job's result; None if the process died first, and then `died` says how (its exit status and the end of its stderr)."
+        """The job's result; None if the process died first, and then `died` says how (its exit
+        status and the end of its stderr)."""
         try:
-            self.proc.stdin.write(json.dumps(job) + "\n"); self.proc.stdin.flush()
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
             for line in self.proc.stdout:
-                if (i := line.find(_RESULT)) >= 0: return json.loads(line[i + len(_RESULT):])
-        except OSError: pass                        # it died before reading the job
-        self.proc.wait(); self.err.seek(0)
-        self.died = f"the worker exited with status {self.proc.returncode}:\n{self.err.read()[-3000:]}"
+                if (i := line.find(_RESULT)) >= 0:
+                    return json.loads(line[i + len(_RESULT) :])
+        except OSError:
+            pass  # it died before reading the job
+        self.proc.wait()
+        self.err.seek(0)
+        self.died = (
+            f"the worker exited with status {self.proc.returncode}:\n{self.err.read()[-3000:]}"
+        )
         return None
 
     @property
-    def alive(self) -> bool: return self.proc.poll() is None
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def close(self):
         if self.alive:
-            try: self.proc.stdin.close()
-            except OSError: pass
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
             self.proc.wait()
-        _RUNNING.discard(self.proc); self.err.close()
+        _RUNNING.discard(self.proc)
+        self.err.close()
 
     def kill(self):
         "Stop it now (an interrupted build)."
-        self.proc.kill(); self.close()
+        self.proc.kill()
+        self.close()
+
+
+def _page_state(r: dict) -> str:
+    "What became of one page's notebook: FAILED, cached, executed or processed."
+    if r["error"]:
+        return "FAILED"
+    return "cached" if r["cached"] else "executed" if r["executed"] else "processed"
+
 
 def _run_job(job: dict, workers: threading.local, started: list) -> dict:
-    """Render one notebook in a worker process. A notebook to execute gets a fresh process of its own (as `nbdev-test`
-    isolates them); one only processed (its definitions and `show_doc` calls run, its examples don't) goes to this
-    thread's long-lived worker, so the library is imported once per worker rather than once per page."""
+    """Render one notebook in a worker process. A notebook to execute gets a fresh process of its
+    own (as `nbdev-test` isolates them); one only processed (its definitions and `show_doc` calls
+    run, its examples don't) goes to this thread's long-lived worker, so the library is imported
+    once per worker rather than once per page."""
     if job["execute"]:
         w = NotebookWorker(job["root"])
-        try: r = w.run(job)
-        finally: w.close()
+        try:
+            r = w.run(job)
+        finally:
+            w.close()
     else:
         if getattr(workers, "w", None) is None or not workers.w.alive:
-            workers.w = NotebookWorker(job["root"]); started.append(workers.w)
+            workers.w = NotebookWorker(job["root"])
+            started.append(workers.w)
         w = workers.w
         r = w.run(job)
-    if r is not None: return r
-    Path(job["dst"]).with_suffix(".executed.ipynb").unlink(missing_ok=True)    # what it was working on
-    return {"rel": job["rel"], "seconds": 0.0, "executed": False, "cached": False, "skipped_cells": [], "error": w.died}
+    if r is not None:
+        return r
+    # what it was working on
+    Path(job["dst"]).with_suffix(".executed.ipynb").unlink(missing_ok=True)
+    return {
+        "rel": job["rel"],
+        "seconds": 0.0,
+        "executed": False,
+        "cached": False,
+        "skipped_cells": [],
+        "error": w.died,
+    }
 
-def render_notebooks(pages: list[Page], out: Path, root: Path, execute: str | None = "*", jobs: int = 2,
-                     cache: Path | None = None, skip_flags: tuple[str, ...] = ("slow",), log=None) -> list[dict]:
-    """Execute (the pages whose notebook path, relative to nbs/, matches a glob in `execute`, comma-separated; None: none) and process
-    every page's notebook into `out/<page>.ipynb`, `jobs` at a time. Raises naming every notebook that failed."""
+
+def render_notebooks(
+    pages: list[Page],
+    out: Path,
+    root: Path,
+    execute: str | None = "*",
+    jobs: int = 2,
+    cache: Path | None = None,
+    skip_flags: tuple[str, ...] = ("slow",),
+    log=None,
+) -> list[dict]:
+    """Execute (the pages whose notebook path, relative to nbs/, matches a glob in `execute`,
+    comma-separated; None: none) and process every page's notebook into `out/<page>.ipynb`, `jobs`
+    at a time. Raises naming every notebook that failed."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from nbdev.config import get_config
+
     root = Path(root).absolute()
     nbs, fp = get_config(root).nbs_path, library_fingerprint(root)
+
     def job(p: Page) -> dict:
         rel = p.src.relative_to(nbs).as_posix()
-        ex = execute is not None and any(fnmatch.fnmatch(rel, g.strip()) for g in execute.split(","))
-        key = hashlib.sha256(p.src.read_bytes() + f"{fp}{ex}{sorted(skip_flags)}".encode()).hexdigest()[:32]
-        return {"src": str(p.src), "dst": str(Path(out).absolute() / p.rel.replace(".md", ".ipynb")), "rel": rel, "execute": ex,
-                "root": str(root), "cache": str(Path(cache).absolute()) if cache else None, "key": key, "skip_flags": list(skip_flags)}
+        ex = execute is not None and any(
+            fnmatch.fnmatch(rel, g.strip()) for g in execute.split(",")
+        )
+        key = hashlib.sha256(
+            p.src.read_bytes() + f"{fp}{ex}{sorted(skip_flags)}".encode()
+        ).hexdigest()[:32]
+        return {
+            "src": str(p.src),
+            "dst": str(Path(out).absolute() / p.rel.replace(".md", ".ipynb")),
+            "rel": rel,
+            "execute": ex,
+            "root": str(root),
+            "cache": str(Path(cache).absolute()) if cache else None,
+            "key": key,
+            "skip_flags": list(skip_flags),
+        }
+
     results, pool, workers, started = [], ThreadPoolExecutor(max(1, jobs)), threading.local(), []
     try:
         for fut in as_completed([pool.submit(_run_job, job(p), workers, started) for p in pages]):
             results.append(r := fut.result())
-            if log: log(f"  {r['rel']:<28} {r['seconds']:6.1f} s  "
-                        f"{'FAILED' if r['error'] else 'cached' if r['cached'] else 'executed' if r['executed'] else 'processed'}"
-                        + "".join(f"\n      nbdev-proc-nbs would stop at {c}" for c in r["skipped_cells"]))
+            if log:
+                log(
+                    f"  {r['rel']:<28} {r['seconds']:6.1f} s  "
+                    f"{_page_state(r)}"
+                    + "".join(
+                        f"\n      nbdev-proc-nbs would stop at {c}" for c in r["skipped_cells"]
+                    )
+                )
     except BaseException:  # Ctrl-C or an error: start no more notebooks, stop the running ones
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in list(_RUNNING): proc.kill()
+        for proc in list(_RUNNING):
+            proc.kill()
         raise
     finally:
         pool.shutdown()
-        for w in started: w.close()
+        for w in started:
+            w.close()
     if failed := [r for r in results if r["error"]]:
-        raise RuntimeError(f"{len(failed)} notebook(s) failed while building the docs:\n\n" +
-                           "\n\n".join(f"--- {r['rel']}\n{r['error']}" for r in failed))
+        raise RuntimeError(
+            f"{len(failed)} notebook(s) failed while building the docs:\n\n"
+            + "\n\n".join(f"--- {r['rel']}\n{r['error']}" for r in failed)
+        )
     return results
+
 
 # %% ../nbs/95_docs.ipynb #3c09d4bf
 _OPT = re.compile(r"^#\|\s*([\w-]+)\s*:\s*(.*?)\s*$")
-_CELL_KEYS = {"code": {"id", "cell_type", "metadata", "source", "outputs", "execution_count"},
-              "markdown": {"id", "cell_type", "metadata", "source", "attachments"},
-              "raw": {"id", "cell_type", "metadata", "source", "attachments"}}
+_CELL_KEYS = {
+    "code": {"id", "cell_type", "metadata", "source", "outputs", "execution_count"},
+    "markdown": {"id", "cell_type", "metadata", "source", "attachments"},
+    "raw": {"id", "cell_type", "metadata", "source", "attachments"},
+}
+
 
 def quarto_options(source: str) -> tuple[dict, str]:
     "The leading `#| key: value` options of a code cell, and the source without them."
@@ -300,153 +490,274 @@ def quarto_options(source: str) -> tuple[dict, str]:
         lines.pop(0)
     return opts, "\n".join(lines)
 
+
 def _front_matter(cell) -> str | None:
     src = cell.source.strip()
-    if cell.cell_type != "raw" or not src.startswith("---"): return None
+    if cell.cell_type != "raw" or not src.startswith("---"):
+        return None
     fm = yaml.safe_load(src.strip("-")) or {}
     md = f"# {fm['title']}" if fm.get("title") else ""
     return md + (f"\n\n> {fm['description']}" if fm.get("description") else "")
 
+
 def markdown_ready(nb: dict):
-    "A copy of a processed notebook fit for nbconvert's Markdown exporter (front matter, Quarto options, nbdev's extra keys)."
+    """A copy of a processed notebook fit for nbconvert's Markdown exporter (front matter, Quarto
+    options, nbdev's extra keys)."""
     import nbformat
+
     nb = nbformat.reads(json.dumps(nb), as_version=4)  # a copy, with sources joined into strings
     cells = []
     for c in nb.cells:
-        for k in set(c) - _CELL_KEYS.get(c.cell_type, set(c)): del c[k]
-        c.metadata = nbformat.from_dict({"tags": list(c.metadata.get("tags", []))})  # execnb's timings are not nbformat's
-        if (md := _front_matter(c)) is not None: cells.append(nbformat.v4.new_markdown_cell(md)); continue
+        for k in set(c) - _CELL_KEYS.get(c.cell_type, set(c)):
+            del c[k]
+        # execnb's timings are not nbformat's
+        c.metadata = nbformat.from_dict({"tags": list(c.metadata.get("tags", []))})
+        if (md := _front_matter(c)) is not None:
+            cells.append(nbformat.v4.new_markdown_cell(md))
+            continue
         if c.cell_type == "code":
             opts, c.source = quarto_options(c.source)
-            if opts.get("include") is False: continue
-            if opts.get("output") is False: c.outputs = []
-            if opts.get("echo") is False: c.metadata.setdefault("tags", []).append("remove_input")
+            if opts.get("include") is False:
+                continue
+            if opts.get("output") is False:
+                c.outputs = []
+            if opts.get("echo") is False:
+                c.metadata.setdefault("tags", []).append("remove_input")
             c.setdefault("execution_count", None)
         cells.append(c)
     nb.cells = cells
     return nb
 
+
 def notebook_markdown(nb: dict, stem: str) -> tuple[str, dict[str, bytes]]:
-    "A processed notebook as (Markdown, {image file relative to the page: bytes}); images go in `STEM_files/`."
+    """A processed notebook as (Markdown, {image file relative to the page: bytes}); images go in
+    `STEM_files/`."""
     from nbconvert import MarkdownExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
+
     ex = MarkdownExporter()
-    ex.register_preprocessor(TagRemovePreprocessor(remove_input_tags={"remove_input"}), enabled=True)
-    body, res = ex.from_notebook_node(markdown_ready(nb), resources={"output_files_dir": f"{stem}_files", "unique_key": stem})
+    ex.register_preprocessor(
+        TagRemovePreprocessor(remove_input_tags={"remove_input"}), enabled=True
+    )
+    body, res = ex.from_notebook_node(
+        markdown_ready(nb), resources={"output_files_dir": f"{stem}_files", "unique_key": stem}
+    )
     return body, dict(res.get("outputs", {}))
 
+
 def local_links(md: str, page: str, pages: set[str], site_url: str) -> str:
-    "Point nbdev's links to the published site (`SITE_URL/engine.html#x`) at local pages, relative to `page`."
-    if not site_url: return md
+    """Point nbdev's links to the published site (`SITE_URL/engine.html#x`) at local pages, relative
+    to `page`."""
+    if not site_url:
+        return md
+
     def sub(m):
         target = m[1] + ".md"
-        if target not in pages: return m[0]
+        if target not in pages:
+            return m[0]
         return posixpath.relpath(target, posixpath.dirname(page) or ".") + (m[2] or "")
+
     return re.sub(re.escape(site_url.rstrip("/") + "/") + r"([\w./-]+?)\.html(#[\w.\-]*)?", sub, md)
+
 
 # %% ../nbs/95_docs.ipynb #385c1409
 def _talks_module():
     "`qmind_render.talks`, or None where this project has no talks module."
-    try: return importlib.import_module("qmind_render.talks")
+    try:
+        return importlib.import_module("qmind_render.talks")
     except ModuleNotFoundError as e:
-        if e.name == "qmind_render.talks": return None
+        if e.name == "qmind_render.talks":
+            return None
         raise
 
+
 def build_slides(out_dir: Path, cache: Path | None = None) -> list[Path] | None:
-    "The talks' slides written by `qmind_render.talks.build_talks(out_dir)` (reused from `cache` when unchanged), or None without a talks module."
-    if (talks := _talks_module()) is None: return None
+    """The talks' slides written by `qmind_render.talks.build_talks(out_dir)` (reused from `cache`
+    when unchanged), or None without a talks module."""
+    if (talks := _talks_module()) is None:
+        return None
     out_dir = Path(out_dir).absolute()
     slides = [Path(p).absolute() for p in talks.build_talks(out_dir, slides_cache=cache)]
     if bad := [str(p) for p in slides if not p.is_relative_to(out_dir) or not p.is_file()]:
-        raise ValueError(f"build_talks({out_dir}) returned slides that are not files inside it: {bad}")
+        raise ValueError(
+            f"build_talks({out_dir}) returned slides that are not files inside it: {bad}"
+        )
     return slides
+
 
 def _title(page: Page) -> str:
     "A page's title: the notebook's first `# heading`, else its name."
     for c in json.loads(page.src.read_text())["cells"]:
-        if c["cell_type"] == "markdown" and (m := re.match(r"#\s+(.+)", "".join(c["source"]).strip())): return m[1].strip()
+        if c["cell_type"] == "markdown" and (
+            m := re.match(r"#\s+(.+)", "".join(c["source"]).strip())
+        ):
+            return m[1].strip()
     return Path(page.rel).stem.replace("_", " ").capitalize()
+
 
 def _subtitle(page: Page) -> str:
     for c in json.loads(page.src.read_text())["cells"]:
-        if c["cell_type"] == "markdown" and (m := re.search(r"^>\s*(.+)$", "".join(c["source"]), re.M)): return m[1].strip()
+        if c["cell_type"] == "markdown" and (
+            m := re.search(r"^>\s*(.+)$", "".join(c["source"]), re.M)
+        ):
+            return m[1].strip()
     return ""
 
+
 def talks_index(talks: list[Page], slides: list[Path] | None, talks_dir: Path) -> str:
-    """The Talks page (`talks/index.md`): the deck's topics in its order (`qmind_render.talks.DECK_TOPICS`), each with its number,
-    deck, and talk (page, slides, subtitle) or "no talk yet"; then the talks on other topics."""
-    lines = ["# Talks", "", "> Five-minute, three-slide talks in the deck's format: one picture, one equation, why it matters here.", ""]
+    """The Talks page (`talks/index.md`): the deck's topics in its order
+    (`qmind_render.talks.DECK_TOPICS`), each with its number, deck, and talk (page, slides,
+    subtitle) or "no talk yet"; then the talks on other topics."""
+    lines = [
+        "# Talks",
+        "",
+        "> Five-minute, three-slide talks in the deck's format: one picture, one "
+        "equation, why it matters here.",
+        "",
+    ]
     by_stem = {p.stem: p for p in slides or []}
     cell = lambda s: s.replace("|", r"\|")
+
     def talk(t: Page) -> str:
         s = by_stem.pop(Path(t.rel).stem, None) or by_stem.pop(Path(t.src).stem, None)
         link = f" · [slides]({s.relative_to(talks_dir).as_posix()})" if s else ""
         return f"**[{_title(t)}]({Path(t.rel).name})**{link}: {_subtitle(t)}"
+
     mod = _talks_module()
     topics, extras = mod.lineup(talks, slug=lambda t: Path(t.rel).stem) if mod else ([], talks)
     if topics:
         missing = [topic.title for topic, t in topics if t is None]
-        lines += [f"The deck's topics for a five-minute talk, in its order: {len(topics) - len(missing)} of {len(topics)} have a talk"
-                  + (f"; no talk yet on {', '.join(missing)}." if missing else "."), "",
-                  format_table([{"#": topic.n, "Topic": cell(topic.title), "From": topic.source,
-                                 "Talk": cell(talk(t)) if t else "*no talk yet*"} for topic, t in topics], markdown=True, right=["#"])]
-    if extras and topics: lines += ["", "## More talks", "", "On topics the deck doesn't list:", ""]
+        lines += [
+            "The deck's topics for a five-minute talk, in its order: "
+            f"{len(topics) - len(missing)} of {len(topics)} have a talk"
+            + (f"; no talk yet on {', '.join(missing)}." if missing else "."),
+            "",
+            format_table(
+                [
+                    {
+                        "#": topic.n,
+                        "Topic": cell(topic.title),
+                        "From": topic.source,
+                        "Talk": cell(talk(t)) if t else "*no talk yet*",
+                    }
+                    for topic, t in topics
+                ],
+                markdown=True,
+                right=["#"],
+            ),
+        ]
+    if extras and topics:
+        lines += ["", "## More talks", "", "On topics the deck doesn't list:", ""]
     lines += [f"- {talk(t)}" for t in extras]
-    lines += [f"- [{p.stem}]({p.relative_to(talks_dir).as_posix()}) (slides)" for p in by_stem.values()]
+    lines += [
+        f"- [{p.stem}]({p.relative_to(talks_dir).as_posix()}) (slides)" for p in by_stem.values()
+    ]
     if slides and (idx := slides[0].parent / "index.html").is_file():
-        lines += ["", f"[All the slides]({idx.relative_to(talks_dir).as_posix()}), one after another."]
-    if not talks and not slides: lines.append("No talks yet: add a notebook to `nbs/talks/`.")
-    if slides is None and talks: lines += ["", "No slides in this build: `qmind_render.talks` builds them (`qmind docs` without `--no-slides`)."]
+        lines += [
+            "",
+            f"[All the slides]({idx.relative_to(talks_dir).as_posix()}), one after another.",
+        ]
+    if not talks and not slides:
+        lines.append("No talks yet: add a notebook to `nbs/talks/`.")
+    if slides is None and talks:
+        lines += [
+            "",
+            "No slides in this build: `qmind_render.talks` builds them (`qmind docs` "
+            "without `--no-slides`).",
+        ]
     return "\n".join(lines) + "\n"
+
 
 # %% ../nbs/95_docs.ipynb #933d3c92
 def slugify(value: str, separator: str = "-") -> str:
-    "Heading ids as Quarto/nbdev make them: lower case, dots and underscores kept (`Backend.cancel` -> `backend.cancel`)."
+    """Heading ids as Quarto/nbdev make them: lower case, dots and underscores kept
+    (`Backend.cancel` -> `backend.cancel`)."""
     return re.sub(r"\s+", separator, re.sub(r"[^\w\s.-]", "", value).strip().lower())
+
 
 def nav(pages: list[Page]) -> list:
     "MkDocs' `nav`: Home, the chapters, each sub-folder, Talks (its index page first)."
     out, sections = [], {}
     for p in pages:
-        if p.section == "Home": out.append({"Home": p.rel})
-        else: sections.setdefault(p.section, []).append({_title(p).replace("`", ""): p.rel})  # nav labels are plain text
+        if p.section == "Home":
+            out.append({"Home": p.rel})
+        # nav labels are plain text
+        else:
+            sections.setdefault(p.section, []).append({_title(p).replace("`", ""): p.rel})
     sections.setdefault("Talks", [])
     sections["Talks"] = ["talks/index.md", *sections["Talks"]]
     return out + [{k: v} for k, v in sections.items()]
 
-SITE_CSS = """/* qmind docs: room for the notebooks' 120-column code and their figures at a laptop's width (1280 px) */
+
+SITE_CSS = """/* qmind docs: room for 100-column code and figures at a laptop's 1280 px */
 .md-grid { max-width: 1440px; }
 .md-typeset pre > code { font-size: .74em; }
 .md-typeset img { max-width: 100%; height: auto; }
 """
 
+
 def mkdocs_yaml(title: str, pages: list[Page], docs_dir: Path, site_dir: Path) -> str:
-    "The `mkdocs.yml` for these pages (with `SITE_CSS` as `qmind.css`, written beside them by `build_site`)."
-    cfg = {"site_name": title, "docs_dir": str(docs_dir), "site_dir": str(site_dir), "use_directory_urls": False,
-           "strict": True, "nav": nav(pages),
-           "theme": {"name": "material", "font": False, "features": ["navigation.sections", "navigation.indexes", "navigation.top",
-                     "navigation.footer", "search.highlight", "search.suggest", "content.code.copy", "toc.follow",
-                     "toc.integrate"]},                               # the page's contents in the left column: code gets the width
-           "extra_css": ["qmind.css"],
-           "plugins": ["search"],
-           "validation": {"omitted_files": "warn", "absolute_links": "info", "unrecognized_links": "warn", "anchors": "warn"}}
-    exts = ("markdown_extensions:\n  - toc:\n      permalink: true\n      slugify: !!python/name:qmind_render.docs.slugify\n"
-            "  - tables\n  - admonition\n  - attr_list\n  - md_in_html\n  - pymdownx.superfences\n"
-            "  - pymdownx.highlight:\n      use_pygments: true\n  - pymdownx.inlinehilite\n  - pymdownx.arithmatex:\n      generic: true\n")
+    """The `mkdocs.yml` for these pages (with `SITE_CSS` as `qmind.css`, written beside them by
+    `build_site`)."""
+    cfg = {
+        "site_name": title,
+        "docs_dir": str(docs_dir),
+        "site_dir": str(site_dir),
+        "use_directory_urls": False,
+        "strict": True,
+        "nav": nav(pages),
+        "theme": {
+            "name": "material",
+            "font": False,
+            "features": [
+                "navigation.sections",
+                "navigation.indexes",
+                "navigation.top",
+                "navigation.footer",
+                "search.highlight",
+                "search.suggest",
+                "content.code.copy",
+                "toc.follow",
+                # the page's contents in the left column: code gets the width
+                "toc.integrate",
+            ],
+        },
+        "extra_css": ["qmind.css"],
+        "plugins": ["search"],
+        "validation": {
+            "omitted_files": "warn",
+            "absolute_links": "info",
+            "unrecognized_links": "warn",
+            "anchors": "warn",
+        },
+    }
+    exts = (
+        "markdown_extensions:\n  - toc:\n      permalink: true\n      slugify: "
+        "!!python/name:qmind_render.docs.slugify\n"
+        "  - tables\n  - admonition\n  - attr_list\n  - md_in_html\n  - pymdownx.superfences\n"
+        "  - pymdownx.highlight:\n      use_pygments: true\n  - pymdownx.inlinehilite\n  "
+        "- pymdownx.arithmatex:\n      generic: true\n"
+    )
     return yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True) + exts
+
 
 # %% ../nbs/95_docs.ipynb #0f4eaf1a
 def _site_url() -> str:
     from nbdev.config import get_config
+
     cfg = get_config()
     return f"{cfg.get('doc_host', '')}{cfg.get('doc_baseurl', '')}" if cfg.get("doc_host") else ""
 
+
 def write_pages(pages: list[Page], proc: Path, docs: Path, site_url: str) -> int:
-    "Every processed notebook as a Markdown page (and its images) under `docs`; returns the number of images."
+    """Every processed notebook as a Markdown page (and its images) under `docs`; returns the number
+    of images."""
     rels, n = {p.rel for p in pages} | {"talks/index.md"}, 0
     for p in pages:
         stem = Path(p.rel).stem
-        md, images = notebook_markdown(json.loads((proc / p.rel.replace(".md", ".ipynb")).read_text()), stem)
+        md, images = notebook_markdown(
+            json.loads((proc / p.rel.replace(".md", ".ipynb")).read_text()), stem
+        )
         out = docs / p.rel
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(local_links(md, p.rel, rels, site_url))
@@ -457,14 +768,23 @@ def write_pages(pages: list[Page], proc: Path, docs: Path, site_url: str) -> int
     return n
 
 
-def build_site(root: Path, out: Path | None = None, execute: str | None = "*", jobs: int = 2,
-               cache: Path | None | bool = True, slides: bool = True, verbose: bool = True) -> dict:
-    """Build the docs site of the project at `root` into `out` (default `root/_site`); returns timings and counts.
-    `execute`: glob of notebook paths (relative to nbs/) to execute, None for none; `cache`: True for `.qmind-cache/docs`;
-    `slides`: build the talks' slides (when `qmind_render.talks` is there)."""
+def build_site(
+    root: Path,
+    out: Path | None = None,
+    execute: str | None = "*",
+    jobs: int = 2,
+    cache: Path | None | bool = True,
+    slides: bool = True,
+    verbose: bool = True,
+) -> dict:
+    """Build the docs site of the project at `root` into `out` (default `root/_site`); returns
+    timings and counts. `execute`: glob of notebook paths (relative to nbs/) to execute, None for
+    none; `cache`: True for `.qmind-cache/docs`; `slides`: build the talks' slides (when
+    `qmind_render.talks` is there)."""
     from mkdocs.commands.build import build
     from mkdocs.config import load_config
     from nbdev.config import get_config
+
     root = Path(root).absolute()
     cfg = get_config(root)
     out = Path(out).absolute() if out else root / "_site"
@@ -475,69 +795,164 @@ def build_site(root: Path, out: Path | None = None, execute: str | None = "*", j
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="qmind-docs-") as work, working_dir(root):
         work = Path(work)
-        say(f"qmind docs: {len(pages)} notebooks, executing {execute or 'none'} with {jobs} workers")
-        res = render_notebooks(pages, work / "_proc", root, execute, jobs, cache, tuple(str(cfg.get("tst_flags") or "").split()),
-                               log=say if verbose else None)
+        say(
+            f"qmind docs: {len(pages)} notebooks, executing {execute or 'none'} with {jobs} workers"
+        )
+        res = render_notebooks(
+            pages,
+            work / "_proc",
+            root,
+            execute,
+            jobs,
+            cache,
+            tuple(str(cfg.get("tst_flags") or "").split()),
+            log=say if verbose else None,
+        )
         times["notebooks_s"] = time.perf_counter() - t
         t1 = time.perf_counter()
         docs = work / "docs"
         n_images = write_pages(pages, work / "_proc", docs, _site_url())
         (docs / "qmind.css").write_text(SITE_CSS)
         talks = [p for p in pages if p.section == "Talks"]
-        slides = build_slides(docs / "talks" / "slides", cache / "talks" if cache else None) if slides and talks else None
+        slides = (
+            build_slides(docs / "talks" / "slides", cache / "talks" if cache else None)
+            if slides and talks
+            else None
+        )
         (docs / "talks").mkdir(parents=True, exist_ok=True)
         (docs / "talks" / "index.md").write_text(talks_index(talks, slides, docs / "talks"))
         times["markdown_and_slides_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        with atomic_dir(out) as staging:                            # a reader sees the old site or the new one, whole
-            (work / "mkdocs.yml").write_text(mkdocs_yaml(cfg.get("title", cfg.lib_name), pages, docs, staging))
+        # a reader sees the old site or the new one, whole
+        with atomic_dir(out) as staging:
+            (work / "mkdocs.yml").write_text(
+                mkdocs_yaml(cfg.get("title", cfg.lib_name), pages, docs, staging)
+            )
             build(load_config(str(work / "mkdocs.yml")))
             times["mkdocs_s"] = time.perf_counter() - t2
     times["total_s"] = time.perf_counter() - t
-    report = {"site": str(out), "pages": len(pages) + 1, "executed": sum(r["executed"] for r in res),
-              "cached": sum(r["cached"] for r in res), "images": n_images, "slides": len(slides or []), **times}
-    say("qmind docs: " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in report.items()))
-    return {**report, "page_list": [p.rel for p in pages], "skipped_cells": {r["rel"]: r["skipped_cells"] for r in res if r["skipped_cells"]}}
+    report = {
+        "site": str(out),
+        "pages": len(pages) + 1,
+        "executed": sum(r["executed"] for r in res),
+        "cached": sum(r["cached"] for r in res),
+        "images": n_images,
+        "slides": len(slides or []),
+        **times,
+    }
+    say(
+        "qmind docs: "
+        + ", ".join(
+            f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in report.items()
+        )
+    )
+    return {
+        **report,
+        "page_list": [p.rel for p in pages],
+        "skipped_cells": {r["rel"]: r["skipped_cells"] for r in res if r["skipped_cells"]},
+    }
+
 
 # %% ../nbs/95_docs.ipynb #d5fa80fb
 class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *a): pass
+    def log_message(self, *a):
+        pass
+
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
-    def handle_error(self, request, client_address):  # a browser that navigates away mid-response is not an error
-        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)): super().handle_error(request, client_address)
 
-def serve_site(site: Path, port: int = 0, host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
-    "Serve the folder `site` at http://host:port/ from a daemon thread (port 0: a free one); `.shutdown()` stops it."
+    # a browser that navigates away mid-response is not an error
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
+def serve_site(
+    site: Path, port: int = 0, host: str = "127.0.0.1"
+) -> http.server.ThreadingHTTPServer:
+    """Serve the folder `site` at http://host:port/ from a daemon thread (port 0: a free one);
+    `.shutdown()` stops it."""
     srv = _Server((host, port), functools.partial(_Quiet, directory=str(site)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
+
 # %% ../nbs/95_docs.ipynb #6032bd77
 def docs_main(argv: list[str]) -> int:
-    "`qmind docs [--out DIR] [--serve] [--port N] [--execute GLOB | --no-execute] [--jobs N] [--no-cache] [--no-slides]`"
-    p = argparse.ArgumentParser(prog="qmind docs", description="Build the docs site offline: nbdev's processing of every notebook "
-                                "(executed, as nbdev-test runs them), rendered with MkDocs. nbdev-docs builds the Quarto site instead.")
-    p.add_argument("--out", type=Path, default=None, help="where the site goes (default: _site/ at the project root)")
+    """`qmind docs [--out DIR] [--serve] [--port N] [--execute GLOB | --no-execute] [--jobs N]
+    [--no-cache] [--no-slides]`"""
+    p = argparse.ArgumentParser(
+        prog="qmind docs",
+        description="Build the docs site offline: nbdev's processing of every notebook "
+        "(executed, as nbdev-test runs them), rendered with MkDocs. nbdev-docs builds "
+        "the Quarto site instead.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where the site goes (default: _site/ at the project root)",
+    )
     p.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")
-    p.add_argument("--port", type=int, default=8000, help="port for --serve (default 8000; 0 picks a free one)")
-    p.add_argument("--execute", default="*", metavar="GLOBS", help="execute the notebooks matching GLOBS (comma-separated, relative to nbs/; default: all)")
-    p.add_argument("--no-execute", dest="execute", action="store_const", const=None, help="execute none (pages without outputs)")
-    p.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 8), help="notebooks at a time (default: the CPU count)")
-    p.add_argument("--no-cache", action="store_true", help="re-execute every notebook instead of reusing .qmind-cache/docs")
-    p.add_argument("--no-slides", action="store_true", help="list the talks without building their reveal.js slides")
+    p.add_argument(
+        "--port", type=int, default=8000, help="port for --serve (default 8000; 0 picks a free one)"
+    )
+    p.add_argument(
+        "--execute",
+        default="*",
+        metavar="GLOBS",
+        help="execute the notebooks matching GLOBS (comma-separated, relative to nbs/; "
+        "default: all)",
+    )
+    p.add_argument(
+        "--no-execute",
+        dest="execute",
+        action="store_const",
+        const=None,
+        help="execute none (pages without outputs)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=min(os.cpu_count() or 1, 8),
+        help="notebooks at a time (default: the CPU count)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="re-execute every notebook instead of reusing .qmind-cache/docs",
+    )
+    p.add_argument(
+        "--no-slides",
+        action="store_true",
+        help="list the talks without building their reveal.js slides",
+    )
     a = p.parse_args(argv)
     from nbdev.config import get_config
-    try: root = get_config().config_path
-    except Exception as e: raise FileNotFoundError(f"no nbdev project here ({Path.cwd()}): run qmind docs inside the repository ({e})") from None
+
+    try:
+        root = get_config().config_path
+    except Exception as e:
+        raise FileNotFoundError(
+            f"no nbdev project here ({Path.cwd()}): run qmind docs inside the repository ({e})"
+        ) from None
     import signal
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # like Ctrl-C: stop the workers, remove the temporary folders
+
+    # like Ctrl-C: stop the workers, remove the temporary folders
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rep = build_site(root, a.out, a.execute, a.jobs, cache=not a.no_cache, slides=not a.no_slides)
     if a.serve:
         srv = serve_site(Path(rep["site"]), a.port)
-        print(f"qmind docs: serving {rep['site']} at http://127.0.0.1:{srv.server_address[1]}/ (Ctrl-C stops)")
-        try: threading.Event().wait()
-        except KeyboardInterrupt: pass
-        finally: srv.shutdown(); srv.server_close()
+        print(
+            f"qmind docs: serving {rep['site']} at "
+            f"http://127.0.0.1:{srv.server_address[1]}/ (Ctrl-C stops)"
+        )
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            srv.shutdown()
+            srv.server_close()
     return 0

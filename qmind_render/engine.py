@@ -1,4 +1,4 @@
-"""The world and the ray-caster: a headless engine whose compiled kernels move a player and draw the channels of every pixel, each frame valid under the channel spec and bit-identical on every run.
+"""The world and the ray-caster: compiled kernels that move a player and draw every channel.
 
 Docs: https://qmind.github.io/qmind-render/engine.html.md"""
 
@@ -19,11 +19,42 @@ from numba import njit
 from .contracts import ChannelSpec, load_spec
 
 # %% auto #0
-__all__ = ['ENGINE_VERSION', 'ACTIONS', 'MIN_SIDE', 'MAX_SIDE', 'N_HEADINGS', 'DEPTH_Q', 'UV_Q', 'OPEN', 'MAX_ENEMIES', 'PLANE',
-           'FALLOFF2', 'ENEMY_W', 'ENEMY_H', 'NEAR_CLIP', 'MOVE_STEP', 'STRAFE_STEP', 'TURN_STEP', 'PLAYER_RADIUS',
-           'ENEMY_RADIUS', 'ENEMY_SPEED', 'ENEMY_TURN_P', 'BURST_P', 'BURST_MAX', 'AIM_TAN2', 'WAYPOINT_R2', 'PATIENCE',
-           'engine_spec', 'heading_table', 'depth_table', 'World', 'Frames', 'render_world', 'episode_streams',
-           'Runner']
+__all__ = [
+    "ENGINE_VERSION",
+    "ACTIONS",
+    "MIN_SIDE",
+    "MAX_SIDE",
+    "N_HEADINGS",
+    "DEPTH_Q",
+    "UV_Q",
+    "OPEN",
+    "MAX_ENEMIES",
+    "PLANE",
+    "FALLOFF2",
+    "ENEMY_W",
+    "ENEMY_H",
+    "NEAR_CLIP",
+    "MOVE_STEP",
+    "STRAFE_STEP",
+    "TURN_STEP",
+    "PLAYER_RADIUS",
+    "ENEMY_RADIUS",
+    "ENEMY_SPEED",
+    "ENEMY_TURN_P",
+    "BURST_P",
+    "BURST_MAX",
+    "AIM_TAN2",
+    "WAYPOINT_R2",
+    "PATIENCE",
+    "engine_spec",
+    "heading_table",
+    "depth_table",
+    "World",
+    "Frames",
+    "render_world",
+    "episode_streams",
+    "Runner",
+]
 
 # %% ../nbs/10_engine.ipynb #381afb65
 ENGINE_VERSION = "0.1.0"
@@ -31,89 +62,137 @@ ACTIONS = ("noop", "forward", "back", "turn_left", "turn_right", "strafe_left", 
 _NOOP, _FORWARD, _BACK, _TURN_L, _TURN_R, _STRAFE_L, _STRAFE_R = range(len(ACTIONS))
 
 MIN_SIDE, MAX_SIDE = 8, 1024  # frame heights and widths the engine renders
-_DTYPES = {"depth": "float16", "surface": "uint8", "material": "uint8", "uv": "float16", "light": "float16"}
+_DTYPES = {
+    "depth": "float16",
+    "surface": "uint8",
+    "material": "uint8",
+    "uv": "float16",
+    "light": "float16",
+}
+
 
 # %% ../nbs/10_engine.ipynb #8378e266
 @functools.lru_cache(maxsize=1)
-def _project_spec() -> ChannelSpec: return load_spec()   # parsed once: YAML costs ~7 ms, an episode may be shorter
+# parsed once: YAML costs ~7 ms, an episode may be shorter
+def _project_spec() -> ChannelSpec:
+    return load_spec()
+
 
 def engine_spec(spec: ChannelSpec | None = None) -> ChannelSpec:
     "`spec` (default: the project's channel spec) after checking that the engine can render it."
     spec = _project_spec() if spec is None else spec
-    if not isinstance(spec, ChannelSpec): raise ValueError(f"spec must be a ChannelSpec (see load_spec), got {type(spec).__name__}")
+    if not isinstance(spec, ChannelSpec):
+        raise ValueError(f"spec must be a ChannelSpec (see load_spec), got {type(spec).__name__}")
     H, W = spec.size
     if not (MIN_SIDE <= H <= MAX_SIDE and MIN_SIDE <= W <= MAX_SIDE):
-        raise ValueError(f"spec size {spec.size} (height, width): the engine renders {MIN_SIDE}..{MAX_SIDE} pixels a side")
+        raise ValueError(
+            f"spec size {spec.size} (height, width): the engine renders "
+            f"{MIN_SIDE}..{MAX_SIDE} pixels a side"
+        )
     missing = [c for c in ("ceiling", "wall", "floor", "enemy") if c not in spec.classes]
-    if missing: raise ValueError(f"spec surface classes {spec.classes} lack {missing}: the engine draws all four")
+    if missing:
+        raise ValueError(
+            f"spec surface classes {spec.classes} lack {missing}: the engine draws all four"
+        )
     for name, dt in _DTYPES.items():
-        if str(spec.dtype(name)) != dt: raise ValueError(f"spec channel {name!r} is {spec.dtype(name)}; the engine writes {dt}")
-    if spec.shape("uv")[-1] != 2: raise ValueError(f"spec channel 'uv' has shape {spec.shape('uv')}; the engine writes [H, W, 2]")
+        if str(spec.dtype(name)) != dt:
+            raise ValueError(f"spec channel {name!r} is {spec.dtype(name)}; the engine writes {dt}")
+    if spec.shape("uv")[-1] != 2:
+        raise ValueError(
+            f"spec channel 'uv' has shape {spec.shape('uv')}; the engine writes [H, W, 2]"
+        )
     if not (0 < spec.n_materials <= 255 and spec.material_none >= spec.n_materials):
-        raise ValueError(f"spec material count {spec.n_materials} / none {spec.material_none}: need 1..255 ids below `none`")
-    if spec.channels["depth"].get("norm") != "log": raise ValueError("spec depth norm must be 'log' (log1p(d)/log1p(max))")
+        raise ValueError(
+            f"spec material count {spec.n_materials} / none {spec.material_none}: need "
+            "1..255 ids below `none`"
+        )
+    if spec.channels["depth"].get("norm") != "log":
+        raise ValueError("spec depth norm must be 'log' (log1p(d)/log1p(max))")
     return spec
 
+
 # %% ../nbs/10_engine.ipynb #8312b3b1
-N_HEADINGS = 512      # directions per full turn
-DEPTH_Q = 1024        # depth grid: 1/1024 cell
-UV_Q = 1024           # uv and light grid: k/1024, exact in float16
+N_HEADINGS = 512  # directions per full turn
+DEPTH_Q = 1024  # depth grid: 1/1024 cell
+UV_Q = 1024  # uv and light grid: k/1024, exact in float16
+
 
 def _exact(x: float, bits: int = 30) -> float:
     "Round `x` to a multiple of 2^-bits, refusing if a 1-ulp error in `x` could change the result."
     r = x * 2.0**bits
-    if abs(r - math.floor(r) - 0.5) < 2.0**-20: raise RuntimeError(f"{x!r} is too close to a rounding boundary")
+    if abs(r - math.floor(r) - 0.5) < 2.0**-20:
+        raise RuntimeError(f"{x!r} is too close to a rounding boundary")
     return round(r) / 2.0**bits
+
 
 @functools.lru_cache(maxsize=None)
 def heading_table(n: int = N_HEADINGS) -> np.ndarray:
     "`[n, 2]` float64: cos and sin of heading k = k/n of a turn, identical on every machine."
-    t = np.array([[_exact(math.cos(2 * math.pi * k / n)), _exact(math.sin(2 * math.pi * k / n))] for k in range(n)])
+    t = np.array(
+        [
+            [_exact(math.cos(2 * math.pi * k / n)), _exact(math.sin(2 * math.pi * k / n))]
+            for k in range(n)
+        ]
+    )
     t.flags.writeable = False
     return t
+
 
 # %% ../nbs/10_engine.ipynb #31124f98
 @functools.lru_cache(maxsize=None)
 def depth_table(dmax: float, q: int = DEPTH_Q) -> np.ndarray:
-    "uint16 float16-bits of `log1p(k/q)/log1p(dmax)` for k = 0..dmax*q, each robust to a few ulps of libm error."
+    """uint16 float16-bits of `log1p(k/q)/log1p(dmax)` for k = 0..dmax*q, each robust to a few ulps
+    of libm error."""
     L = math.log1p(dmax)
     x = np.array([math.log1p(k / q) / L for k in range(int(round(dmax * q)) + 1)])
     h = x.astype(np.float16)
     for wiggle in (1 - 2.0**-50, 1 + 2.0**-50):
-        if ((x * wiggle).astype(np.float16) != h).any(): raise RuntimeError("depth table entry too close to a float16 tie")
+        if ((x * wiggle).astype(np.float16) != h).any():
+            raise RuntimeError("depth table entry too close to a float16 tie")
     bits = h.view(np.uint16)
     bits.flags.writeable = False
     return bits
 
-_HALF = (np.arange(UV_Q + 1) / UV_Q).astype(np.float16).view(np.uint16)  # float16 bits of k/UV_Q, exact
+
+# float16 bits of k/UV_Q, exact
+_HALF = (np.arange(UV_Q + 1) / UV_Q).astype(np.float16).view(np.uint16)
 
 # %% ../nbs/10_engine.ipynb #e6be8da9
-OPEN = 255            # grid value of a walkable cell (equal to the spec's material "none")
+OPEN = 255  # grid value of a walkable cell (equal to the spec's material "none")
 MAX_ENEMIES = 8
+
 
 @dataclass
 class World:
     "A map and its actors before the first step. `grid[y, x]` is `OPEN` or a wall material id."
-    grid: np.ndarray                 # uint8 [MH, MW]
-    sector: np.ndarray               # int16 [MH, MW]: room or corridor of each cell
-    light: np.ndarray                # float64 [S]: light level of each sector, in [0, 1]
-    player: tuple[float, float]      # (x, y) in cells
-    heading: int                     # index into heading_table()
-    enemies: np.ndarray              # float64 [E, 2]: (x, y)
-    edir: np.ndarray                 # int64 [E]: heading index of each enemy
+
+    grid: np.ndarray  # uint8 [MH, MW]
+    sector: np.ndarray  # int16 [MH, MW]: room or corridor of each cell
+    light: np.ndarray  # float64 [S]: light level of each sector, in [0, 1]
+    player: tuple[float, float]  # (x, y) in cells
+    heading: int  # index into heading_table()
+    enemies: np.ndarray  # float64 [E, 2]: (x, y)
+    edir: np.ndarray  # int64 [E]: heading index of each enemy
     rooms: list = field(default_factory=list)  # (y, x, h, w) of generated rooms
 
     @property
-    def materials(self) -> np.ndarray: return np.unique(self.grid[self.grid != OPEN])
+    def materials(self) -> np.ndarray:
+        return np.unique(self.grid[self.grid != OPEN])
+
 
 # %% ../nbs/10_engine.ipynb #3a9b6c53
 def _parse_ascii(text: str) -> list[str]:
     rows = textwrap.dedent(text).strip("\n").splitlines()
-    if len({len(r) for r in rows}) != 1: raise ValueError("text: every row of an ascii map must have the same width")
-    if any(c not in "#.PE0123456789" for r in rows for c in r): raise ValueError("text: use only # . P E and digits")
-    if any(c not in "#0123456789" for c in rows[0] + rows[-1] + "".join(r[0] + r[-1] for r in rows)):
+    if len({len(r) for r in rows}) != 1:
+        raise ValueError("text: every row of an ascii map must have the same width")
+    if any(c not in "#.PE0123456789" for r in rows for c in r):
+        raise ValueError("text: use only # . P E and digits")
+    if any(
+        c not in "#0123456789" for c in rows[0] + rows[-1] + "".join(r[0] + r[-1] for r in rows)
+    ):
         raise ValueError("text: the border of an ascii map must be walls")
     return rows
+
 
 def _from_ascii(cls, text: str, light: float = 1.0, heading: int = 0) -> World:
     "A one-sector world drawn as text (see above)."
@@ -123,30 +202,42 @@ def _from_ascii(cls, text: str, light: float = 1.0, heading: int = 0) -> World:
     digits = np.char.isdigit(chars)
     grid[digits] = chars[digits].astype(np.uint8)
     ys, xs = np.nonzero(chars == "P")
-    if len(ys) != 1: raise ValueError("text: an ascii map needs exactly one P")
+    if len(ys) != 1:
+        raise ValueError("text: an ascii map needs exactly one P")
     ey, ex = np.nonzero(chars == "E")
-    if len(ey) > MAX_ENEMIES: raise ValueError(f"text: at most {MAX_ENEMIES} enemies")
-    return cls(grid, np.zeros(grid.shape, np.int16), np.array([float(light)]), (xs[0] + 0.5, ys[0] + 0.5),
-               int(heading) % N_HEADINGS, np.stack([ex + 0.5, ey + 0.5], 1).astype(np.float64), np.zeros(len(ey), np.int64))
+    if len(ey) > MAX_ENEMIES:
+        raise ValueError(f"text: at most {MAX_ENEMIES} enemies")
+    return cls(
+        grid,
+        np.zeros(grid.shape, np.int16),
+        np.array([float(light)]),
+        (xs[0] + 0.5, ys[0] + 0.5),
+        int(heading) % N_HEADINGS,
+        np.stack([ex + 0.5, ey + 0.5], 1).astype(np.float64),
+        np.zeros(len(ey), np.int64),
+    )
+
 
 World.from_ascii = classmethod(_from_ascii)
 
 # %% ../nbs/10_engine.ipynb #a24a1c12
-PLANE = 2 / 3         # half-width of the camera plane: horizontal FOV = 2 atan(2/3) = 67.4 degrees
-FALLOFF2 = 36.0       # light falls to half at 6 cells
+PLANE = 2 / 3  # half-width of the camera plane: horizontal FOV = 2 atan(2/3) = 67.4 degrees
+FALLOFF2 = 36.0  # light falls to half at 6 cells
 ENEMY_W, ENEMY_H = 0.6, 0.8
-NEAR_CLIP = 0.05      # enemies closer than this (in depth) are not drawn
+NEAR_CLIP = 0.05  # enemies closer than this (in depth) are not drawn
+
 
 class _Tables(NamedTuple):
     "Everything per frame size: tables and class ids (see `_tables`)."
-    heading: np.ndarray     # [N_HEADINGS, 2] cos, sin
-    camx: np.ndarray        # [W] camera-plane coordinate of each column centre, in (-1, 1)
-    row_p: np.ndarray       # [H] pixel-centre offset of each row from the horizon
-    row_dist: np.ndarray    # [H] perpendicular distance of the floor/ceiling a row sees
-    row_zbits: np.ndarray   # [H] its stored depth (float16 bits)
-    row_fall: np.ndarray    # [H] its light falloff
-    depth: np.ndarray       # depth_table(dmax)
-    half: np.ndarray        # _HALF
+
+    heading: np.ndarray  # [N_HEADINGS, 2] cos, sin
+    camx: np.ndarray  # [W] camera-plane coordinate of each column centre, in (-1, 1)
+    row_p: np.ndarray  # [H] pixel-centre offset of each row from the horizon
+    row_dist: np.ndarray  # [H] perpendicular distance of the floor/ceiling a row sees
+    row_zbits: np.ndarray  # [H] its stored depth (float16 bits)
+    row_fall: np.ndarray  # [H] its light falloff
+    depth: np.ndarray  # depth_table(dmax)
+    half: np.ndarray  # _HALF
     focal: float
     ceiling: int
     wall: int
@@ -154,11 +245,13 @@ class _Tables(NamedTuple):
     enemy: int
     none: int
 
+
 # %% ../nbs/10_engine.ipynb #6078fa04
 @njit(cache=True)
 def _falloff(d):
     "Light falloff with perpendicular distance d: 1 at the eye, 1/2 at 6 cells."
     return FALLOFF2 / (FALLOFF2 + d * d)
+
 
 @functools.lru_cache(maxsize=16)
 def _tables_for(H: int, W: int, dmax: float, ids: tuple[int, ...]) -> _Tables:
@@ -167,18 +260,33 @@ def _tables_for(H: int, W: int, dmax: float, ids: tuple[int, ...]) -> _Tables:
     row_dist = np.array([focal * 0.5 / abs(p) if p else 1e9 for p in row_p])
     dbits = depth_table(dmax)
     zbits = dbits[np.minimum((row_dist * DEPTH_Q + 0.5).astype(np.int64), len(dbits) - 1)]
-    return _Tables(heading_table(), (2 * np.arange(W) + 1) / W - 1, row_p, row_dist, zbits,
-                   np.array([_falloff(r) for r in row_dist]), dbits, _HALF, focal, *ids)
+    return _Tables(
+        heading_table(),
+        (2 * np.arange(W) + 1) / W - 1,
+        row_p,
+        row_dist,
+        zbits,
+        np.array([_falloff(r) for r in row_dist]),
+        dbits,
+        _HALF,
+        focal,
+        *ids,
+    )
+
 
 def _tables(spec: ChannelSpec) -> _Tables:
     "The frame tables for an (already checked) spec."
-    ids = tuple(spec.surface_id(c) for c in ("ceiling", "wall", "floor", "enemy")) + (spec.material_none,)
+    ids = tuple(spec.surface_id(c) for c in ("ceiling", "wall", "floor", "enemy")) + (
+        spec.material_none,
+    )
     return _tables_for(*spec.size, float(spec.channels["depth"].get("max", 32.0)), ids)
+
 
 # %% ../nbs/10_engine.ipynb #84f0542a
 @njit(cache=True)
 def _cast(grid, px, py, rdx, rdy):
-    "DDA from (px, py) along (rdx, rdy): (perp distance, side, wall x, wall y, last open x, last open y)."
+    """DDA from (px, py) along (rdx, rdy): (perp distance, side, wall x, wall y, last open x, last
+    open y)."""
     mx, my = int(px), int(py)
     ddx = abs(1.0 / rdx) if rdx != 0.0 else 1e30
     ddy = abs(1.0 / rdy) if rdy != 0.0 else 1e30
@@ -187,10 +295,18 @@ def _cast(grid, px, py, rdx, rdy):
     side, lx, ly = 0, mx, my
     while True:
         lx, ly = mx, my
-        if sdx < sdy: sdx += ddx; mx += sx; side = 0
-        else: sdy += ddy; my += sy; side = 1
-        if grid[my, mx] != 255: break
+        if sdx < sdy:
+            sdx += ddx
+            mx += sx
+            side = 0
+        else:
+            sdy += ddy
+            my += sy
+            side = 1
+        if grid[my, mx] != 255:
+            break
     return (sdx - ddx if side == 0 else sdy - ddy), side, mx, my, lx, ly
+
 
 @njit(cache=True)
 def _wall_u(px, py, d, rdx, rdy, side):
@@ -200,6 +316,7 @@ def _wall_u(px, py, d, rdx, rdy, side):
     flip = (side == 0 and rdx < 0) or (side == 1 and rdy > 0)
     return 1.0 - u if flip else u
 
+
 # %% ../nbs/10_engine.ipynb #42ca9e88
 @njit(cache=True)
 def _q(x):
@@ -207,12 +324,14 @@ def _q(x):
     k = int(x * UV_Q + 0.5)
     return 0 if k < 0 else (UV_Q if k > UV_Q else k)
 
+
 @njit(cache=True)
 def _dbits(d, tab):
     "Stored depth (float16 bits) of perpendicular distance d."
     k = int(d * DEPTH_Q + 0.5)
     n = tab.depth.shape[0] - 1
     return tab.depth[k if k < n else n]
+
 
 # %% ../nbs/10_engine.ipynb #94536081
 @njit(cache=True)
@@ -231,6 +350,7 @@ def _floor_px(y, x, px, py, rdx, rdy, sector, slight, tab, out):
     uv[y, x, 1] = tab.half[_q(wy - fy)]
     light[y, x] = tab.half[_q(slight[sector[cy, cx]] * tab.row_fall[y])]
     zbuf[y, x] = r
+
 
 # %% ../nbs/10_engine.ipynb #f7bbf27c
 @njit(cache=True)
@@ -251,6 +371,7 @@ def _column(x, grid, sector, slight, px, py, rdx, rdy, tab, out):
         zbuf[y, x] = d
     return d
 
+
 # %% ../nbs/10_engine.ipynb #0a3fa820
 @njit(cache=True)
 def _silhouette(u, v):
@@ -258,15 +379,18 @@ def _silhouette(u, v):
     bu, bv, hu, hv = (u - 0.5) / 0.42, (v - 0.36) / 0.36, (u - 0.5) / 0.2, (v - 0.84) / 0.15
     return bu * bu + bv * bv <= 1.0 or hu * hu + hv * hv <= 1.0
 
+
 @njit(cache=True)
 def _sprite_box(tx, ty, tab, H, W):
-    "Screen columns x0..x1 and rows y0..y1 (inclusive, clipped) that an enemy at camera (tx, ty) may cover."
+    """Screen columns x0..x1 and rows y0..y1 (inclusive, clipped) that an enemy at camera (tx, ty)
+    may cover."""
     hw = ENEMY_W * 0.5 / PLANE
     x0 = int(math.floor(((tx - hw) / ty + 1.0) * W * 0.5 - 0.5))
     x1 = int(math.ceil(((tx + hw) / ty + 1.0) * W * 0.5 - 0.5))
     y0 = int(math.floor((0.5 - ENEMY_H) * tab.focal / ty + H * 0.5 - 0.5))
     y1 = int(math.ceil(0.5 * tab.focal / ty + H * 0.5 - 0.5))
     return max(x0, 0), min(x1, W - 1), max(y0, 0), min(y1, H - 1)
+
 
 # %% ../nbs/10_engine.ipynb #c100a527
 @njit(cache=True)
@@ -278,13 +402,16 @@ def _draw_sprite(tx, ty, lvl, tab, out):
     zbits, lbits = _dbits(ty, tab), tab.half[_q(lvl)]
     for x in range(x0, x1 + 1):
         u = (tab.camx[x] * ty - tx) * PLANE / ENEMY_W + 0.5
-        if u < 0.0 or u > 1.0: continue
+        if u < 0.0 or u > 1.0:
+            continue
         for y in range(y0, y1 + 1):
             v = (0.5 - tab.row_p[y] * ty / tab.focal) / ENEMY_H
-            if v < 0.0 or v > 1.0 or ty >= zbuf[y, x] or not _silhouette(u, v): continue
+            if v < 0.0 or v > 1.0 or ty >= zbuf[y, x] or not _silhouette(u, v):
+                continue
             surface[y, x], material[y, x], depth[y, x] = tab.enemy, tab.none, zbits
             uv[y, x, 0], uv[y, x, 1], light[y, x] = tab.half[_q(u)], tab.half[_q(v)], lbits
             zbuf[y, x] = ty
+
 
 # %% ../nbs/10_engine.ipynb #3c3e36ca
 @njit(cache=True)
@@ -294,9 +421,11 @@ def _far_first(ty):
     for i in range(1, order.shape[0]):
         k, j = order[i], i - 1
         while j >= 0 and ty[order[j]] < ty[k]:
-            order[j + 1] = order[j]; j -= 1
+            order[j + 1] = order[j]
+            j -= 1
         order[j + 1] = k
     return order
+
 
 @njit(cache=True)
 def _sprites(enemy, n, sector, slight, px, py, dx, dy, plx, ply, tab, out):
@@ -311,42 +440,58 @@ def _sprites(enemy, n, sector, slight, px, py, dx, dy, plx, ply, tab, out):
             lvl = slight[sector[int(enemy[e, 1]), int(enemy[e, 0])]] * _falloff(ty[e])
             _draw_sprite(tx[e], ty[e], lvl, tab, out)
 
+
 # %% ../nbs/10_engine.ipynb #c150c7ff
 class _State(NamedTuple):
     "The mutable state of B worlds (leading axis), as numba reads it."
-    grid: np.ndarray      # uint8 [B, MH, MW]
-    sector: np.ndarray    # int16 [B, MH, MW]
-    light: np.ndarray     # float64 [B, S]
-    pos: np.ndarray       # float64 [B, 2]: player x, y
-    ints: np.ndarray      # int64 [B, 8]: heading, enemy count, open-cell count, policy registers
-    enemy: np.ndarray     # float64 [B, MAX_ENEMIES, 2]
-    edir: np.ndarray      # int64 [B, MAX_ENEMIES]
-    floor: np.ndarray     # int64 [B, MH*MW, 2]: open cells (x, y), row-major
-    path: np.ndarray      # int64 [B, MH*MW, 2]: the policy's route, cell by cell
 
-_HEAD, _NEN, _NFLOOR, _PLEN, _PI, _BURST_A, _BURST_N, _WPT = range(8)  # the registers in _State.ints
+    grid: np.ndarray  # uint8 [B, MH, MW]
+    sector: np.ndarray  # int16 [B, MH, MW]
+    light: np.ndarray  # float64 [B, S]
+    pos: np.ndarray  # float64 [B, 2]: player x, y
+    ints: np.ndarray  # int64 [B, 8]: heading, enemy count, open-cell count, policy registers
+    enemy: np.ndarray  # float64 [B, MAX_ENEMIES, 2]
+    edir: np.ndarray  # int64 [B, MAX_ENEMIES]
+    floor: np.ndarray  # int64 [B, MH*MW, 2]: open cells (x, y), row-major
+    path: np.ndarray  # int64 [B, MH*MW, 2]: the policy's route, cell by cell
+
+
+# the registers in _State.ints
+_HEAD, _NEN, _NFLOOR, _PLEN, _PI, _BURST_A, _BURST_N, _WPT = range(8)
+
 
 # %% ../nbs/10_engine.ipynb #08c3aebf
 def _state(worlds: Sequence[World]) -> _State:
     "Stack worlds (all with the same map shape) into one `_State`."
     shapes = {w.grid.shape for w in worlds}
-    if len(shapes) != 1: raise ValueError(f"worlds: a batch needs one map shape, got {sorted(shapes)}")
+    if len(shapes) != 1:
+        raise ValueError(f"worlds: a batch needs one map shape, got {sorted(shapes)}")
     (MH, MW), B, S = shapes.pop(), len(worlds), max(len(w.light) for w in worlds)
-    st = _State(np.stack([w.grid for w in worlds]).astype(np.uint8), np.stack([w.sector for w in worlds]).astype(np.int16),
-                np.zeros((B, S)), np.zeros((B, 2)), np.zeros((B, 8), np.int64), np.zeros((B, MAX_ENEMIES, 2)),
-                np.zeros((B, MAX_ENEMIES), np.int64), np.zeros((B, MH * MW, 2), np.int64), np.zeros((B, MH * MW, 2), np.int64))
+    st = _State(
+        np.stack([w.grid for w in worlds]).astype(np.uint8),
+        np.stack([w.sector for w in worlds]).astype(np.int16),
+        np.zeros((B, S)),
+        np.zeros((B, 2)),
+        np.zeros((B, 8), np.int64),
+        np.zeros((B, MAX_ENEMIES, 2)),
+        np.zeros((B, MAX_ENEMIES), np.int64),
+        np.zeros((B, MH * MW, 2), np.int64),
+        np.zeros((B, MH * MW, 2), np.int64),
+    )
     for b, w in enumerate(worlds):
         cells = np.argwhere(w.grid == OPEN)[:, ::-1]
-        st.light[b, :len(w.light)], st.pos[b] = w.light, w.player
-        st.enemy[b, :len(w.enemies)], st.edir[b, :len(w.edir)] = w.enemies, w.edir
-        st.floor[b, :len(cells)] = cells
+        st.light[b, : len(w.light)], st.pos[b] = w.light, w.player
+        st.enemy[b, : len(w.enemies)], st.edir[b, : len(w.edir)] = w.enemies, w.edir
+        st.floor[b, : len(cells)] = cells
         st.ints[b, [_HEAD, _NEN, _NFLOOR]] = w.heading, len(w.enemies), len(cells)
     return st
+
 
 # %% ../nbs/10_engine.ipynb #a35e7b22
 @njit(cache=True)
 def _render(st, b, tab, out, zcol):
-    "Draw world b into `out` = (zbuf, depth, surface, material, uv, light) of one frame, column distances into zcol."
+    """Draw world b into `out` = (zbuf, depth, surface, material, uv, light) of one frame, column
+    distances into zcol."""
     grid, sector, slight = st.grid[b], st.sector[b], st.light[b]
     px, py = st.pos[b, 0], st.pos[b, 1]
     h = st.ints[b, _HEAD]
@@ -357,26 +502,42 @@ def _render(st, b, tab, out, zcol):
         zcol[x] = _column(x, grid, sector, slight, px, py, dx + plx * c, dy + ply * c, tab, out)
     _sprites(st.enemy[b], st.ints[b, _NEN], sector, slight, px, py, dx, dy, plx, ply, tab, out)
 
+
 # %% ../nbs/10_engine.ipynb #0a1cda4e
 class Frames(NamedTuple):
-    "Buffers of T frames of B worlds, as the kernels draw them; float16 channels hold their bits as uint16."
-    depth: np.ndarray     # uint16 [T, B, H, W]
-    surface: np.ndarray   # uint8 [T, B, H, W]
+    """Buffers of T frames of B worlds, as the kernels draw them; float16 channels hold their bits
+    as uint16."""
+
+    depth: np.ndarray  # uint16 [T, B, H, W]
+    surface: np.ndarray  # uint8 [T, B, H, W]
     material: np.ndarray  # uint8 [T, B, H, W]
-    uv: np.ndarray        # uint16 [T, B, H, W, 2]
-    light: np.ndarray     # uint16 [T, B, H, W]
-    zcol: np.ndarray      # float64 [T, B, W]: wall distance of each column (for the top-down view)
+    uv: np.ndarray  # uint16 [T, B, H, W, 2]
+    light: np.ndarray  # uint16 [T, B, H, W]
+    zcol: np.ndarray  # float64 [T, B, W]: wall distance of each column (for the top-down view)
 
     def frame(self, t: int, b: int | None = None) -> dict[str, np.ndarray]:
         "Frame t (of world b, or of every world when b is None) as the spec's channel dict."
         ix = (t,) if b is None else (t, b)
-        return {"depth": self.depth[ix].view(np.float16), "surface": self.surface[ix], "material": self.material[ix],
-                "uv": self.uv[ix].view(np.float16), "light": self.light[ix].view(np.float16)}
+        return {
+            "depth": self.depth[ix].view(np.float16),
+            "surface": self.surface[ix],
+            "material": self.material[ix],
+            "uv": self.uv[ix].view(np.float16),
+            "light": self.light[ix].view(np.float16),
+        }
+
 
 def _alloc(T: int, B: int, H: int, W: int) -> Frames:
     u16, u8 = np.uint16, np.uint8
-    return Frames(np.empty((T, B, H, W), u16), np.empty((T, B, H, W), u8), np.empty((T, B, H, W), u8),
-                  np.empty((T, B, H, W, 2), u16), np.empty((T, B, H, W), u16), np.empty((T, B, W)))
+    return Frames(
+        np.empty((T, B, H, W), u16),
+        np.empty((T, B, H, W), u8),
+        np.empty((T, B, H, W), u8),
+        np.empty((T, B, H, W, 2), u16),
+        np.empty((T, B, H, W), u16),
+        np.empty((T, B, W)),
+    )
+
 
 # %% ../nbs/10_engine.ipynb #22bfea1d
 @njit(cache=True)
@@ -385,8 +546,16 @@ def _draw_all(st, tab, out, t):
     H, W = out.surface.shape[2], out.surface.shape[3]
     zbuf = np.empty((H, W))
     for b in range(st.grid.shape[0]):
-        o = (zbuf, out.depth[t, b], out.surface[t, b], out.material[t, b], out.uv[t, b], out.light[t, b])
+        o = (
+            zbuf,
+            out.depth[t, b],
+            out.surface[t, b],
+            out.material[t, b],
+            out.uv[t, b],
+            out.light[t, b],
+        )
         _render(st, b, tab, o, out.zcol[t, b])
+
 
 def render_world(world: World, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
     "The frame a world shows before anyone moves."
@@ -395,27 +564,40 @@ def render_world(world: World, spec: ChannelSpec | None = None) -> dict[str, np.
     _draw_all(_state([world]), _tables(spec), out, 0)
     return out.frame(0, 0)
 
+
 # %% ../nbs/10_engine.ipynb #82655a68
 MOVE_STEP, STRAFE_STEP, TURN_STEP = 0.1, 0.08, 8
 PLAYER_RADIUS, ENEMY_RADIUS, ENEMY_SPEED, ENEMY_TURN_P = 0.2, 0.25, 0.03, 0.02
+
 
 @njit(cache=True)
 def _open(grid, x, y):
     "Is point (x, y) on an open cell? Outside the map is wall."
     ix, iy = math.floor(x), math.floor(y)
-    if ix < 0 or iy < 0 or iy >= grid.shape[0] or ix >= grid.shape[1]: return False
+    if ix < 0 or iy < 0 or iy >= grid.shape[0] or ix >= grid.shape[1]:
+        return False
     return grid[iy, ix] == 255
+
 
 @njit(cache=True)
 def _fits(grid, x, y, r):
     "Does a box of half-size r centred on (x, y) lie on open cells?"
-    return _open(grid, x - r, y - r) and _open(grid, x + r, y - r) and _open(grid, x - r, y + r) and _open(grid, x + r, y + r)
+    return (
+        _open(grid, x - r, y - r)
+        and _open(grid, x + r, y - r)
+        and _open(grid, x - r, y + r)
+        and _open(grid, x + r, y + r)
+    )
+
 
 @njit(cache=True)
 def _slide(grid, xy, dx, dy, r):
     "Move the box at xy by (dx, dy), one axis at a time."
-    if _fits(grid, xy[0] + dx, xy[1], r): xy[0] += dx
-    if _fits(grid, xy[0], xy[1] + dy, r): xy[1] += dy
+    if _fits(grid, xy[0] + dx, xy[1], r):
+        xy[0] += dx
+    if _fits(grid, xy[0], xy[1] + dy, r):
+        xy[1] += dy
+
 
 # %% ../nbs/10_engine.ipynb #310759bc
 @njit(cache=True)
@@ -423,12 +605,19 @@ def _act(grid, xy, ints, heading, a):
     "Apply action a (an index into ACTIONS) to the player."
     h = ints[_HEAD]
     c, s = heading[h, 0], heading[h, 1]
-    if a == _FORWARD: _slide(grid, xy, c * MOVE_STEP, s * MOVE_STEP, PLAYER_RADIUS)
-    elif a == _BACK: _slide(grid, xy, -c * MOVE_STEP, -s * MOVE_STEP, PLAYER_RADIUS)
-    elif a == _TURN_L: ints[_HEAD] = (h + N_HEADINGS - TURN_STEP) % N_HEADINGS
-    elif a == _TURN_R: ints[_HEAD] = (h + TURN_STEP) % N_HEADINGS
-    elif a == _STRAFE_L: _slide(grid, xy, s * STRAFE_STEP, -c * STRAFE_STEP, PLAYER_RADIUS)
-    elif a == _STRAFE_R: _slide(grid, xy, -s * STRAFE_STEP, c * STRAFE_STEP, PLAYER_RADIUS)
+    if a == _FORWARD:
+        _slide(grid, xy, c * MOVE_STEP, s * MOVE_STEP, PLAYER_RADIUS)
+    elif a == _BACK:
+        _slide(grid, xy, -c * MOVE_STEP, -s * MOVE_STEP, PLAYER_RADIUS)
+    elif a == _TURN_L:
+        ints[_HEAD] = (h + N_HEADINGS - TURN_STEP) % N_HEADINGS
+    elif a == _TURN_R:
+        ints[_HEAD] = (h + TURN_STEP) % N_HEADINGS
+    elif a == _STRAFE_L:
+        _slide(grid, xy, s * STRAFE_STEP, -c * STRAFE_STEP, PLAYER_RADIUS)
+    elif a == _STRAFE_R:
+        _slide(grid, xy, -s * STRAFE_STEP, c * STRAFE_STEP, PLAYER_RADIUS)
+
 
 @njit(cache=True)
 def _move_enemies(grid, enemy, edir, n, heading, u):
@@ -436,31 +625,45 @@ def _move_enemies(grid, enemy, edir, n, heading, u):
     for e in range(n):
         d = int(u[2 * e + 1] * N_HEADINGS) if u[2 * e] < ENEMY_TURN_P else edir[e]
         x, y = enemy[e, 0] + heading[d, 0] * ENEMY_SPEED, enemy[e, 1] + heading[d, 1] * ENEMY_SPEED
-        if _fits(grid, x, y, ENEMY_RADIUS): enemy[e, 0], enemy[e, 1] = x, y
-        else: d = int(u[2 * e + 1] * N_HEADINGS)
+        if _fits(grid, x, y, ENEMY_RADIUS):
+            enemy[e, 0], enemy[e, 1] = x, y
+        else:
+            d = int(u[2 * e + 1] * N_HEADINGS)
         edir[e] = d
+
 
 # %% ../nbs/10_engine.ipynb #5de910f3
 BURST_P, BURST_MAX, AIM_TAN2, WAYPOINT_R2, PATIENCE = 0.03, 8, 0.07, 0.09, 90
 
+
 @njit(cache=True)
 def _bfs(grid, sx, sy, tx, ty, path):
-    "Shortest 4-connected route from cell (sx, sy) to (tx, ty), written to path[:n] (start excluded); returns n."
+    """Shortest 4-connected route from cell (sx, sy) to (tx, ty), written to path[:n] (start
+    excluded); returns n."""
     MH, MW = grid.shape
     prev = np.full(MH * MW, -1)
     queue = np.empty(MH * MW, np.int64)
     start, goal = sy * MW + sx, ty * MW + tx
     prev[start], queue[0], head, tail = start, start, 0, 1
     while head < tail and prev[goal] < 0:
-        c = queue[head]; head += 1
+        c = queue[head]
+        head += 1
         for n in (c + 1, c - 1, c + MW, c - MW):
-            if prev[n] < 0 and grid[n // MW, n % MW] == 255: prev[n] = c; queue[tail] = n; tail += 1
-    if prev[goal] < 0: return 0
+            if prev[n] < 0 and grid[n // MW, n % MW] == 255:
+                prev[n] = c
+                queue[tail] = n
+                tail += 1
+    if prev[goal] < 0:
+        return 0
     n, c = 0, goal
-    while c != start: n += 1; c = prev[c]
+    while c != start:
+        n += 1
+        c = prev[c]
     c = goal
-    for i in range(n - 1, -1, -1): path[i, 0], path[i, 1], c = c % MW, c // MW, prev[c]
+    for i in range(n - 1, -1, -1):
+        path[i, 0], path[i, 1], c = c % MW, c // MW, prev[c]
     return n
+
 
 # %% ../nbs/10_engine.ipynb #c8e68d18
 @njit(cache=True)
@@ -469,14 +672,19 @@ def _steer(xy, ints, heading, path):
     i, vx, vy = ints[_PI], 0.0, 0.0
     while i < ints[_PLEN]:
         vx, vy = path[i, 0] + 0.5 - xy[0], path[i, 1] + 0.5 - xy[1]
-        if vx * vx + vy * vy > WAYPOINT_R2: break
-        i += 1; ints[_WPT] = 0
+        if vx * vx + vy * vy > WAYPOINT_R2:
+            break
+        i += 1
+        ints[_WPT] = 0
     ints[_PI] = i
-    if i >= ints[_PLEN]: return _NOOP
+    if i >= ints[_PLEN]:
+        return _NOOP
     c, s = heading[ints[_HEAD], 0], heading[ints[_HEAD], 1]
     dot, cross = c * vx + s * vy, c * vy - s * vx
-    if dot > 0.0 and cross * cross < AIM_TAN2 * dot * dot: return _FORWARD
+    if dot > 0.0 and cross * cross < AIM_TAN2 * dot * dot:
+        return _FORWARD
     return _TURN_R if cross > 0.0 else _TURN_L
+
 
 @njit(cache=True)
 def _policy(grid, xy, ints, heading, floor, path, u):
@@ -494,39 +702,55 @@ def _policy(grid, xy, ints, heading, floor, path, u):
         ints[_PI], ints[_WPT] = 0, 0
     return _steer(xy, ints, heading, path)
 
+
 # %% ../nbs/10_engine.ipynb #f5b9540d
-_KW, _KP = 2 * MAX_ENEMIES, 4   # uniforms per frame: motion, policy
+_KW, _KP = 2 * MAX_ENEMIES, 4  # uniforms per frame: motion, policy
+
 
 @njit(cache=True)
 def _run(st, tab, actions, wu, pu, out):
-    "Step and draw T frames of B worlds: actions [T, B] (negative = policy; filled in), uniforms [T, B, K]."
+    """Step and draw T frames of B worlds: actions [T, B] (negative = policy; filled in), uniforms
+    [T, B, K]."""
     for t in range(actions.shape[0]):
         for b in range(actions.shape[1]):
             grid, xy, ints = st.grid[b], st.pos[b], st.ints[b]
             a = actions[t, b]
-            if a < 0: a = _policy(grid, xy, ints, tab.heading, st.floor[b], st.path[b], pu[t, b])
+            if a < 0:
+                a = _policy(grid, xy, ints, tab.heading, st.floor[b], st.path[b], pu[t, b])
             _act(grid, xy, ints, tab.heading, a)
             _move_enemies(grid, st.enemy[b], st.edir[b], ints[_NEN], tab.heading, wu[t, b])
             actions[t, b] = a
         _draw_all(st, tab, out, t)
+
 
 # %% ../nbs/10_engine.ipynb #6dd0e997
 def episode_streams(seed: int) -> list[np.random.Generator]:
     "The four independent random streams of an episode: layout, materials, motion, policy."
     return np.random.default_rng(seed).spawn(4)
 
+
 class Runner:
     "B worlds, their motion and policy streams, and the tables: advances them T frames at a time."
+
     def __init__(self, worlds: Sequence[World], seeds: Sequence[int], spec: ChannelSpec):
         self.spec, self.tab, self.state = spec, _tables(spec), _state(worlds)
         self.streams = [episode_streams(s)[2:] for s in seeds]
         bad = [int(m) for w in worlds for m in w.materials if m >= spec.n_materials]
-        if bad: raise ValueError(f"world: wall material ids {sorted(set(bad))} are outside the spec's 0..{spec.n_materials - 1}")
+        if bad:
+            raise ValueError(
+                f"world: wall material ids {sorted(set(bad))} are outside the spec's "
+                f"0..{spec.n_materials - 1}"
+            )
 
     def run(self, T: int, actions: np.ndarray | None = None) -> tuple[Frames, np.ndarray]:
-        "Advance T frames; `actions` [T, B] (negative = policy). Returns the frames and the actions taken."
+        """Advance T frames; `actions` [T, B] (negative = policy). Returns the frames and the
+        actions taken."""
         B = len(self.streams)
-        actions = np.full((T, B), -1, np.int64) if actions is None else np.array(actions, np.int64).reshape(T, B)
+        actions = (
+            np.full((T, B), -1, np.int64)
+            if actions is None
+            else np.array(actions, np.int64).reshape(T, B)
+        )
         wu = np.stack([m.random((T, _KW)) for m, _ in self.streams], 1)
         pu = np.stack([p.random((T, _KP)) for _, p in self.streams], 1)
         out = _alloc(T, B, *self.spec.size)
@@ -546,4 +770,4 @@ class Runner:
 
     def enemies(self, b: int = 0) -> np.ndarray:
         "World b's enemy positions, [E, 2] (x, y), a copy."
-        return self.state.enemy[b, :self.state.ints[b, _NEN]].copy()
+        return self.state.enemy[b, : self.state.ints[b, _NEN]].copy()

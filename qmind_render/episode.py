@@ -1,4 +1,4 @@
-"""A world from a seed, played by the built-in policy: `render_episode` and `render_batch`, their golden hashes and their speed.
+"""A world from a seed, played by the built-in policy: episodes, golden hashes, speed.
 
 Docs: https://qmind.github.io/qmind-render/episode.html.md"""
 
@@ -20,42 +20,73 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .contracts import ChannelSpec
-from .engine import (ENGINE_VERSION, MAX_ENEMIES, N_HEADINGS, OPEN, Frames, Runner, World, engine_spec,
-                                 episode_streams)
+from qmind_render.engine import (
+    ENGINE_VERSION,
+    MAX_ENEMIES,
+    N_HEADINGS,
+    OPEN,
+    Frames,
+    Runner,
+    World,
+    engine_spec,
+    episode_streams,
+)
 from .util import atomic_write, cpu_name
 from .viz import top_down
 
 # %% auto #0
-__all__ = ['MAP_SIZE', 'MAX_ROOMS', 'CHUNK', 'GOLDEN_CASES', 'check_seed', 'make_world', 'map_image', 'render_episode',
-           'render_batch', 'episode_hashes', 'golden_record', 'default_golden_path', 'check_goldens', 'regen_goldens',
-           'bench_engine']
+__all__ = [
+    "MAP_SIZE",
+    "MAX_ROOMS",
+    "CHUNK",
+    "GOLDEN_CASES",
+    "check_seed",
+    "make_world",
+    "map_image",
+    "render_episode",
+    "render_batch",
+    "episode_hashes",
+    "golden_record",
+    "default_golden_path",
+    "check_goldens",
+    "regen_goldens",
+    "bench_engine",
+]
 
 # %% ../nbs/11_episode.ipynb #0cd65b62
-MAP_SIZE = 32         # generated maps are MAP_SIZE x MAP_SIZE cells
+MAP_SIZE = 32  # generated maps are MAP_SIZE x MAP_SIZE cells
 MAX_ROOMS = 8
+
 
 def _apart(a, b) -> bool:
     "Rooms (y, x, h, w) a and b leave at least one wall cell between them."
     (ay, ax, ah, aw), (by, bx, bh, bw) = a, b
     return ay + ah < by or by + bh < ay or ax + aw < bx or bx + bw < ax
 
+
 def _place_rooms(rng: np.random.Generator, m: int) -> list[tuple[int, int, int, int]]:
     rooms = []
     for _ in range(60):
         h, w = (int(v) for v in rng.integers(3, 9, size=2))
         y, x = int(rng.integers(1, m - h)), int(rng.integers(1, m - w))
-        if all(_apart((y, x, h, w), r) for r in rooms): rooms.append((y, x, h, w))
-        if len(rooms) == MAX_ROOMS: break
+        if all(_apart((y, x, h, w), r) for r in rooms):
+            rooms.append((y, x, h, w))
+        if len(rooms) == MAX_ROOMS:
+            break
     return sorted(rooms, key=lambda r: (r[1] + r[3] // 2, r[0] + r[2] // 2))  # left to right
 
+
 # %% ../nbs/11_episode.ipynb #73d15893
-def _centre(room) -> tuple[int, int]: return room[0] + room[2] // 2, room[1] + room[3] // 2
+def _centre(room) -> tuple[int, int]:
+    return room[0] + room[2] // 2, room[1] + room[3] // 2
+
 
 def _dig(open_, sector, ys, xs, sid):
     "Open the cells (ys, xs); the ones that were walls join sector `sid`."
     new = ~open_[ys, xs]
     sector[ys, xs] = np.where(new, sid, sector[ys, xs])
     open_[ys, xs] = True
+
 
 def _corridor(open_, sector, a, b, sid, flip: bool, wide: bool):
     "An L-shaped corridor from cell a to cell b (row leg first unless `flip`), 1 or 2 cells wide."
@@ -67,40 +98,62 @@ def _corridor(open_, sector, a, b, sid, flip: bool, wide: bool):
         xs = np.arange(min(x0, x1), max(x0, x1) + 1) if y0 == y1 else np.full(len(ys), x0)
         _dig(open_, sector, ys, xs, sid)
         if wide:
-            dy = int(y0 == y1)    # widen a row leg downwards, a column leg to the right
+            dy = int(y0 == y1)  # widen a row leg downwards, a column leg to the right
             _dig(open_, sector, np.minimum(ys + dy, m - 2), np.minimum(xs + 1 - dy, m - 2), sid)
+
 
 # %% ../nbs/11_episode.ipynb #efa0086d
 def _layout(rng: np.random.Generator, m: int = MAP_SIZE):
     "Rooms, corridors, pillars: (open_, sector, light, rooms, pillars)."
     rooms = _place_rooms(rng, m)
     open_, sector = np.zeros((m, m), bool), np.full((m, m), -1, np.int16)
-    for i, (y, x, h, w) in enumerate(rooms): open_[y:y + h, x:x + w], sector[y:y + h, x:x + w] = True, i
-    pillars = [(y + int(rng.integers(2, h - 2)), x + int(rng.integers(2, w - 2))) for (y, x, h, w) in rooms
-               if h >= 5 and w >= 5 and rng.random() < 0.5]
-    for py, px in pillars: open_[py, px] = False
+    for i, (y, x, h, w) in enumerate(rooms):
+        open_[y : y + h, x : x + w], sector[y : y + h, x : x + w] = True, i
+    pillars = [
+        (y + int(rng.integers(2, h - 2)), x + int(rng.integers(2, w - 2)))
+        for (y, x, h, w) in rooms
+        if h >= 5 and w >= 5 and rng.random() < 0.5
+    ]
+    for py, px in pillars:
+        open_[py, px] = False
     links = [(i, i + 1) for i in range(len(rooms) - 1)]
-    links += [tuple(int(v) for v in rng.integers(0, len(rooms), 2)) for _ in range(int(rng.integers(0, 3)))]
+    links += [
+        tuple(int(v) for v in rng.integers(0, len(rooms), 2))
+        for _ in range(int(rng.integers(0, 3)))
+    ]
     for k, (i, j) in enumerate(links):
-        _corridor(open_, sector, _centre(rooms[i]), _centre(rooms[j]), len(rooms) + k, bool(rng.random() < 0.5),
-                  bool(rng.random() < 0.3))
+        _corridor(
+            open_,
+            sector,
+            _centre(rooms[i]),
+            _centre(rooms[j]),
+            len(rooms) + k,
+            bool(rng.random() < 0.5),
+            bool(rng.random() < 0.3),
+        )
     light = np.concatenate([rng.integers(6, 17, len(rooms)), rng.integers(3, 9, len(links))]) / 16
-    pillars = [(py, px) for py, px in pillars if not open_[py, px]]  # a corridor may have dug one out
+    # a corridor may have dug one out
+    pillars = [(py, px) for py, px in pillars if not open_[py, px]]
     return open_, sector, light, rooms, pillars
+
 
 # %% ../nbs/11_episode.ipynb #cbfcce15
 def _grow(mask: np.ndarray) -> np.ndarray:
     "`mask` grown by one cell in all eight directions."
     out = mask.copy()
-    out[1:] |= mask[:-1]; out[:-1] |= mask[1:]
+    out[1:] |= mask[:-1]
+    out[:-1] |= mask[1:]
     row = out.copy()
-    out[:, 1:] |= row[:, :-1]; out[:, :-1] |= row[:, 1:]
+    out[:, 1:] |= row[:, :-1]
+    out[:, :-1] |= row[:, 1:]
     return out
 
+
 def _walls(open_, sector, n_sectors, pillars, rng, allowed):
-    "Wall materials: each sector draws one from `allowed`; a wall takes the first sector it borders."
+    """Wall materials: each sector draws one from `allowed`; a wall takes the first sector it
+    borders."""
     grid = np.full(open_.shape, OPEN, np.uint8)
-    grid[~open_] = allowed[0]                    # solid rock nobody sees
+    grid[~open_] = allowed[0]  # solid rock nobody sees
     done = open_.copy()
     mats = allowed[rng.integers(0, len(allowed), n_sectors)]
     for (py, px), mat in zip(pillars, allowed[rng.integers(0, len(allowed), len(pillars))]):
@@ -111,36 +164,56 @@ def _walls(open_, sector, n_sectors, pillars, rng, allowed):
     sector[sector < 0] = 0
     return grid, sector
 
+
 # %% ../nbs/11_episode.ipynb #9ace52b8
 def _actors(rng, open_, rooms):
     "Player in the first room, facing anywhere; 2..MAX_ENEMIES enemies on open cells away from it."
     y, x, h, w = rooms[0]
     cy, cx = y + int(rng.integers(0, h)), x + int(rng.integers(0, w))
-    while not open_[cy, cx]: cx = x + (cx - x + 1) % w   # step off a pillar
+    while not open_[cy, cx]:
+        cx = x + (cx - x + 1) % w  # step off a pillar
     heading = int(rng.integers(0, N_HEADINGS))
-    cells = np.argwhere(open_)                           # row-major: (y, x)
+    cells = np.argwhere(open_)  # row-major: (y, x)
     far = cells[np.maximum(abs(cells[:, 0] - cy), abs(cells[:, 1] - cx)) > 2]
     pick = far[rng.choice(len(far), int(rng.integers(2, MAX_ENEMIES + 1)), replace=False)]
     enemies = np.stack([pick[:, 1] + 0.5, pick[:, 0] + 0.5], 1).astype(np.float64)
-    return (cx + 0.5, cy + 0.5), heading, enemies, rng.integers(0, N_HEADINGS, len(pick)).astype(np.int64)
+    return (
+        (cx + 0.5, cy + 0.5),
+        heading,
+        enemies,
+        rng.integers(0, N_HEADINGS, len(pick)).astype(np.int64),
+    )
+
 
 # %% ../nbs/11_episode.ipynb #fcb85d67
 def check_seed(seed, name: str = "seed") -> int:
-    "`seed` as an int, or a `ValueError` naming `name` unless it is a non-negative integer (the game checks its seed so too)."
+    """`seed` as an int, or a `ValueError` naming `name` unless it is a non-negative integer (the
+    game checks its seed so too)."""
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {seed!r}")
     return int(seed)
 
+
 def _check_materials(materials, n: int) -> np.ndarray:
     "The allowed wall material ids, sorted and unique (default: all of 0..n-1)."
-    if materials is None: return np.arange(n, dtype=np.uint8)
+    if materials is None:
+        return np.arange(n, dtype=np.uint8)
     ids = list(materials) if isinstance(materials, (list, tuple, range, np.ndarray)) else None
-    if not ids or any(isinstance(m, bool) or not isinstance(m, Integral) or not 0 <= m < n for m in ids):
-        raise ValueError(f"materials must be a non-empty sequence of wall material ids in 0..{n - 1}, got {materials!r}")
+    if not ids or any(
+        isinstance(m, bool) or not isinstance(m, Integral) or not 0 <= m < n for m in ids
+    ):
+        raise ValueError(
+            f"materials must be a non-empty sequence of wall material ids in 0..{n - 1}, "
+            f"got {materials!r}"
+        )
     return np.unique(np.asarray(ids, dtype=np.int64)).astype(np.uint8)
 
-def make_world(seed: int, materials: Sequence[int] | None = None, spec: ChannelSpec | None = None) -> World:
-    "The generated world of `seed`, with walls drawn only from `materials` (default: every id of the spec)."
+
+def make_world(
+    seed: int, materials: Sequence[int] | None = None, spec: ChannelSpec | None = None
+) -> World:
+    """The generated world of `seed`, with walls drawn only from `materials` (default: every id of
+    the spec)."""
     seed, spec = check_seed(seed), engine_spec(spec)
     allowed = _check_materials(materials, spec.n_materials)
     layout, mats, _, _ = episode_streams(seed)
@@ -149,91 +222,155 @@ def make_world(seed: int, materials: Sequence[int] | None = None, spec: ChannelS
     player, heading, enemies, edir = _actors(layout, open_, rooms)
     return World(grid, sector, light, player, heading, enemies, edir, rooms)
 
+
 # %% ../nbs/11_episode.ipynb #deaf92b3
-def map_image(grid: np.ndarray, sector: np.ndarray, light: np.ndarray, spec: ChannelSpec | None = None) -> np.ndarray:
-    "Top-down RGB [MH, MW, 3] of a map (`viz.top_down`): visible walls by material, open floor by its sector's light, hidden rock."
+def map_image(
+    grid: np.ndarray, sector: np.ndarray, light: np.ndarray, spec: ChannelSpec | None = None
+) -> np.ndarray:
+    """Top-down RGB [MH, MW, 3] of a map (`viz.top_down`): visible walls by material, open floor by
+    its sector's light, hidden rock."""
     open_ = grid == OPEN
     seen = _grow(open_) & ~open_
     floor = np.full(grid.shape, np.nan, np.float32)
     floor[open_] = light[sector[open_]]
     return top_down(np.where(seen, grid, OPEN).astype(np.uint8), floor, spec)
 
+
 # %% ../nbs/11_episode.ipynb #a2c13bc7
 CHUNK = 8  # frames per numba call
+
 
 def _check_count(n, name: str = "n_frames") -> int:
     if isinstance(n, bool) or not isinstance(n, Integral) or n < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {n!r}")
     return int(n)
 
+
 def _chunks(runner: Runner, n: int) -> Iterator[Frames]:
-    "Buffers of about CHUNK frames at a time (at least one step of every world), until n steps are done."
+    """Buffers of about CHUNK frames at a time (at least one step of every world), until n steps are
+    done."""
     T = max(1, CHUNK // len(runner.streams))
-    for t0 in range(0, n, T): yield runner.run(min(T, n - t0))[0]
+    for t0 in range(0, n, T):
+        yield runner.run(min(T, n - t0))[0]
+
 
 def _episode(runner: Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
     for out in _chunks(runner, n):
-        for t in range(out.surface.shape[0]): yield out.frame(t, 0)
+        for t in range(out.surface.shape[0]):
+            yield out.frame(t, 0)
+
 
 # %% ../nbs/11_episode.ipynb #f6ac3fd9
-def render_episode(seed: int, n_frames: int, materials: Sequence[int] | None = None,
-                   spec: ChannelSpec | None = None) -> Iterator[dict[str, np.ndarray]]:
+def render_episode(
+    seed: int,
+    n_frames: int,
+    materials: Sequence[int] | None = None,
+    spec: ChannelSpec | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
     "Yield the `n_frames` channel frames of episode `seed`, played by the built-in policy."
     seed, n, spec = check_seed(seed), _check_count(n_frames), engine_spec(spec)
     return _episode(Runner([make_world(seed, materials, spec)], [seed], spec), n)
 
+
 def _batch(runner: Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
     for out in _chunks(runner, n):
-        for t in range(out.surface.shape[0]): yield out.frame(t)
+        for t in range(out.surface.shape[0]):
+            yield out.frame(t)
 
-def render_batch(seeds: Sequence[int], n_frames: int, materials: Sequence[int] | None = None,
-                 spec: ChannelSpec | None = None) -> Iterator[dict[str, np.ndarray]]:
+
+def render_batch(
+    seeds: Sequence[int],
+    n_frames: int,
+    materials: Sequence[int] | None = None,
+    spec: ChannelSpec | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
     "Yield `n_frames` steps of the episodes `seeds` in lock-step: channels [len(seeds), ...]."
     if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__len__") or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty sequence of seeds, got {seeds!r}")
-    seeds, n, spec = [check_seed(s, "seeds") for s in seeds], _check_count(n_frames), engine_spec(spec)
+    seeds, n, spec = (
+        [check_seed(s, "seeds") for s in seeds],
+        _check_count(n_frames),
+        engine_spec(spec),
+    )
     return _batch(Runner([make_world(s, materials, spec) for s in seeds], seeds, spec), n)
+
 
 # %% ../nbs/11_episode.ipynb #a80119db
 GOLDEN_CASES = ((0, 48, None), (1, 48, None), (1003, 48, None), (7, 48, (2,)), (42, 48, (0, 4)))
 
-def episode_hashes(seed: int, n_frames: int, materials: Sequence[int] | None = None,
-                   spec: ChannelSpec | None = None) -> dict[str, str]:
+
+def episode_hashes(
+    seed: int,
+    n_frames: int,
+    materials: Sequence[int] | None = None,
+    spec: ChannelSpec | None = None,
+) -> dict[str, str]:
     "sha256 per channel over an episode's frames, and `all` over every channel of every frame."
     spec = engine_spec(spec)
     hs = {c: hashlib.sha256() for c in [*spec.names, "all"]}
     for f in render_episode(seed, n_frames, materials, spec):
         for c in spec.names:
             b = np.ascontiguousarray(f[c]).tobytes()
-            hs[c].update(b); hs["all"].update(b)
+            hs[c].update(b)
+            hs["all"].update(b)
     return {c: h.hexdigest() for c, h in hs.items()}
+
 
 def golden_record(spec: ChannelSpec | None = None) -> dict:
     "What the goldens file holds: versions, size and the hashes of `GOLDEN_CASES`."
     spec = engine_spec(spec)
-    cases = [{"seed": s, "frames": n, "materials": list(m) if m else None, "sha256": episode_hashes(s, n, m, spec)}
-             for s, n, m in GOLDEN_CASES]
-    return {"engine_version": ENGINE_VERSION, "channel_spec": spec.version, "size": list(spec.size),
-            "regenerate": "python -m qmind_render.episode --regen-goldens", "cases": cases}
+    cases = [
+        {
+            "seed": s,
+            "frames": n,
+            "materials": list(m) if m else None,
+            "sha256": episode_hashes(s, n, m, spec),
+        }
+        for s, n, m in GOLDEN_CASES
+    ]
+    return {
+        "engine_version": ENGINE_VERSION,
+        "channel_spec": spec.version,
+        "size": list(spec.size),
+        "regenerate": "python -m qmind_render.episode --regen-goldens",
+        "cases": cases,
+    }
+
 
 # %% ../nbs/11_episode.ipynb #8fd7dde2
 def default_golden_path() -> Path:
     "`tests/golden/engine_hashes.json` of the checkout this package runs from."
     return Path(__file__).resolve().parents[1] / "tests" / "golden" / "engine_hashes.json"
 
+
 def check_goldens(path: str | Path | None = None) -> list[str]:
     "Differences between the goldens file and this engine (empty when they agree)."
     path = Path(path or default_golden_path())
-    if not path.is_file(): raise FileNotFoundError(f"no goldens file at {path}: run python -m qmind_render.episode --regen-goldens")
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no goldens file at {path}: run python -m qmind_render.episode --regen-goldens"
+        )
     old, new = json.loads(path.read_text()), golden_record()
-    diffs = [f"{k}: goldens have {old.get(k)!r}, engine has {new[k]!r}"
-             for k in ("engine_version", "channel_spec", "size") if old.get(k) != new[k]]
-    if len(old["cases"]) != len(new["cases"]): diffs.append(f"goldens have {len(old['cases'])} cases, engine {len(new['cases'])}")
+    diffs = [
+        f"{k}: goldens have {old.get(k)!r}, engine has {new[k]!r}"
+        for k in ("engine_version", "channel_spec", "size")
+        if old.get(k) != new[k]
+    ]
+    if len(old["cases"]) != len(new["cases"]):
+        diffs.append(f"goldens have {len(old['cases'])} cases, engine {len(new['cases'])}")
     for o, n in zip(old["cases"], new["cases"]):
         bad = [c for c in n["sha256"] if o["sha256"].get(c) != n["sha256"][c]]
-        if bad or (o["seed"], o["frames"], o["materials"]) != (n["seed"], n["frames"], n["materials"]):
-            diffs.append(f"seed {n['seed']} ({n['frames']} frames, materials {n['materials']}): {bad or 'case'} differ")
+        if bad or (o["seed"], o["frames"], o["materials"]) != (
+            n["seed"],
+            n["frames"],
+            n["materials"],
+        ):
+            diffs.append(
+                f"seed {n['seed']} ({n['frames']} frames, materials {n['materials']}): "
+                f"{bad or 'case'} differ"
+            )
     return diffs
+
 
 def regen_goldens(path: str | Path | None = None, force: bool = False) -> Path:
     "Write the goldens file; refuses new hashes under an unchanged ENGINE_VERSION unless `force`."
@@ -241,60 +378,124 @@ def regen_goldens(path: str | Path | None = None, force: bool = False) -> Path:
     if path.exists() and not force:
         old = json.loads(path.read_text())
         if old.get("engine_version") == ENGINE_VERSION and old.get("cases") != new["cases"]:
-            raise ValueError(f"engine output changed but ENGINE_VERSION is still {ENGINE_VERSION}: bump it "
-                             "(or pass --force if this version was never released)")
-    return atomic_write(path, json.dumps(new, indent=1) + "\n")        # what --check-goldens and the tests trust
+            raise ValueError(
+                f"engine output changed but ENGINE_VERSION is still {ENGINE_VERSION}: bump it "
+                "(or pass --force if this version was never released)"
+            )
+    # what --check-goldens and the tests trust
+    return atomic_write(path, json.dumps(new, indent=1) + "\n")
+
 
 # %% ../nbs/11_episode.ipynb #32c083a5
 def _machine() -> dict:
     "What the benchmark ran on."
     import numba
-    return {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "numpy": np.__version__, "numba": numba.__version__,
-            "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+    return {
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
 
 def _rate(make, frames: int, repeats: int, H: int, W: int) -> dict:
-    "Median frames/s (and pixels/s) over `repeats` runs of the iterator `make(r)`, each `frames` frames."
+    """Median frames/s (and pixels/s) over `repeats` runs of the iterator `make(r)`, each `frames`
+    frames."""
     runs = []
     for r in range(repeats):
         t = time.perf_counter()
-        for _ in make(r): pass
+        for _ in make(r):
+            pass
         runs.append(frames / (time.perf_counter() - t))
     med = float(np.median(runs))
-    return {"frames_per_s": round(med), "pixels_per_s": round(med * H * W), "runs_frames_per_s": [round(x) for x in runs]}
+    return {
+        "frames_per_s": round(med),
+        "pixels_per_s": round(med * H * W),
+        "runs_frames_per_s": [round(x) for x in runs],
+    }
+
 
 # %% ../nbs/11_episode.ipynb #a37460ba
-def bench_engine(frames: int = 4000, repeats: int = 5, batch: int = 16, spec: ChannelSpec | None = None) -> dict:
-    "Median frames/s and pixels/s on one core: `frames`-frame episodes, and `batch` episodes of `frames // batch` steps in lock-step."
-    spec, frames, repeats, batch = engine_spec(spec), _check_count(frames, "frames"), _check_count(repeats, "repeats"), _check_count(batch, "batch")
-    if not (frames and repeats and batch): raise ValueError("frames, repeats and batch must be positive")
+def bench_engine(
+    frames: int = 4000, repeats: int = 5, batch: int = 16, spec: ChannelSpec | None = None
+) -> dict:
+    """Median frames/s and pixels/s on one core: `frames`-frame episodes, and `batch` episodes of
+    `frames // batch` steps in lock-step."""
+    spec, frames, repeats, batch = (
+        engine_spec(spec),
+        _check_count(frames, "frames"),
+        _check_count(repeats, "repeats"),
+        _check_count(batch, "batch"),
+    )
+    if not (frames and repeats and batch):
+        raise ValueError("frames, repeats and batch must be positive")
     H, W = spec.size
-    for _ in render_episode(0, CHUNK, spec=spec): pass          # load (or compile) the kernel
+    for _ in render_episode(0, CHUNK, spec=spec):
+        pass  # load (or compile) the kernel
     steps = max(1, frames // batch)
     single = _rate(lambda r: render_episode(r, frames, spec=spec), frames, repeats, H, W)
-    batched = _rate(lambda r: render_batch(range(r * batch, (r + 1) * batch), steps, spec=spec), steps * batch, repeats, H, W)
-    flat = {f"{k}_{m}": r[k] for m, r in (("single", single), ("batched", batched)) for k in ("frames_per_s", "pixels_per_s")}
-    return {"engine_version": ENGINE_VERSION, "size": [H, W], "frames": frames, "repeats": repeats, **flat,
-            "single": single, "batched": {**batched, "batch": batch}, "machine": _machine()}
+    batched = _rate(
+        lambda r: render_batch(range(r * batch, (r + 1) * batch), steps, spec=spec),
+        steps * batch,
+        repeats,
+        H,
+        W,
+    )
+    flat = {
+        f"{k}_{m}": r[k]
+        for m, r in (("single", single), ("batched", batched))
+        for k in ("frames_per_s", "pixels_per_s")
+    }
+    return {
+        "engine_version": ENGINE_VERSION,
+        "size": [H, W],
+        "frames": frames,
+        "repeats": repeats,
+        **flat,
+        "single": single,
+        "batched": {**batched, "batch": batch},
+        "machine": _machine(),
+    }
+
 
 # %% ../nbs/11_episode.ipynb #bdce43fc
 def _module_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m qmind_render.episode")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--regen-goldens", action="store_true"); g.add_argument("--check-goldens", action="store_true")
+    g.add_argument("--regen-goldens", action="store_true")
+    g.add_argument("--check-goldens", action="store_true")
     g.add_argument("--bench", action="store_true")
-    p.add_argument("--force", action="store_true"); p.add_argument("--path", type=Path, default=None)
-    p.add_argument("--json", action="store_true"); p.add_argument("--frames", type=int, default=4000)
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--path", type=Path, default=None)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--frames", type=int, default=4000)
     a = p.parse_args(argv)
-    if a.regen_goldens: print(f"wrote {regen_goldens(a.path, a.force)}"); return 0
+    if a.regen_goldens:
+        print(f"wrote {regen_goldens(a.path, a.force)}")
+        return 0
     if a.check_goldens:
         diffs = check_goldens(a.path)
-        print("\n".join(diffs) or "goldens agree"); return 1 if diffs else 0
+        print("\n".join(diffs) or "goldens agree")
+        return 1 if diffs else 0
     r = bench_engine(frames=a.frames)
-    print(json.dumps(r, indent=1) if a.json else "\n".join(f"{k}: {r[k]['frames_per_s']:,} frames/s, {r[k]['pixels_per_s'] / 1e6:.1f} Mpx/s" for k in ("single", "batched")))
+    print(
+        json.dumps(r, indent=1)
+        if a.json
+        else "\n".join(
+            f"{k}: {r[k]['frames_per_s']:,} frames/s, {r[k]['pixels_per_s'] / 1e6:.1f} Mpx/s"
+            for k in ("single", "batched")
+        )
+    )
     return 0
 
+
 # %% ../nbs/11_episode.ipynb #97027c49
-if __name__ == "__main__" and "__file__" in globals():  # `python -m`: run the imported module, the one everything else imports
+# `python -m`: run the imported module, the one everything else imports
+if __name__ == "__main__" and "__file__" in globals():
     from qmind_render.episode import _module_main as main
+
     raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Held-out cells, metrics you can trust, factor classifiers, baselines, a report; and `qmind run`, the main job.
+"""Evaluation on held-out cells: trusted metrics, factor classifiers, baselines, the report.
 
 Docs: https://qmind.github.io/qmind-render/evaluate.html.md"""
 
@@ -16,7 +16,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import CheckpointError, checkpoints, find_checkpoint, load_checkpoint, load_model, run_dir_of
+from qmind_render.checkpoint import (
+    CheckpointError,
+    checkpoints,
+    find_checkpoint,
+    load_checkpoint,
+    load_model,
+    run_dir_of,
+)
 from .config import load_config, precision_dtype
 from .data import DatasetError, fetch, open_store
 from .splits import apply_split, load_split
@@ -27,58 +34,111 @@ from .contracts import UserError
 from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
-__all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
-           'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
-           'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'episode_video', 'evaluate', 'psnr_curve',
-           'report_md', 'eval_main', 'run', 'run_main', 'bench_eval']
+__all__ = [
+    "as_float",
+    "psnr",
+    "ssim",
+    "lpips_available",
+    "lpips",
+    "error_by_surface",
+    "EvalError",
+    "Loaded",
+    "eval_batch",
+    "load_for_eval",
+    "eval_indices",
+    "gather",
+    "render_frames",
+    "MeanColour",
+    "FactorNet",
+    "factor_labels",
+    "train_classifier",
+    "accuracy",
+    "score",
+    "summarise",
+    "per_cell",
+    "episode_video",
+    "evaluate",
+    "psnr_curve",
+    "report_md",
+    "eval_main",
+    "run",
+    "run_main",
+    "bench_eval",
+]
+
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
-    "uint8 [B, H, W, 3] (numpy, or torch on any device) -> float [B, 3, H, W] in [0, 1], on `device` (default: where it is)."
+    """uint8 [B, H, W, 3] (numpy, or torch on any device) -> float [B, 3, H, W] in [0, 1], on
+    `device` (default: where it is)."""
     x = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rgb))
-    if x.dtype != torch.uint8: raise TypeError(f"frames must be uint8 [B, H, W, 3], got {x.dtype}")
+    if x.dtype != torch.uint8:
+        raise TypeError(f"frames must be uint8 [B, H, W, 3], got {x.dtype}")
     return x.to(x.device if device is None else device).permute(0, 3, 1, 2).float() / 255
+
 
 def psnr(pred: torch.Tensor, target: torch.Tensor, cap: float = 100.0) -> torch.Tensor:
     "Per-frame PSNR in dB (capped: identical frames give `cap`)."
     from torchmetrics.functional.image import peak_signal_noise_ratio as tm_psnr
+
     out = tm_psnr(pred, target, data_range=1.0, reduction="none", dim=(1, 2, 3))
     return out.nan_to_num(cap, posinf=cap).clamp(max=cap)
+
 
 def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     "Per-frame SSIM (torchmetrics, Gaussian window 11, σ 1.5)."
     from torchmetrics.functional.image import structural_similarity_index_measure as tm_ssim
+
     return tm_ssim(pred, target, data_range=1.0, reduction="none")
+
 
 # %% ../nbs/60_evaluate.ipynb #a403b451
 def lpips_available() -> bool:
-    "True when LPIPS can run without downloading anything (its backbone weights are in the torch hub cache)."
+    """True when LPIPS can run without downloading anything (its backbone weights are in the torch
+    hub cache)."""
     try:
         import lpips  # noqa: F401
         import torchvision  # noqa: F401
-    except Exception: return False
+    except Exception:
+        return False
     hub = Path(torch.hub.get_dir()) / "checkpoints"
     return any(hub.glob("alexnet-*.pth"))
 
+
 def lpips(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
     "Per-frame LPIPS (AlexNet) when available, else None."
-    if not lpips_available(): return None
+    if not lpips_available():
+        return None
     import lpips as L
+
     net = L.LPIPS(net="alex", verbose=False)
     return net(pred * 2 - 1, target * 2 - 1).flatten().detach()
+
 
 # %% ../nbs/60_evaluate.ipynb #ec584c2f
 from .skinner import SURFACES  # class ids 0..3, as the channel spec lists them
 
-def error_by_surface(pred: torch.Tensor, target: torch.Tensor, surface: torch.Tensor) -> dict[str, float]:
+
+def error_by_surface(
+    pred: torch.Tensor, target: torch.Tensor, surface: torch.Tensor
+) -> dict[str, float]:
     "MAE (0..255) over all pixels of each surface class; NaN for a class with no pixels."
-    err = (pred - target).abs().mean(dim=1) * 255           # [B, H, W]
-    surface = torch.as_tensor(np.asarray(surface) if not isinstance(surface, torch.Tensor) else surface).long().to(err.device)
-    return {name: (err[surface == i].mean().item() if (surface == i).any() else float("nan")) for i, name in enumerate(SURFACES)}
+    err = (pred - target).abs().mean(dim=1) * 255  # [B, H, W]
+    surface = (
+        torch.as_tensor(np.asarray(surface) if not isinstance(surface, torch.Tensor) else surface)
+        .long()
+        .to(err.device)
+    )
+    return {
+        name: (err[surface == i].mean().item() if (surface == i).any() else float("nan"))
+        for i, name in enumerate(SURFACES)
+    }
+
 
 # %% ../nbs/60_evaluate.ipynb #66e7f38f
 class EvalError(UserError, ValueError):
     "What was asked for cannot be evaluated; the message says what is missing."
+
 
 @dataclass
 class Loaded:
@@ -89,104 +149,188 @@ class Loaded:
     diffusion: Diffusion
     ds: object
     split: object
-    elapsed_s: float = 0.0          # training wall time when the checkpoint was written
+    elapsed_s: float = 0.0  # training wall time when the checkpoint was written
+
     @property
-    def device(self) -> torch.device: return next(self.model.parameters()).device
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
     @property
     def dtype(self) -> torch.dtype:
-        "Render in the run's training precision (bf16 is about twice as fast on CPUs with native bf16); auto: this device's choice."
+        """Render in the run's training precision (bf16 is about twice as fast on CPUs with native
+        bf16); auto: this device's choice."""
         return precision_dtype(self.cfg.train.precision, self.device)
+
     def sampler(self, batch: int | None = None) -> GraphSampler:
-        "The sampler evaluation renders with: this model, batches of up to `batch` (one CUDA graph per step count on a GPU)."
-        return GraphSampler(self.model, self.diffusion, dtype=self.dtype, buckets=(batch or eval_batch(self.device),))
+        """The sampler evaluation renders with: this model, batches of up to `batch` (one CUDA graph
+        per step count on a GPU)."""
+        return GraphSampler(
+            self.model,
+            self.diffusion,
+            dtype=self.dtype,
+            buckets=(batch or eval_batch(self.device),),
+        )
+
 
 def eval_batch(device) -> int:
-    "Frames per rendering batch: 256 on a GPU (it needs width); 32 on a CPU, where bigger batches fall out of cache (500 frames of `small` at 4 steps: 7.7 s at 32, 11 s at 100, 14 s at 250, measured)."
+    """Frames per rendering batch: 256 on a GPU (it needs width); 32 on a CPU, where bigger batches
+    fall out of cache (500 frames of `small` at 4 steps: 7.7 s at 32, 11 s at 100, 14 s at 250,
+    measured)."""
     return 256 if torch.device(device).type == "cuda" else 32
 
+
 # %% ../nbs/60_evaluate.ipynb #a4a9a4d4
-def load_for_eval(target: str | Path, overrides: list[str] = (), device: str | None = None) -> Loaded:
-    "The EMA model of a checkpoint, with its dataset (fetched, verified) and split, on `device` (default: `eval.device`)."
+def load_for_eval(
+    target: str | Path, overrides: list[str] = (), device: str | None = None
+) -> Loaded:
+    """The EMA model of a checkpoint, with its dataset (fetched, verified) and split, on `device`
+    (default: `eval.device`)."""
     from qmind_render.train import pick_device
-    try: path = find_checkpoint(target)
-    except CheckpointError as e: raise EvalError(str(e)) from None
+
+    try:
+        path = find_checkpoint(target)
+    except CheckpointError as e:
+        raise EvalError(str(e)) from None
     ck = load_checkpoint(path, use="evaluate it with qmind eval {path}")
     cfg = load_config(dict(ck["config"]), list(overrides))
     dev = pick_device(device or cfg.eval.device, key="eval.device")
-    try: ds = fetch(open_store(cfg.data.store), cfg.data.dataset)
-    except DatasetError as e: raise EvalError(f"checkpoint {path} was trained on {e}") from None
+    try:
+        ds = fetch(open_store(cfg.data.store), cfg.data.dataset)
+    except DatasetError as e:
+        raise EvalError(f"checkpoint {path} was trained on {e}") from None
     split = load_split(cfg.data.holdout)
     if split.grid != ds.manifest.grid_:
-        raise EvalError(f"split {split.name} is for grid {split.grid}, but dataset {ds.id} has grid {ds.manifest.grid_}")
-    model, diffusion = load_model(ck, cfg.model, dev, what=f"checkpoint {path}")          # its versions checked first
-    return Loaded(cfg, path, int(ck["step"]), model, diffusion, ds, split, float(ck.get("elapsed_s", 0.0)))
+        raise EvalError(
+            f"split {split.name} is for grid {split.grid}, but dataset {ds.id} has grid "
+            f"{ds.manifest.grid_}"
+        )
+    # its versions checked first
+    model, diffusion = load_model(ck, cfg.model, dev, what=f"checkpoint {path}")
+    return Loaded(
+        cfg, path, int(ck["step"]), model, diffusion, ds, split, float(ck.get("elapsed_s", 0.0))
+    )
+
 
 # %% ../nbs/60_evaluate.ipynb #2eef26ad
 def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
-    "Up to `per_cell` samples (file order, spread out) for each cell of `part` ('train' | 'heldout')."
+    """Up to `per_cell` samples (file order, spread out) for each cell of `part` ('train' |
+    'heldout')."""
     idx = apply_split(ds.cells, split)[part]
     cells = np.flatnonzero(split.mask() if part == "heldout" else ~split.mask())
     chosen = []
     for c in cells:
         cand = idx[ds.cells[idx, c]]
-        if len(cand): chosen.append(cand[np.linspace(0, len(cand) - 1, min(per_cell, len(cand))).astype(int)])
+        if len(cand):
+            chosen.append(cand[np.linspace(0, len(cand) - 1, min(per_cell, len(cand))).astype(int)])
     return np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
 
+
 def gather(ds, idx: np.ndarray, shards=None) -> dict:
-    "The samples at global indices `idx`, as one batch of tensors; pass a `ShardBatches` as `shards` to read each shard once."
+    """The samples at global indices `idx`, as one batch of tensors; pass a `ShardBatches` as
+    `shards` to read each shard once."""
     from qmind_render.loader import ShardBatches
+
     return (shards or ShardBatches(ds, [], max_shards=len(ds.paths))).take(np.asarray(idx))
+
 
 # %% ../nbs/60_evaluate.ipynb #ba1d96d8
 def render_frames(sampler: GraphSampler, batch: dict, steps: int, seed: int = 0) -> torch.Tensor:
-    "uint8 [N, H, W, 3] on the sampler's device: the model's frames for the samples of `batch`, `steps` DDIM steps."
+    """uint8 [N, H, W, 3] on the sampler's device: the model's frames for the samples of `batch`,
+    `steps` DDIM steps."""
     _, cond = prepare_batch(batch, sampler.device)
-    return to_uint8(sampler.sample(cond, steps, torch.Generator(sampler.device).manual_seed(seed)), numpy=False)
+    return to_uint8(
+        sampler.sample(cond, steps, torch.Generator(sampler.device).manual_seed(seed)), numpy=False
+    )
+
 
 # %% ../nbs/60_evaluate.ipynb #9fb24ae8
 class MeanColour:
     "Per-(theme, material, surface) mean RGB, fitted on training frames."
+
     def __init__(self, n_themes: int):
-        self.sum, self.n = np.zeros((n_themes, 256, 4, 3)), np.zeros((n_themes, 256, 4))   # [theme, material id, surface]
+        # [theme, material id, surface]
+        self.sum, self.n = np.zeros((n_themes, 256, 4, 3)), np.zeros((n_themes, 256, 4))
+
     def fit(self, batch: dict) -> "MeanColour":
         t = np.broadcast_to(batch["theme"].numpy()[:, None, None], batch["surface"].shape)
-        key = np.ravel_multi_index((t, batch["material"].numpy(), batch["surface"].numpy()), self.n.shape).ravel()
+        key = np.ravel_multi_index(
+            (t, batch["material"].numpy(), batch["surface"].numpy()), self.n.shape
+        ).ravel()
         rgb = batch["rgb"].numpy().reshape(-1, 3).astype(np.float64)
         self.n += np.bincount(key, minlength=self.n.size).reshape(self.n.shape)
-        for c in range(3): self.sum[..., c] += np.bincount(key, rgb[:, c], minlength=self.n.size).reshape(self.n.shape)
+        for c in range(3):
+            self.sum[..., c] += np.bincount(key, rgb[:, c], minlength=self.n.size).reshape(
+                self.n.shape
+            )
         return self
+
     def predict(self, batch: dict) -> np.ndarray:
         t = np.broadcast_to(batch["theme"].numpy()[:, None, None], batch["surface"].shape)
         m, s = batch["material"].numpy(), batch["surface"].numpy()
         mean = self.sum / np.maximum(self.n, 1)[..., None]
-        fallback = self.sum.sum(axis=(0, 1)) / np.maximum(self.n.sum(axis=(0, 1)), 1)[..., None]   # per surface
+        # per surface
+        fallback = self.sum.sum(axis=(0, 1)) / np.maximum(self.n.sum(axis=(0, 1)), 1)[..., None]
         out = np.where((self.n[t, m, s] > 0)[..., None], mean[t, m, s], fallback[s])
         return out.round().clip(0, 255).astype(np.uint8)
+
 
 # %% ../nbs/60_evaluate.ipynb #595f25a6
 class FactorNet(torch.nn.Module):
     "A small CNN (on the frame at half resolution) with one head per factor."
+
     def __init__(self, sizes: dict[str, int], width: int = 32):
         super().__init__()
-        c = lambda i, o: torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.BatchNorm2d(o), torch.nn.ReLU(), torch.nn.MaxPool2d(2))
-        self.body = torch.nn.Sequential(torch.nn.AvgPool2d(2), c(3, width), c(width, 2 * width), c(2 * width, 2 * width),
-                                        c(2 * width, 4 * width), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
-        self.heads = torch.nn.ModuleDict({k: torch.nn.Linear(4 * width, n) for k, n in sizes.items()})
-    def forward(self, x): h = self.body(x); return {k: head(h) for k, head in self.heads.items()}
+        c = lambda i, o: torch.nn.Sequential(
+            torch.nn.Conv2d(i, o, 3, padding=1),
+            torch.nn.BatchNorm2d(o),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+        )
+        self.body = torch.nn.Sequential(
+            torch.nn.AvgPool2d(2),
+            c(3, width),
+            c(width, 2 * width),
+            c(2 * width, 2 * width),
+            c(2 * width, 4 * width),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+        )
+        self.heads = torch.nn.ModuleDict(
+            {k: torch.nn.Linear(4 * width, n) for k, n in sizes.items()}
+        )
+
+    def forward(self, x):
+        h = self.body(x)
+        return {k: head(h) for k, head in self.heads.items()}
+
 
 def factor_labels(batch: dict, n_materials: int) -> dict[str, torch.Tensor]:
     "theme, lighting and the single wall material of each frame (-1 where there isn't exactly one)."
-    present = torch.stack([(batch["material"] == m).flatten(1).any(1) for m in range(n_materials)], 1)
-    mat = torch.where(present.sum(1) == 1, present.float().argmax(1), torch.full_like(present[:, 0], -1, dtype=torch.long))
+    present = torch.stack(
+        [(batch["material"] == m).flatten(1).any(1) for m in range(n_materials)], 1
+    )
+    mat = torch.where(
+        present.sum(1) == 1,
+        present.float().argmax(1),
+        torch.full_like(present[:, 0], -1, dtype=torch.long),
+    )
     return {"theme": batch["theme"].long(), "lighting": batch["lighting"].long(), "material": mat}
+
 
 # %% ../nbs/60_evaluate.ipynb #a5711a6c
 def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    "Cross-entropy over the labelled rows (-1: none), 0 when there are none: no host read to find out."
-    return F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(min=1)
+    """Cross-entropy over the labelled rows (-1: none), 0 when there are none: no host read to find
+    out."""
+    return F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(
+        min=1
+    )
 
-def train_classifier(frames: torch.Tensor, labels: dict, sizes: dict, steps: int, seed: int = 0, batch: int = 32) -> FactorNet:
-    "Fit a FactorNet on float frames [N, 3, H, W] for `steps` AdamW steps (evaluation's: `eval.classifier_steps`; cosine LR); labels of -1 are ignored."
+
+def train_classifier(
+    frames: torch.Tensor, labels: dict, sizes: dict, steps: int, seed: int = 0, batch: int = 32
+) -> FactorNet:
+    """Fit a FactorNet on float frames [N, 3, H, W] for `steps` AdamW steps (evaluation's:
+    `eval.classifier_steps`; cosine LR); labels of -1 are ignored."""
     torch.manual_seed(seed)
     dev = frames.device
     net, g = FactorNet(sizes).to(dev), torch.Generator(dev).manual_seed(seed)
@@ -197,29 +341,54 @@ def train_classifier(frames: torch.Tensor, labels: dict, sizes: dict, steps: int
         idx = torch.randint(0, len(frames), (batch,), generator=g, device=dev)
         out = net(frames[idx])
         loss = sum(_ce(out[k], labels[k][idx]) for k in sizes)
-        opt.zero_grad(); loss.backward(); opt.step(); sched.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
     return net.eval()
+
 
 def accuracy(net: FactorNet, frames: torch.Tensor, labels: dict) -> dict[str, float]:
     "Per-factor accuracy (frames whose label is -1 are left out)."
-    with torch.inference_mode(): out = net(frames)
-    right, known = zip(*[(((out[k].argmax(1) == y.to(frames.device)) & (y.to(frames.device) >= 0)).sum(), (y >= 0).sum().to(frames.device))
-                         for k, y in labels.items()])
-    right, known = torch.stack(right).tolist(), torch.stack(known).tolist()     # one read for every factor
+    with torch.inference_mode():
+        out = net(frames)
+    right, known = zip(
+        *[
+            (
+                ((out[k].argmax(1) == y.to(frames.device)) & (y.to(frames.device) >= 0)).sum(),
+                (y >= 0).sum().to(frames.device),
+            )
+            for k, y in labels.items()
+        ]
+    )
+    # one read for every factor
+    right, known = torch.stack(right).tolist(), torch.stack(known).tolist()
     return {k: r / n if n else float("nan") for k, r, n in zip(labels, right, known)}
+
 
 # %% ../nbs/60_evaluate.ipynb #d7a6fed3
 def score(pred_u8, batch: dict) -> dict:
-    "Per-frame PSNR/SSIM/LPIPS and the part's MAE by surface, for predicted uint8 frames (numpy, or a tensor: scored where it is)."
+    """Per-frame PSNR/SSIM/LPIPS and the part's MAE by surface, for predicted uint8 frames (numpy,
+    or a tensor: scored where it is)."""
     p = as_float(pred_u8)
     t = as_float(batch["rgb"], p.device)
     lp = lpips(p, t)
-    return {"psnr": psnr(p, t).cpu().numpy(), "ssim": ssim(p, t).cpu().numpy(), "lpips": None if lp is None else lp.cpu().numpy(),
-            "mae_by_surface": error_by_surface(p, t, batch["surface"])}
+    return {
+        "psnr": psnr(p, t).cpu().numpy(),
+        "ssim": ssim(p, t).cpu().numpy(),
+        "lpips": None if lp is None else lp.cpu().numpy(),
+        "mae_by_surface": error_by_surface(p, t, batch["surface"]),
+    }
+
 
 def summarise(s: dict) -> dict:
-    return {"psnr": float(np.mean(s["psnr"])), "ssim": float(np.mean(s["ssim"])),
-            "lpips": None if s["lpips"] is None else float(np.mean(s["lpips"])), "mae_by_surface": s["mae_by_surface"]}
+    return {
+        "psnr": float(np.mean(s["psnr"])),
+        "ssim": float(np.mean(s["ssim"])),
+        "lpips": None if s["lpips"] is None else float(np.mean(s["lpips"])),
+        "mae_by_surface": s["mae_by_surface"],
+    }
+
 
 def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
     "Mean of a per-frame value over the frames showing each cell (NaN where none do)."
@@ -227,107 +396,242 @@ def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
     n = cells.sum(0)
     return np.where(n > 0, (values[:, None] * cells).sum(0) / np.maximum(n, 1), np.nan)
 
+
 # %% ../nbs/60_evaluate.ipynb #a86eb079
-def episode_video(loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, scale: int = 2) -> Path:
-    "GIF of surface | ground truth | model for an unseen episode in a held-out cell (`viz.episode_frames`, `viz.write_gif`)."
+def episode_video(
+    loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, scale: int = 2
+) -> Path:
+    """GIF of surface | ground truth | model for an unseen episode in a held-out cell
+    (`viz.episode_frames`, `viz.write_gif`)."""
     from qmind_render.episode import render_episode
     from qmind_render.grid import load_grid
     from qmind_render.skinner import skin, stack_frames
+
     grid, (t, m, l) = load_grid(), loaded.split.held_out[0]
     seed = int(loaded.ds.manifest.seeds[1]) + 1000
     ch = stack_frames(list(render_episode(seed, frames, materials=[m])))
     batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in ch.items()}
-    batch.update(rgb=torch.from_numpy(skin(ch, grid.themes[t], grid.lightings[l])),
-                 theme=torch.full((frames,), t, dtype=torch.int16), lighting=torch.full((frames,), l, dtype=torch.int16))
+    batch.update(
+        rgb=torch.from_numpy(skin(ch, grid.themes[t], grid.lightings[l])),
+        theme=torch.full((frames,), t, dtype=torch.int16),
+        lighting=torch.full((frames,), l, dtype=torch.int16),
+    )
     pred = render_frames(loaded.sampler(frames), batch, steps).cpu().numpy()
     return write_gif(episode_frames(batch, pred), path, scale=scale)
 
+
 # %% ../nbs/60_evaluate.ipynb #9b5e78fc
-def _classifiers(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 1500) -> tuple[FactorNet, dict]:
-    sizes = {"theme": ld.ds.manifest.grid["theme"], "lighting": ld.ds.manifest.grid["light"], "material": ld.ds.manifest.grid["material"]}
+def _classifiers(
+    ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 1500
+) -> tuple[FactorNet, dict]:
+    sizes = {
+        "theme": ld.ds.manifest.grid["theme"],
+        "lighting": ld.ds.manifest.grid["light"],
+        "material": ld.ds.manifest.grid["material"],
+    }
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
     b = gather(ld.ds, pick, shards)
-    return train_classifier(as_float(b["rgb"], ld.device), factor_labels(b, sizes["material"]), sizes, ld.cfg.eval.classifier_steps), sizes
+    return train_classifier(
+        as_float(b["rgb"], ld.device),
+        factor_labels(b, sizes["material"]),
+        sizes,
+        ld.cfg.eval.classifier_steps,
+    ), sizes
+
 
 def _fit_baseline(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000) -> MeanColour:
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
     return MeanColour(ld.ds.manifest.grid["theme"]).fit(gather(ld.ds, pick, shards))
 
+
 # %% ../nbs/60_evaluate.ipynb #d9fbedde
-def _part(ld: Loaded, sampler: GraphSampler, batch: dict, steps: list, base: MeanColour, clf: FactorNet, log=print,
-          name: str = "") -> tuple[dict, dict]:
-    "One part's numbers, and its frames as numpy for the pictures: rendering, scoring and classifying on the device."
-    labels = {k: v.to(ld.device) for k, v in factor_labels(batch, ld.ds.manifest.grid["material"]).items()}
+def _part(
+    ld: Loaded,
+    sampler: GraphSampler,
+    batch: dict,
+    steps: list,
+    base: MeanColour,
+    clf: FactorNet,
+    log=print,
+    name: str = "",
+) -> tuple[dict, dict]:
+    """One part's numbers, and its frames as numpy for the pictures: rendering, scoring and
+    classifying on the device."""
+    labels = {
+        k: v.to(ld.device) for k, v in factor_labels(batch, ld.ds.manifest.grid["material"]).items()
+    }
     preds = {"baseline": base.predict(batch)}
     for k in steps:
-        t0 = time.monotonic(); preds[k] = render_frames(sampler, batch, k)
-        log(f"  {name}: {len(batch['rgb'])} frames rendered with {k} DDIM step{'s' * (k > 1)} in {time.monotonic() - t0:.1f} s")
-    r = {"frames": len(batch["rgb"]), "ground_truth_classifier": accuracy(clf, as_float(batch["rgb"], ld.device), labels),
-         "baseline": summarise(score(preds["baseline"], batch))}
+        t0 = time.monotonic()
+        preds[k] = render_frames(sampler, batch, k)
+        log(
+            f"  {name}: {len(batch['rgb'])} frames rendered with {k} DDIM "
+            f"step{'s' * (k > 1)} in {time.monotonic() - t0:.1f} s"
+        )
+    r = {
+        "frames": len(batch["rgb"]),
+        "ground_truth_classifier": accuracy(clf, as_float(batch["rgb"], ld.device), labels),
+        "baseline": summarise(score(preds["baseline"], batch)),
+    }
     for k in steps:
         s = score(preds[k], batch)
-        r[f"ddim_{k}"] = {**summarise(s), "classifier": accuracy(clf, as_float(preds[k]), labels), "per_frame_psnr": s["psnr"]}
+        r[f"ddim_{k}"] = {
+            **summarise(s),
+            "classifier": accuracy(clf, as_float(preds[k]), labels),
+            "per_frame_psnr": s["psnr"],
+        }
     return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
 
-def evaluate(target: str | Path, overrides: list[str] = (), out: str | Path | None = None, log=print, device: str | None = None) -> dict:
-    "Evaluate a run dir or checkpoint on `device` (default `eval.device`); write eval.json, report.md and pictures to `<run>/eval/` (or `out`)."
+
+def evaluate(
+    target: str | Path,
+    overrides: list[str] = (),
+    out: str | Path | None = None,
+    log=print,
+    device: str | None = None,
+) -> dict:
+    """Evaluate a run dir or checkpoint on `device` (default `eval.device`); write eval.json,
+    report.md and pictures to `<run>/eval/` (or `out`)."""
     t0 = time.monotonic()
     from qmind_render.loader import ShardBatches
+
     ld = load_for_eval(target, overrides, device)
-    out = Path(out or run_dir_of(ld.ckpt_path) / "eval"); out.mkdir(parents=True, exist_ok=True)
-    steps, per, shards = list(ld.cfg.eval.ddim_steps), ld.cfg.eval.frames_per_cell, ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths))
+    out = Path(out or run_dir_of(ld.ckpt_path) / "eval")
+    out.mkdir(parents=True, exist_ok=True)
+    steps, per, shards = (
+        list(ld.cfg.eval.ddim_steps),
+        ld.cfg.eval.frames_per_cell,
+        ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths)),
+    )
     train_idx = apply_split(ld.ds.cells, ld.split)["train"]
     base, (clf, _) = _fit_baseline(ld, train_idx, shards), _classifiers(ld, train_idx, shards)
     log(f"  baseline and factor classifiers fitted on {ld.device} ({time.monotonic() - t0:.1f} s)")
-    res = {"checkpoint": str(ld.ckpt_path), "step": ld.step, "dataset": ld.ds.id, "split": ld.split.name, "device": str(ld.device),
-           "ddim_steps": steps, "lpips": "computed" if lpips_available() else "unavailable (no local weights)", "parts": {}}
+    res = {
+        "checkpoint": str(ld.ckpt_path),
+        "step": ld.step,
+        "dataset": ld.ds.id,
+        "split": ld.split.name,
+        "device": str(ld.device),
+        "ddim_steps": steps,
+        "lpips": "computed" if lpips_available() else "unavailable (no local weights)",
+        "parts": {},
+    }
     cells_psnr, grids, sampler = {}, {}, ld.sampler()
     for part in ("heldout", "train"):
-        t1, batch = time.monotonic(), gather(ld.ds, eval_indices(ld.ds, ld.split, part, per), shards)
+        t1, batch = (
+            time.monotonic(),
+            gather(ld.ds, eval_indices(ld.ds, ld.split, part, per), shards),
+        )
         r, frames = _part(ld, sampler, batch, steps, base, clf, log, part)
-        for k in steps: cells_psnr.setdefault(k, []).append((r[f"ddim_{k}"].pop("per_frame_psnr"), batch["cells"].numpy()))
+        for k in steps:
+            cells_psnr.setdefault(k, []).append(
+                (r[f"ddim_{k}"].pop("per_frame_psnr"), batch["cells"].numpy())
+            )
         res["parts"][part], grids[part] = r, sample_grid(batch, frames, n=8)
-        log(f"  {part}: {r['frames']} frames scored and classified ({time.monotonic() - t1:.1f} s for the part)")
-    res["gap"] = {f"ddim_{k}": res["parts"]["train"][f"ddim_{k}"]["psnr"] - res["parts"]["heldout"][f"ddim_{k}"]["psnr"] for k in steps}
-    t1 = time.monotonic(); res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps))
-    log(f"  pictures: the PSNR heatmap, sample grids and an episode video ({time.monotonic() - t1:.1f} s)")
+        log(
+            f"  {part}: {r['frames']} frames scored and classified "
+            f"({time.monotonic() - t1:.1f} s for the part)"
+        )
+    res["gap"] = {
+        f"ddim_{k}": res["parts"]["train"][f"ddim_{k}"]["psnr"]
+        - res["parts"]["heldout"][f"ddim_{k}"]["psnr"]
+        for k in steps
+    }
+    t1 = time.monotonic()
+    res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps))
+    log(
+        "  pictures: the PSNR heatmap, sample grids and an episode video "
+        f"({time.monotonic() - t1:.1f} s)"
+    )
     res["seconds"] = round(time.monotonic() - t0, 1)
-    atomic_write(out / "eval.json", json.dumps(res, indent=1, default=float))      # what `qmind run` and a sweep read back
+    # what `qmind run` and a sweep read back
+    atomic_write(out / "eval.json", json.dumps(res, indent=1, default=float))
     atomic_write(out / "report.md", report_md(res, ld))
     _to_tracker(ld, out, res)
     return res
 
+
 # %% ../nbs/60_evaluate.ipynb #64c54acc
 def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> dict:
     from qmind_render.grid import load_grid
+
     g = load_grid()
-    vals = np.concatenate([v for v, _ in cells_psnr[k]]), np.concatenate([c for _, c in cells_psnr[k]])
-    save_figure(heatmap(per_cell(*vals), (g.theme_names, list(g.materials), g.lighting_names), ld.split.held_out,
-                        f"PSNR per cell, {k} DDIM steps (red: held out)"), out / "psnr_heatmap.png", dpi=90)
+    vals = (
+        np.concatenate([v for v, _ in cells_psnr[k]]),
+        np.concatenate([c for _, c in cells_psnr[k]]),
+    )
+    save_figure(
+        heatmap(
+            per_cell(*vals),
+            (g.theme_names, list(g.materials), g.lighting_names),
+            ld.split.held_out,
+            f"PSNR per cell, {k} DDIM steps (red: held out)",
+        ),
+        out / "psnr_heatmap.png",
+        dpi=90,
+    )
     pics = {"heatmap": "psnr_heatmap.png"}
     for part, img in grids.items():
-        save_image(img, out / f"samples_{part}.png"); pics[f"samples_{part}"] = f"samples_{part}.png"
-    pics["video"] = atomic_write(out / "episode.gif", write=lambda tmp: episode_video(ld, tmp, steps=k), suffix=".gif").name
+        save_image(img, out / f"samples_{part}.png")
+        pics[f"samples_{part}"] = f"samples_{part}.png"
+    pics["video"] = atomic_write(
+        out / "episode.gif", write=lambda tmp: episode_video(ld, tmp, steps=k), suffix=".gif"
+    ).name
     return pics
 
+
 def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
-    if ld.cfg.tracker != "wandb": return                   # a str enum: != compares its value
+    if ld.cfg.tracker != "wandb":
+        return  # a str enum: != compares its value
     import wandb
 
     from qmind_render.train import wandb_mode
+
     run_dir = run_dir_of(ld.ckpt_path)
-    rid = (run_dir / "wandb_id.txt").read_text().strip() if (run_dir / "wandb_id.txt").is_file() else None
-    w = wandb.init(project="qmind-render", name=ld.cfg.name, id=rid, resume="allow", dir=str(run_dir), mode=wandb_mode(),
-                   settings=wandb.Settings(silent=True))
-    flat = {f"eval/{p}/{k}/{m}": v for p, r in res["parts"].items() for k, d in r.items() if isinstance(d, dict)
-            for m, v in d.items() if isinstance(v, float)}
-    w.log({**flat, **{f"eval/{n}": wandb.Image(str(out / f)) for n, f in res["pictures"].items() if f.endswith(".png")}}, step=ld.step)
+    rid = (
+        (run_dir / "wandb_id.txt").read_text().strip()
+        if (run_dir / "wandb_id.txt").is_file()
+        else None
+    )
+    w = wandb.init(
+        project="qmind-render",
+        name=ld.cfg.name,
+        id=rid,
+        resume="allow",
+        dir=str(run_dir),
+        mode=wandb_mode(),
+        settings=wandb.Settings(silent=True),
+    )
+    flat = {
+        f"eval/{p}/{k}/{m}": v
+        for p, r in res["parts"].items()
+        for k, d in r.items()
+        if isinstance(d, dict)
+        for m, v in d.items()
+        if isinstance(v, float)
+    }
+    w.log(
+        {
+            **flat,
+            **{
+                f"eval/{n}": wandb.Image(str(out / f))
+                for n, f in res["pictures"].items()
+                if f.endswith(".png")
+            },
+        },
+        step=ld.step,
+    )
     w.finish()
 
+
 # %% ../nbs/60_evaluate.ipynb #af32b950
-def psnr_curve(run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 2, device: str | None = None) -> list[dict]:
-    "Held-out and training-cell PSNR of every checkpoint in `run_dir`, with its step and minutes of training."
+def psnr_curve(
+    run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 2, device: str | None = None
+) -> list[dict]:
+    """Held-out and training-cell PSNR of every checkpoint in `run_dir`, with its step and minutes
+    of training."""
     from qmind_render.loader import ShardBatches
+
     rows, shards = [], None
     for ck in checkpoints(run_dir):
         ld = load_for_eval(ck, [], device)
@@ -335,124 +639,277 @@ def psnr_curve(run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 
         row, sampler = {"step": ld.step, "minutes": round(ld.elapsed_s / 60, 2)}, ld.sampler()
         for part in ("heldout", "train"):
             b = gather(ld.ds, eval_indices(ld.ds, ld.split, part, frames_per_cell), shards)
-            row[f"{part}_psnr"] = round(float(psnr(as_float(render_frames(sampler, b, ddim_steps)), as_float(b["rgb"], ld.device)).mean()), 2)
+            row[f"{part}_psnr"] = round(
+                float(
+                    psnr(
+                        as_float(render_frames(sampler, b, ddim_steps)),
+                        as_float(b["rgb"], ld.device),
+                    ).mean()
+                ),
+                2,
+            )
         rows.append(row)
     return rows
+
 
 # %% ../nbs/60_evaluate.ipynb #07640866
 def _scores(name: str, d: dict) -> dict:
     "A predictor's row in a part's table, each number to its column's precision."
     lp = "n/a" if d["lpips"] is None else f"{d['lpips']:.3f}"
-    return {"predictor": name, "PSNR dB": f"{d['psnr']:.2f}", "SSIM": f"{d['ssim']:.3f}", "LPIPS": lp,
-            **{f"MAE {s}": f"{d['mae_by_surface'][s]:.1f}" for s in SURFACES}}
+    return {
+        "predictor": name,
+        "PSNR dB": f"{d['psnr']:.2f}",
+        "SSIM": f"{d['ssim']:.3f}",
+        "LPIPS": lp,
+        **{f"MAE {s}": f"{d['mae_by_surface'][s]:.1f}" for s in SURFACES},
+    }
+
 
 def _accuracy(name: str, part: str, a: dict) -> dict:
-    return {"frames": name, "part": part, **{k: f"{a[k]:.2f}" for k in ("theme", "lighting", "material")}}
+    return {
+        "frames": name,
+        "part": part,
+        **{k: f"{a[k]:.2f}" for k in ("theme", "lighting", "material")},
+    }
+
 
 def report_md(res: dict, ld: Loaded) -> str:
     "The report as Markdown (tables, then the pictures)."
     table, steps = (lambda rows: format_table(rows, markdown=True)), res["ddim_steps"]
-    L = [f"# Evaluation: {ld.cfg.name}", "",
-         f"Checkpoint `{Path(res['checkpoint']).name}` (step {res['step']}), dataset `{res['dataset']}`, split `{res['split']}`, "
-         f"LPIPS {res['lpips']}. {res['parts']['heldout']['frames']} held-out and {res['parts']['train']['frames']} "
-         f"training-cell frames ({ld.cfg.eval.frames_per_cell} per cell at most).", ""]
-    for part, title in (("heldout", "Held-out cells"), ("train", "Training cells (in distribution)")):
+    L = [
+        f"# Evaluation: {ld.cfg.name}",
+        "",
+        f"Checkpoint `{Path(res['checkpoint']).name}` (step {res['step']}), dataset "
+        f"`{res['dataset']}`, split `{res['split']}`, "
+        f"LPIPS {res['lpips']}. {res['parts']['heldout']['frames']} held-out and "
+        f"{res['parts']['train']['frames']} "
+        f"training-cell frames ({ld.cfg.eval.frames_per_cell} per cell at most).",
+        "",
+    ]
+    for part, title in (
+        ("heldout", "Held-out cells"),
+        ("train", "Training cells (in distribution)"),
+    ):
         r = res["parts"][part]
-        rows = [_scores("mean-colour baseline", r["baseline"])] + [_scores(f"model, {k} DDIM steps", r[f"ddim_{k}"]) for k in steps]
+        rows = [_scores("mean-colour baseline", r["baseline"])] + [
+            _scores(f"model, {k} DDIM steps", r[f"ddim_{k}"]) for k in steps
+        ]
         L += [f"## {title}", "", table(rows), ""]
-    L += ["## Generalisation gap (training-cell PSNR minus held-out PSNR)", "",
-          table([{"DDIM steps": k, "gap dB": f"{res['gap'][f'ddim_{k}']:.2f}"} for k in steps]), ""]
-    L += ["## Factor classifiers (accuracy)", "",
-          table([_accuracy(n, part, a) for part in ("heldout", "train") for n, a in
-                 [("ground truth", res["parts"][part]["ground_truth_classifier"])] +
-                 [(f"model, {k} steps", res["parts"][part][f"ddim_{k}"]["classifier"]) for k in steps]])]
+    L += [
+        "## Generalisation gap (training-cell PSNR minus held-out PSNR)",
+        "",
+        table([{"DDIM steps": k, "gap dB": f"{res['gap'][f'ddim_{k}']:.2f}"} for k in steps]),
+        "",
+    ]
+    L += [
+        "## Factor classifiers (accuracy)",
+        "",
+        table(
+            [
+                _accuracy(n, part, a)
+                for part in ("heldout", "train")
+                for n, a in [("ground truth", res["parts"][part]["ground_truth_classifier"])]
+                + [
+                    (f"model, {k} steps", res["parts"][part][f"ddim_{k}"]["classifier"])
+                    for k in steps
+                ]
+            ]
+        ),
+    ]
     p = res["pictures"]
-    L += ["", "## Pictures", "", f"![PSNR per cell]({p['heatmap']})", "",
-          "Held-out samples (rows: surface, ground truth, baseline, model at each K):", "", f"![held-out]({p['samples_heldout']})", "",
-          "Training-cell samples:", "", f"![train]({p['samples_train']})", "", f"Unseen episode in a held-out cell: ![video]({p['video']})", ""]
+    L += [
+        "",
+        "## Pictures",
+        "",
+        f"![PSNR per cell]({p['heatmap']})",
+        "",
+        "Held-out samples (rows: surface, ground truth, baseline, model at each K):",
+        "",
+        f"![held-out]({p['samples_heldout']})",
+        "",
+        "Training-cell samples:",
+        "",
+        f"![train]({p['samples_train']})",
+        "",
+        f"Unseen episode in a held-out cell: ![video]({p['video']})",
+        "",
+    ]
     return "\n".join(L)
+
 
 # %% ../nbs/60_evaluate.ipynb #7c438948
 def eval_main(argv: list[str]) -> int:
     "`qmind eval RUN_DIR|CHECKPOINT [key=value ...]`"
     import argparse
-    p = argparse.ArgumentParser(prog="qmind eval", description="Evaluate a checkpoint on held-out and training cells; write a report.")
+
+    p = argparse.ArgumentParser(
+        prog="qmind eval",
+        description="Evaluate a checkpoint on held-out and training cells; write a report.",
+    )
     p.add_argument("target", help="a run dir (its latest checkpoint) or a checkpoint file")
-    p.add_argument("overrides", nargs="*", help="key=value, e.g. eval.ddim_steps=[1,2,4] eval.frames_per_cell=4")
-    a = p.parse_intermixed_args(argv)          # options anywhere on the line
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value, e.g. eval.ddim_steps=[1,2,4] eval.frames_per_cell=4",
+    )
+    a = p.parse_intermixed_args(argv)  # options anywhere on the line
     res = evaluate(a.target, a.overrides)
-    print(_headline(res)); print(f"report: {run_dir_of(res['checkpoint']) / 'eval' / 'report.md'}")
+    print(_headline(res))
+    print(f"report: {run_dir_of(res['checkpoint']) / 'eval' / 'report.md'}")
     return 0
+
 
 def _headline(res: dict) -> str:
     h, t = res["parts"]["heldout"], res["parts"]["train"]
-    ks = " ".join(f"{k}:{h[f'ddim_{k}']['psnr']:.2f}/{t[f'ddim_{k}']['psnr']:.2f}" for k in res["ddim_steps"])
-    return f"PSNR held-out/in-dist by DDIM steps {ks} dB; baseline {h['baseline']['psnr']:.2f}/{t['baseline']['psnr']:.2f} dB"
+    ks = " ".join(
+        f"{k}:{h[f'ddim_{k}']['psnr']:.2f}/{t[f'ddim_{k}']['psnr']:.2f}" for k in res["ddim_steps"]
+    )
+    return (
+        f"PSNR held-out/in-dist by DDIM steps {ks} dB; baseline "
+        f"{h['baseline']['psnr']:.2f}/{t['baseline']['psnr']:.2f} dB"
+    )
+
 
 # %% ../nbs/60_evaluate.ipynb #44004bc4
-def run(config=None, overrides: list[str] = (), root: str | Path | None = None, workers: int | None = None, log=print) -> dict:
+def run(
+    config=None,
+    overrides: list[str] = (),
+    root: str | Path | None = None,
+    workers: int | None = None,
+    log=print,
+) -> dict:
     "The main job: dataset (if missing) -> train -> eval -> report."
     from qmind_render.data import list_datasets
     from qmind_render.generate import check_workers, generate
     from qmind_render.train import make_runs_root, runs_root, train
+
     t0, cfg = time.monotonic(), load_config(config, list(overrides))
-    make_runs_root(root); check_workers(workers)              # a bad --runs or --workers: one line before anything is made
+    # a bad --runs or --workers: one line before anything is made
+    make_runs_root(root)
+    check_workers(workers)
     store = open_store(cfg.data.store)
-    if cfg.data.dataset in list_datasets(store): log(f"[1/3] dataset {cfg.data.dataset}: in {store.uri}, reusing it")
+    if cfg.data.dataset in list_datasets(store):
+        log(f"[1/3] dataset {cfg.data.dataset}: in {store.uri}, reusing it")
     else:
-        log(f"[1/3] dataset {cfg.data.dataset}: not in {store.uri}, generating {cfg.data.episodes * cfg.data.frames_per_episode} samples")
+        log(
+            f"[1/3] dataset {cfg.data.dataset}: not in {store.uri}, generating "
+            f"{cfg.data.episodes * cfg.data.frames_per_episode} samples"
+        )
         generate(cfg.data, workers=workers)
-    log(f"[2/3] training {cfg.name}: {cfg.train.steps} steps of batch {cfg.train.batch}, model {cfg.model.size}")
+    log(
+        f"[2/3] training {cfg.name}: {cfg.train.steps} steps of batch {cfg.train.batch}, "
+        f"model {cfg.model.size}"
+    )
     tr = train(cfg, root)
-    log(f"      {tr['status']} at step {tr['step']} ({tr['seconds']} s); checkpoint {tr['last_checkpoint']}")
-    if not tr["status"].startswith("finished"): return {"train": tr, "eval": None}
+    log(
+        f"      {tr['status']} at step {tr['step']} ({tr['seconds']} s); checkpoint "
+        f"{tr['last_checkpoint']}"
+    )
+    if not tr["status"].startswith("finished"):
+        return {"train": tr, "eval": None}
     ev_path = runs_root(root) / cfg.name / "eval" / "eval.json"
     if ev_path.is_file() and json.loads(ev_path.read_text())["checkpoint"] == tr["last_checkpoint"]:
-        log(f"[3/3] evaluation of {Path(tr['last_checkpoint']).name}: done earlier"); ev = json.loads(ev_path.read_text())
+        log(f"[3/3] evaluation of {Path(tr['last_checkpoint']).name}: done earlier")
+        ev = json.loads(ev_path.read_text())
     else:
-        log("[3/3] evaluating"); ev = evaluate(tr["last_checkpoint"], log=log)
-    log(f"      {_headline(ev)}\n      report: {ev_path.parent / 'report.md'}  ({time.monotonic() - t0:.0f} s in all)")
+        log("[3/3] evaluating")
+        ev = evaluate(tr["last_checkpoint"], log=log)
+    log(
+        f"      {_headline(ev)}\n      report: {ev_path.parent / 'report.md'}  "
+        f"({time.monotonic() - t0:.0f} s in all)"
+    )
     return {"train": tr, "eval": ev}
+
 
 def run_main(argv: list[str]) -> int:
     "`qmind run [CONFIG] [key=value ...]`"
     import argparse
     from qmind_render.config import add_config_args, config_args
-    p = argparse.ArgumentParser(prog="qmind run", description="The main job: dataset (if missing) -> train -> eval -> report.")
+
+    p = argparse.ArgumentParser(
+        prog="qmind run",
+        description="The main job: dataset (if missing) -> train -> eval -> report.",
+    )
     add_config_args(p)
-    p.add_argument("--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)")
-    p.add_argument("--workers", type=int, default=None, help="dataset generation processes (default: one per core)")
-    a = p.parse_intermixed_args(argv)          # options anywhere on the line
+    p.add_argument(
+        "--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="dataset generation processes (default: one per core)",
+    )
+    a = p.parse_intermixed_args(argv)  # options anywhere on the line
     res = run(*config_args(a), a.runs, a.workers)
     return 0 if res["eval"] is not None else 1
 
+
 # %% ../nbs/60_evaluate.ipynb #7dd21a87
-def bench_eval(frames: int = 1000, steps=None, size: str = "small", device: str = "cpu", batch: int | None = None,
-               classifier_steps: int | None = None) -> dict:
-    """Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts (default: `eval.ddim_steps`),
-    and to fit the classifiers as evaluation does (`classifier_steps`, default `eval.classifier_steps`, one head per factor of the grid file)."""
+def bench_eval(
+    frames: int = 1000,
+    steps=None,
+    size: str = "small",
+    device: str = "cpu",
+    batch: int | None = None,
+    classifier_steps: int | None = None,
+) -> dict:
+    """Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts
+    (default: `eval.ddim_steps`), and to fit the classifiers as evaluation does (`classifier_steps`,
+    default `eval.classifier_steps`, one head per factor of the grid file)."""
     from qmind_render.model import synthetic_batch
     from qmind_render.sampler import fast_dtype
     from qmind_render.grid import load_grid
     from qmind_render.train import pick_device
+
     cfg, grid = load_config(None, [f"model.size={size}"]), load_grid()
-    dev, steps = pick_device(device, key="device"), [int(k) for k in np.atleast_1d(list(cfg.eval.ddim_steps) if steps is None else steps)]
+    dev, steps = (
+        pick_device(device, key="device"),
+        [int(k) for k in np.atleast_1d(list(cfg.eval.ddim_steps) if steps is None else steps)],
+    )
     batch = batch or eval_batch(dev)
     sync = device_sync(dev)
     model = build_model(cfg.model, grid=grid).to(dev).eval()
-    sampler = GraphSampler(model, Diffusion.from_config(cfg.model), dtype=fast_dtype(dev), buckets=(batch,))
+    sampler = GraphSampler(
+        model, Diffusion.from_config(cfg.model), dtype=fast_dtype(dev), buckets=(batch,)
+    )
     b = synthetic_batch(frames)
     (T, M, L) = grid.shape
-    sizes = {"theme": T, "lighting": L, "material": M}                   # the heads evaluation fits (`_classifiers`)
+    # the heads evaluation fits (`_classifiers`)
+    sizes = {"theme": T, "lighting": L, "material": M}
     labels = {k: v.to(dev) for k, v in factor_labels(b, sizes["material"]).items()}
-    out = {"frames": frames, "ddim_steps": steps, "model": size, "device": str(dev), "dtype": str(sampler.net.dtype).replace("torch.", "")}
-    render_frames(sampler, {k: v[:batch] for k, v in b.items()}, steps[0]); sync()      # warm-up (capture on a GPU)
-    t0 = time.perf_counter(); clf = train_classifier(as_float(b["rgb"], dev), labels, sizes, classifier_steps or cfg.eval.classifier_steps); sync()
+    out = {
+        "frames": frames,
+        "ddim_steps": steps,
+        "model": size,
+        "device": str(dev),
+        "dtype": str(sampler.net.dtype).replace("torch.", ""),
+    }
+    # warm-up (capture on a GPU)
+    render_frames(sampler, {k: v[:batch] for k, v in b.items()}, steps[0])
+    sync()
+    t0 = time.perf_counter()
+    clf = train_classifier(
+        as_float(b["rgb"], dev), labels, sizes, classifier_steps or cfg.eval.classifier_steps
+    )
+    sync()
     out["classifier_fit_s"] = round(time.perf_counter() - t0, 2)
     for k in steps:
-        render_frames(sampler, {kk: v[:batch] for kk, v in b.items()}, k); sync()         # each step count's graph, untimed
-        t0 = time.perf_counter(); p = render_frames(sampler, b, k); sync(); t1 = time.perf_counter()
-        score(p, b); accuracy(clf, as_float(p), labels); sync()
-        out[f"render_s_{k}"], out[f"score_s_{k}"] = round(t1 - t0, 2), round(time.perf_counter() - t1, 2)
-    out["seconds"] = round(out["classifier_fit_s"] + sum(out[f"render_s_{k}"] + out[f"score_s_{k}"] for k in steps), 2)
+        # each step count's graph, untimed
+        render_frames(sampler, {kk: v[:batch] for kk, v in b.items()}, k)
+        sync()
+        t0 = time.perf_counter()
+        p = render_frames(sampler, b, k)
+        sync()
+        t1 = time.perf_counter()
+        score(p, b)
+        accuracy(clf, as_float(p), labels)
+        sync()
+        out[f"render_s_{k}"], out[f"score_s_{k}"] = (
+            round(t1 - t0, 2),
+            round(time.perf_counter() - t1, 2),
+        )
+    out["seconds"] = round(
+        out["classifier_fit_s"] + sum(out[f"render_s_{k}"] + out[f"score_s_{k}"] for k in steps), 2
+    )
     return {**out, "threads": torch.get_num_threads()}

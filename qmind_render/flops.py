@@ -1,4 +1,4 @@
-"""Parameters and FLOPs of the U-Net, counted: forward per frame for each size, and a training step's forward + backward, which the cost planner prices.
+"""Parameters and FLOPs of the U-Net, counted per frame and per training step, for the planner.
 
 Docs: https://qmind.github.io/qmind-render/flops.html.md"""
 
@@ -9,38 +9,70 @@ from __future__ import annotations
 
 import torch
 
-from .model import SIZES, ConditionalUNet, build_model, diffusion_loss, model_config, n_params, prepare_batch, synthetic_batch
+from qmind_render.model import (
+    SIZES,
+    ConditionalUNet,
+    build_model,
+    diffusion_loss,
+    model_config,
+    n_params,
+    prepare_batch,
+    synthetic_batch,
+)
 
 # %% auto #0
-__all__ = ['forward_flops', 'train_flops', 'size_table']
+__all__ = ["forward_flops", "train_flops", "size_table"]
+
 
 # %% ../nbs/41_flops.ipynb #14d02970
 def _countable_attention():
-    "SDPA's math backend: plain matmuls that FlopCounterMode sees (it has no formula for the fused CPU kernel)."
+    """SDPA's math backend: plain matmuls that FlopCounterMode sees (it has no formula for the fused
+    CPU kernel)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     return sdpa_kernel([SDPBackend.MATH])
+
 
 def forward_flops(model: ConditionalUNet, batch: int = 1) -> float:
     "Forward FLOPs per frame (FlopCounterMode; a multiply-add counts 2)."
     from torch.utils.flop_counter import FlopCounterMode
+
     dev = next(model.parameters()).device
-    x0, cond = prepare_batch(synthetic_batch(batch, grid_shape=(model.encoder.n_themes, model.spec.n_materials, model.encoder.n_lightings)), dev, model.spec)
+    x0, cond = prepare_batch(
+        synthetic_batch(
+            batch,
+            grid_shape=(model.encoder.n_themes, model.spec.n_materials, model.encoder.n_lightings),
+        ),
+        dev,
+        model.spec,
+    )
     with torch.no_grad(), _countable_attention(), FlopCounterMode(display=False) as fc:
         model(x0, torch.zeros(batch, dtype=torch.long, device=dev), cond)
     return fc.get_total_flops() / batch
 
+
 def train_flops(model, x0, cond, diffusion) -> float:
     "FLOPs of one training step's forward + backward, counted (FlopCounterMode)."
     from torch.utils.flop_counter import FlopCounterMode
+
     with _countable_attention(), FlopCounterMode(display=False) as fc:
-        diffusion_loss(model, diffusion, x0, cond, torch.Generator(x0.device).manual_seed(0)).backward()
+        diffusion_loss(
+            model, diffusion, x0, cond, torch.Generator(x0.device).manual_seed(0)
+        ).backward()
     model.zero_grad(set_to_none=True)
     return fc.get_total_flops()
+
 
 def size_table(cfg=None, spec=None, tables=None) -> list[dict]:
     "Parameters and forward GFLOPs per 64×64 frame for every registered size."
     out = []
     for name in SIZES:
         m = build_model(model_config(cfg, size=name), spec, tables)
-        out.append({"size": name, "params_M": round(n_params(m) / 1e6, 2), "gflops_per_frame": round(forward_flops(m) / 1e9, 2)})
+        out.append(
+            {
+                "size": name,
+                "params_M": round(n_params(m) / 1e6, 2),
+                "gflops_per_frame": round(forward_flops(m) / 1e9, 2),
+            }
+        )
     return out

@@ -1,4 +1,4 @@
-"""The playable engine: `Game.step(action)` a frame at a time, its top-down map, and `qmind render`.
+"""The playable engine: `Game.step(action)` a frame at a time, its top-down map, `qmind render`.
 
 Docs: https://qmind.github.io/qmind-render/game.html.md"""
 
@@ -22,23 +22,38 @@ from .util import save_figure, save_image
 from .viz import channel_strip, draw_map, map_legend, palette
 
 # %% auto #0
-__all__ = ['Game', 'plot_map', 'render_parser', 'write_episode', 'render_main']
+__all__ = ["Game", "plot_map", "render_parser", "write_episode", "render_main"]
+
 
 # %% ../nbs/12_game.ipynb #d2ccbece
 def _action_index(action) -> int:
-    if action is None: return -1
-    if isinstance(action, str) and action in ACTIONS: return ACTIONS.index(action)
-    if isinstance(action, Integral) and not isinstance(action, bool) and 0 <= action < len(ACTIONS): return int(action)
-    raise ValueError(f"action must be one of {ACTIONS}, its index, or None for the built-in policy; got {action!r}")
+    if action is None:
+        return -1
+    if isinstance(action, str) and action in ACTIONS:
+        return ACTIONS.index(action)
+    if isinstance(action, Integral) and not isinstance(action, bool) and 0 <= action < len(ACTIONS):
+        return int(action)
+    raise ValueError(
+        f"action must be one of {ACTIONS}, its index, or None for the built-in policy; "
+        f"got {action!r}"
+    )
+
 
 class Game:
     "One world, played a frame at a time."
-    def __init__(self, seed: int = 0, materials: Sequence[int] | None = None, spec: ChannelSpec | None = None,
-                 world: World | None = None):
+
+    def __init__(
+        self,
+        seed: int = 0,
+        materials: Sequence[int] | None = None,
+        spec: ChannelSpec | None = None,
+        world: World | None = None,
+    ):
         self.seed, self.spec = check_seed(seed), engine_spec(spec)
         self.world = make_world(self.seed, materials, self.spec) if world is None else world
         self._runner = Runner([self.world], [self.seed], self.spec)
         self.frame, self.last_action, self._zcol = 0, None, None
+
 
 # %% ../nbs/12_game.ipynb #68eee146
 def _step(self: Game, action: str | int | None = None) -> dict[str, np.ndarray]:
@@ -47,13 +62,16 @@ def _step(self: Game, action: str | int | None = None) -> dict[str, np.ndarray]:
     self.frame, self.last_action, self._zcol = self.frame + 1, ACTIONS[acts[0, 0]], out.zcol[0, 0]
     return out.frame(0, 0)
 
+
 def _channels(self: Game) -> dict[str, np.ndarray]:
     "The channels of the current state (nothing moves)."
     out = self._runner.draw()
     self._zcol = out.zcol[0, 0]
     return out.frame(0, 0)
 
+
 Game.step, Game.channels = _step, _channels
+
 
 # %% ../nbs/12_game.ipynb #a04bc2f9
 @property
@@ -62,61 +80,110 @@ def _player(self: Game) -> tuple[float, float, float]:
     x, y, h = self._runner.pose()
     return x, y, float(h * 360 / N_HEADINGS)
 
+
 @property
 def _enemies(self: Game) -> np.ndarray:
     "Enemy positions, [E, 2] (x, y)."
     return self._runner.enemies()
 
+
 Game.player, Game.enemies = _player, _enemies
 
+
 # %% ../nbs/12_game.ipynb #0cedbf6a
-def plot_map(game: Game, ax=None, trail: np.ndarray | None = None, title: str | None = None, legend: bool = False):
-    "Top-down view of `game` (`viz.draw_map`): walls by material, floor by light, enemies, the player and its view cone. Returns the figure."
+def plot_map(
+    game: Game,
+    ax=None,
+    trail: np.ndarray | None = None,
+    title: str | None = None,
+    legend: bool = False,
+):
+    """Top-down view of `game` (`viz.draw_map`): walls by material, floor by light, enemies, the
+    player and its view cone. Returns the figure."""
     from matplotlib.figure import Figure
+
     ax = ax or Figure(figsize=(4, 4)).subplots()
     st, b, pal = game._runner.state, 0, palette(game.spec)
-    draw_map(ax, map_image(st.grid[b], st.sector[b], st.light[b], game.spec), game.player, game.enemies, game.spec)
-    if game._zcol is None: game.channels()
+    draw_map(
+        ax,
+        map_image(st.grid[b], st.sector[b], st.light[b], game.spec),
+        game.player,
+        game.enemies,
+        game.spec,
+    )
+    if game._zcol is None:
+        game.channels()
     x, y, _ = game.player
     c, s = game._runner.tab.heading[game._runner.pose(b)[2]]
     cam = game._runner.tab.camx
-    cx, cy = x + game._zcol * (c - s * PLANE * cam), y + game._zcol * (s + c * PLANE * cam)  # where each column's ray hit
+    # where each column's ray hit
+    cx, cy = x + game._zcol * (c - s * PLANE * cam), y + game._zcol * (s + c * PLANE * cam)
     ax.fill(np.r_[x, cx], np.r_[y, cy], color=pal.view / 255, alpha=0.5, lw=0)
     ax.plot([cx[0], x, cx[-1]], [cy[0], y, cy[-1]], c="k", lw=0.6)
-    if trail is not None and len(trail): ax.plot(*np.asarray(trail).T[:2], c=pal.player / 255, lw=1.2, alpha=0.8)
+    if trail is not None and len(trail):
+        ax.plot(*np.asarray(trail).T[:2], c=pal.player / 255, lw=1.2, alpha=0.8)
     ax.set_title(title or f"after frame {game.frame - 1}", fontsize=9)
-    if legend: map_legend(ax, view=True, trail=trail is not None, spec=game.spec)
+    if legend:
+        map_legend(ax, view=True, trail=trail is not None, spec=game.spec)
     return ax.figure
+
 
 # %% ../nbs/12_game.ipynb #9382a150
 def render_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="qmind render", description="Render an engine episode to PNGs: a channel strip per frame and a top-down map.")
+    p = argparse.ArgumentParser(
+        prog="qmind render",
+        description="Render an engine episode to PNGs: a channel strip per frame and a "
+        "top-down map.",
+    )
     p.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
     p.add_argument("--frames", type=int, default=16, help="frames to play (default 16)")
     p.add_argument("--out", type=Path, required=True, help="output folder (created)")
     p.add_argument("--every", type=int, default=1, help="write every k-th frame (default 1)")
     p.add_argument("--scale", type=int, default=4, help="pixel upscaling of the strips (default 4)")
-    p.add_argument("--materials", type=str, default=None, help="comma-separated wall material ids (default: all)")
+    p.add_argument(
+        "--materials",
+        type=str,
+        default=None,
+        help="comma-separated wall material ids (default: all)",
+    )
     return p
 
+
 def write_episode(args) -> int:
-    if args.frames < 1 or args.every < 1 or args.scale < 1: raise ValueError("--frames, --every and --scale must be >= 1")
+    if args.frames < 1 or args.every < 1 or args.scale < 1:
+        raise ValueError("--frames, --every and --scale must be >= 1")
     mats = None if args.materials is None else [int(m) for m in args.materials.split(",")]
     game, trail, n = Game(args.seed, mats), [], 0
     args.out.mkdir(parents=True, exist_ok=True)
     for t in range(args.frames):
-        f = game.step(); trail.append(game.player)
-        if t % args.every == 0: save_image(channel_strip(f, spec=game.spec, scale=args.scale, labels=True), args.out / f"frame_{t:05d}.png"); n += 1
+        f = game.step()
+        trail.append(game.player)
+        if t % args.every == 0:
+            save_image(
+                channel_strip(f, spec=game.spec, scale=args.scale, labels=True),
+                args.out / f"frame_{t:05d}.png",
+            )
+            n += 1
     title = f"seed {args.seed}: frames 0-{args.frames - 1}"
-    save_figure(plot_map(game, trail=np.array(trail), title=title, legend=True), args.out / "map.png", dpi=100, bbox_inches="tight")
+    save_figure(
+        plot_map(game, trail=np.array(trail), title=title, legend=True),
+        args.out / "map.png",
+        dpi=100,
+        bbox_inches="tight",
+    )
     return n
+
 
 # %% ../nbs/12_game.ipynb #69060193
 def render_main(argv: list[str] | None = None) -> int:
-    "`qmind render --seed S --frames N --out DIR`: write channel strips and a map as PNGs; returns the exit status."
-    try: args = render_parser().parse_args(argv)
-    except SystemExit as e: return int(e.code or 0)
-    try: n = write_episode(args)
+    """`qmind render --seed S --frames N --out DIR`: write channel strips and a map as PNGs; returns
+    the exit status."""
+    try:
+        args = render_parser().parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        n = write_episode(args)
     except ValueError as e:
         print(f"qmind render: error: {e}", file=sys.stderr)
         return 2

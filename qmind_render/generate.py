@@ -1,4 +1,4 @@
-"""Datasets made from the engine and the skinner, one process per core, resumable; what they hold at a glance; and repair, which makes a bad shard again from the recipe, byte for byte.
+"""Datasets made from the engine and the skinner, in parallel, resumable, repairable.
 
 Docs: https://qmind.github.io/qmind-render/generate.html.md"""
 
@@ -18,62 +18,120 @@ import numpy as np
 
 from .config import DataConfig
 from .contracts import ChannelSpec, load_spec
-from .data import (RECIPE, DatasetError, DatasetWriter, Grid, LocalDataset, Manifest, ShardInfo, Store,
-                               check_manifest, check_shards, manifest_hash, dataset_key, default_cache_dir, git_commit,
-                               load_shard, open_store, parse_manifest, read_manifest, sha256_file, shard_files, shard_name,
-                               write_shard)
+from qmind_render.data import (
+    RECIPE,
+    DatasetError,
+    DatasetWriter,
+    Grid,
+    LocalDataset,
+    Manifest,
+    ShardInfo,
+    Store,
+    check_manifest,
+    check_shards,
+    manifest_hash,
+    dataset_key,
+    default_cache_dir,
+    git_commit,
+    load_shard,
+    open_store,
+    parse_manifest,
+    read_manifest,
+    sha256_file,
+    shard_files,
+    shard_name,
+    write_shard,
+)
 from .splits import Split, apply_split
 from .util import atomic_write, pool_map
 
 # %% auto #0
-__all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards', 'generator_record',
-           'check_workers', 'generate', 'summary', 'sample_sheet', 'rebuild_manifest', 'regenerate_shards',
-           'repair_dataset']
+__all__ = [
+    "frame_factors",
+    "ShardJob",
+    "episode_channels",
+    "skin_samples",
+    "make_shard",
+    "plan_shards",
+    "generator_record",
+    "check_workers",
+    "generate",
+    "summary",
+    "sample_sheet",
+    "rebuild_manifest",
+    "regenerate_shards",
+    "repair_dataset",
+]
+
 
 # %% ../nbs/33_generate.ipynb #87b98f6d
-def frame_factors(seed: int, n_frames: int, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-    "The (theme, lighting) ids of each frame of episode `seed`: all T×L pairs in turn, offset per episode."
+def frame_factors(
+    seed: int, n_frames: int, shape: tuple[int, int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The (theme, lighting) ids of each frame of episode `seed`: all T×L pairs in turn, offset per
+    episode."""
     T, _, L = shape
     k = (np.arange(n_frames) + 7 * seed) % (T * L)
     return (k // L).astype(np.int16), (k % L).astype(np.int16)
+
 
 # %% ../nbs/33_generate.ipynb #33f25183
 @dataclass(frozen=True)
 class ShardJob:
     "Everything a worker needs to make one shard (picklable, so it crosses process boundaries)."
+
     index: int
     seeds: tuple[int, ...]
     frames: int
     staging: str
     fingerprint: str
 
+
 def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
     "One episode's engine channels and factor labels (not yet skinned)."
     from qmind_render.episode import render_episode
     from qmind_render.skinner import episode_materials
+
     theme, lighting = frame_factors(seed, n_frames, grid.shape)
-    frames = list(render_episode(seed, n_frames, materials=episode_materials(seed, spec.n_materials), spec=spec))
+    frames = list(
+        render_episode(
+            seed, n_frames, materials=episode_materials(seed, spec.n_materials), spec=spec
+        )
+    )
     out = {c: np.stack([f[c] for f in frames]) for c in spec.names}
-    out.update(theme=theme, lighting=lighting, seed=np.full(n_frames, seed, np.int64), frame=np.arange(n_frames, dtype=np.int32))
+    out.update(
+        theme=theme,
+        lighting=lighting,
+        seed=np.full(n_frames, seed, np.int64),
+        frame=np.arange(n_frames, dtype=np.int32),
+    )
     return out
 
+
 def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
-    "Add the skinned frames and the factor cells, painting all frames of one (theme, lighting) in one call."
+    """Add the skinned frames and the factor cells, painting all frames of one (theme, lighting) in
+    one call."""
     from qmind_render.skinner import cell_mask, skin
+
     theme, lighting = arrays["theme"], arrays["lighting"]
     rgb = np.empty((len(theme), *spec.size, 3), np.uint8)
     for t, l in sorted(set(zip(theme.tolist(), lighting.tolist()))):
         sel = np.flatnonzero((theme == t) & (lighting == l))
         rgb[sel] = skin({c: arrays[c][sel] for c in spec.names}, grid.themes[t], grid.lightings[l])
-    cells = cell_mask({"material": arrays["material"], "surface": arrays["surface"]}, theme, lighting, grid.shape)
+    cells = cell_mask(
+        {"material": arrays["material"], "surface": arrays["surface"]}, theme, lighting, grid.shape
+    )
     return {**arrays, "rgb": rgb, "cells": cells}
+
 
 # %% ../nbs/33_generate.ipynb #60dd4396
 @functools.lru_cache(maxsize=1)
 def _grid():
     "The factor grid, loaded once per worker process."
     from qmind_render.grid import load_grid
+
     return load_grid()
+
 
 def make_shard(job: ShardJob) -> ShardInfo:
     "Worker: render, skin and write one shard into the staging folder, with its record."
@@ -82,147 +140,264 @@ def make_shard(job: ShardJob) -> ShardInfo:
     arrays = skin_samples({k: np.concatenate([e[k] for e in eps]) for k in eps[0]}, grid, spec)
     name = shard_name(job.index)
     info = write_shard(arrays, Path(job.staging) / name)
-    atomic_write(Path(job.staging) / f".{name}.json", json.dumps({**asdict(info), "fingerprint": job.fingerprint}).encode())
+    atomic_write(
+        Path(job.staging) / f".{name}.json",
+        json.dumps({**asdict(info), "fingerprint": job.fingerprint}).encode(),
+    )
     return info
+
 
 def _reusable(job: ShardJob) -> ShardInfo | None:
     rec = Path(job.staging) / f".shard-{job.index:05d}.npz.json"
-    if not rec.is_file(): return None
+    if not rec.is_file():
+        return None
     d = json.loads(rec.read_text())
     p = Path(job.staging) / d["file"]
-    if d.pop("fingerprint") != job.fingerprint or not p.is_file() or p.stat().st_size != d["bytes"]: return None
+    if d.pop("fingerprint") != job.fingerprint or not p.is_file() or p.stat().st_size != d["bytes"]:
+        return None
     return ShardInfo(**d)
+
 
 # %% ../nbs/33_generate.ipynb #f0983799
 def plan_shards(cfg, staging: Path, fingerprint: str) -> list[ShardJob]:
     "Consecutive seeds grouped into shards of about `cfg.shard_size` samples."
     per = max(1, cfg.shard_size // cfg.frames_per_episode)
     seeds = list(range(cfg.seed_start, cfg.seed_start + cfg.episodes))
-    return [ShardJob(i, tuple(seeds[j : j + per]), cfg.frames_per_episode, str(staging), fingerprint)
-            for i, j in enumerate(range(0, len(seeds), per))]
+    return [
+        ShardJob(i, tuple(seeds[j : j + per]), cfg.frames_per_episode, str(staging), fingerprint)
+        for i, j in enumerate(range(0, len(seeds), per))
+    ]
+
 
 def generator_record(cfg, shape) -> tuple[dict, str]:
-    "What makes a dataset's bytes (recipe, engine and skinner versions, grid, commit), and its fingerprint."
+    """What makes a dataset's bytes (recipe, engine and skinner versions, grid, commit), and its
+    fingerprint."""
     from qmind_render import engine, skinner
-    gen = {"seed_start": cfg.seed_start, "episodes": cfg.episodes, "frames_per_episode": cfg.frames_per_episode,
-           "shard_size": cfg.shard_size, "engine": engine.ENGINE_VERSION, "skinner": skinner.SKINNER_VERSION,
-           "grid": list(shape), "git": git_commit()}
+
+    gen = {
+        "seed_start": cfg.seed_start,
+        "episodes": cfg.episodes,
+        "frames_per_episode": cfg.frames_per_episode,
+        "shard_size": cfg.shard_size,
+        "engine": engine.ENGINE_VERSION,
+        "skinner": skinner.SKINNER_VERSION,
+        "grid": list(shape),
+        "git": git_commit(),
+    }
     return gen, hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:16]
+
 
 # %% ../nbs/33_generate.ipynb #95755921
 def check_workers(n: int | None, option: str = "--workers") -> int | None:
-    "A process count from a command line: None (one per core) or at least 1; anything else a `ValueError` naming `option`."
-    if n is not None and n < 1: raise ValueError(f"{option} {n}: must be at least 1 (leave it out for one process per core)")
+    """A process count from a command line: None (one per core) or at least 1; anything else a
+    `ValueError` naming `option`."""
+    if n is not None and n < 1:
+        raise ValueError(
+            f"{option} {n}: must be at least 1 (leave it out for one process per core)"
+        )
     return n
 
-def generate(cfg, workers: int | None = None, cache: Path | None = None, progress: bool = True) -> Manifest:
+
+def generate(
+    cfg, workers: int | None = None, cache: Path | None = None, progress: bool = True
+) -> Manifest:
     "Build dataset `cfg.dataset` in store `cfg.store` from a config's `data` section; resumable."
     from tqdm.auto import tqdm
 
     from qmind_render.grid import load_grid
+
     store, spec, fgrid = open_store(cfg.store), load_spec(), load_grid()
     writer = DatasetWriter(store, cfg.dataset, spec, Grid.of(fgrid))
-    staging = store.local_path(dataset_key(cfg.dataset)) or Path(cache or default_cache_dir()) / cfg.dataset
+    staging = (
+        store.local_path(dataset_key(cfg.dataset))
+        or Path(cache or default_cache_dir()) / cfg.dataset
+    )
     staging.mkdir(parents=True, exist_ok=True)
     gen, fp = generator_record(cfg, fgrid.shape)
     jobs = plan_shards(cfg, staging, fp)
-    bar = tqdm(total=cfg.episodes * cfg.frames_per_episode, unit="sample", disable=not progress,
-               desc=f"generating {cfg.dataset}", smoothing=0.1)
+    bar = tqdm(
+        total=cfg.episodes * cfg.frames_per_episode,
+        unit="sample",
+        disable=not progress,
+        desc=f"generating {cfg.dataset}",
+        smoothing=0.1,
+    )
     todo = []
     for j in jobs:
         info = _reusable(j)
-        if info is None: todo.append(j)
-        else: writer.put(staging / info.file, info); bar.update(info.n)
+        if info is None:
+            todo.append(j)
+        else:
+            writer.put(staging / info.file, info)
+            bar.update(info.n)
     import qmind_render.generate as lib  # the module's make_shard, picklable by name in any worker
+
     for info in pool_map(lib.make_shard, todo, workers, bar, count=lambda info: info.n):
         writer.put(staging / info.file, info)
     bar.close()
     m = writer.commit((cfg.seed_start, cfg.seed_start + cfg.episodes), gen)
-    for j in jobs: (staging / f".{shard_name(j.index)}.json").unlink(missing_ok=True)
+    for j in jobs:
+        (staging / f".{shard_name(j.index)}.json").unlink(missing_ok=True)
     return m
+
 
 # %% ../nbs/33_generate.ipynb #0b655139
 def summary(ds: LocalDataset, split: Split | None = None) -> dict:
     "Facts about a fetched dataset (and what `split` keeps of it)."
     m, per_cell = ds.manifest, ds.cells.sum(axis=0)
-    out = {"id": m.id, "content_id": m.content_id, "channel_spec": m.channel_spec, "theme_schema": m.theme_schema, "git": m.git,
-           "seeds": m.seeds, "grid": m.grid, "samples": m.n_samples, "shards": len(m.shards),
-           "bytes_per_sample": round(sum(s.bytes for s in m.shards) / max(m.n_samples, 1), 1),
-           "frames_per_cell": {"min": int(per_cell.min()), "median": float(np.median(per_cell)), "max": int(per_cell.max())},
-           "cells_per_frame": round(float(ds.cells.sum(axis=1).mean()), 2)}
-    if split is not None: out[f"split {split.name}"] = {k: len(v) for k, v in apply_split(ds.cells, split).items()}
+    out = {
+        "id": m.id,
+        "content_id": m.content_id,
+        "channel_spec": m.channel_spec,
+        "theme_schema": m.theme_schema,
+        "git": m.git,
+        "seeds": m.seeds,
+        "grid": m.grid,
+        "samples": m.n_samples,
+        "shards": len(m.shards),
+        "bytes_per_sample": round(sum(s.bytes for s in m.shards) / max(m.n_samples, 1), 1),
+        "frames_per_cell": {
+            "min": int(per_cell.min()),
+            "median": float(np.median(per_cell)),
+            "max": int(per_cell.max()),
+        },
+        "cells_per_frame": round(float(ds.cells.sum(axis=1).mean()), 2),
+    }
+    if split is not None:
+        out[f"split {split.name}"] = {k: len(v) for k, v in apply_split(ds.cells, split).items()}
     return out
+
 
 # %% ../nbs/33_generate.ipynb #a849834b
 def sample_sheet(ds: LocalDataset, n: int = 8, shard: int = 0):
-    "A PIL image, twice the size: `n` samples spread over one shard, each a column of surface, skinned frame and material."
+    """A PIL image, twice the size: `n` samples spread over one shard, each a column of surface,
+    skinned frame and material."""
     from qmind_render.viz import palette, picture, sample_grid
+
     a = ds.read_shard(shard, ["rgb", "surface", "material"])
     return picture(sample_grid(a, [palette().material[a["material"]]], n=n, gap=2), scale=2)
 
+
 # %% ../nbs/33_generate.ipynb #bd9aaf9f
 def rebuild_manifest(store: Store, dataset: str, why: DatasetError) -> Manifest:
-    "Rebuild an edited manifest from the shard files in the store; write it only if it hashes to the content hash it records."
+    """Rebuild an edited manifest from the shard files in the store; write it only if it hashes to
+    the content hash it records."""
     give_up = "restore manifest.json from a copy, or write the dataset again under a new ID"
     key = dataset_key(dataset, "manifest.json")
-    try: d = json.loads(store.get_bytes(key))
-    except ValueError: d = None
+    try:
+        d = json.loads(store.get_bytes(key))
+    except ValueError:
+        d = None
     if not isinstance(d, dict) or not isinstance(d.get("content_sha256"), str):
-        raise DatasetError(dataset, f"{why.detail.split('; ')[0]}, and it records no content hash to rebuild it against: {give_up}")
+        raise DatasetError(
+            dataset,
+            f"{why.detail.split('; ')[0]}, and it records no content hash to rebuild it "
+            f"against: {give_up}",
+        )
     shards = []
     with tempfile.TemporaryDirectory() as td:
         for f in shard_files(store, dataset):
             p = store.local_path(dataset_key(dataset, f))
-            if p is None: store.get_file(dataset_key(dataset, f), p := Path(td) / f)
-            try: n = len(load_shard(p, ["seed"])["seed"])
-            except Exception as e: raise DatasetError(dataset, f"unreadable ({type(e).__name__}), so the manifest cannot be rebuilt: {give_up}", f) from None
+            if p is None:
+                store.get_file(dataset_key(dataset, f), p := Path(td) / f)
+            try:
+                n = len(load_shard(p, ["seed"])["seed"])
+            except Exception as e:
+                raise DatasetError(
+                    dataset,
+                    f"unreadable ({type(e).__name__}), so the manifest cannot be rebuilt: "
+                    f"{give_up}",
+                    f,
+                ) from None
             shards.append({"file": f, "n": n, "bytes": p.stat().st_size, "sha256": sha256_file(p)})
     d = {k: v for k, v in d.items() if k != "n_samples"} | {"shards": shards}
     if manifest_hash(d) != d["content_sha256"]:
-        raise DatasetError(dataset, f"{why.detail.split('; ')[0]}, and the {len(shards)} shard files in {store.uri} do not rebuild "
-                                    f"the manifest it records ({d['content_sha256'][:12]}…): {give_up}")
+        raise DatasetError(
+            dataset,
+            f"{why.detail.split('; ')[0]}, and the {len(shards)} shard files in "
+            f"{store.uri} do not rebuild "
+            f"the manifest it records ({d['content_sha256'][:12]}…): {give_up}",
+        )
     m = parse_manifest(json.dumps(d).encode(), dataset, store=store)
     store.put_bytes(m.to_json(), key)
     return m
 
+
 # %% ../nbs/33_generate.ipynb #0551bb24
 def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
-    "Make shards `files` of `m` again from its recipe; each replaces the store's copy only if it hashes to its record."
+    """Make shards `files` of `m` again from its recipe; each replaces the store's copy only if it
+    hashes to its record."""
     from qmind_render import engine, skinner
+
     g, bad = m.generator, ", ".join(files)
     if not all(k in g for k in RECIPE):
-        raise DatasetError(m.id, f"{bad} bad, and its manifest has no generation recipe to make them again: write the dataset again under a new ID")
-    now = {"engine": engine.ENGINE_VERSION, "skinner": skinner.SKINNER_VERSION, "grid": list(_grid().shape)}
+        raise DatasetError(
+            m.id,
+            f"{bad} bad, and its manifest has no generation recipe to make them again: "
+            "write the dataset again under a new ID",
+        )
+    now = {
+        "engine": engine.ENGINE_VERSION,
+        "skinner": skinner.SKINNER_VERSION,
+        "grid": list(_grid().shape),
+    }
     if changed := [f"{k} {g[k]} (now {v})" for k, v in now.items() if g[k] != v]:
-        raise DatasetError(m.id, f"{bad} bad, and it was made with {', '.join(changed)}, so they cannot be made again byte for byte: "
-                                 "write the dataset again under a new ID")
+        raise DatasetError(
+            m.id,
+            f"{bad} bad, and it was made with {', '.join(changed)}, so they cannot be "
+            "made again byte for byte: "
+            "write the dataset again under a new ID",
+        )
     records, done = {s.file: s for s in m.shards}, []
     with tempfile.TemporaryDirectory() as td:
-        recipe = DataConfig(**{k: g[k] for k in RECIPE if k in DataConfig.__dataclass_fields__})   # seeds, frames, shard size
+        # seeds, frames, shard size
+        recipe = DataConfig(**{k: g[k] for k in RECIPE if k in DataConfig.__dataclass_fields__})
         jobs = {shard_name(j.index): j for j in plan_shards(recipe, Path(td), "repair")}
         for f in files:
-            if f not in jobs: raise DatasetError(m.id, "is not in the plan of its recipe: write the dataset again under a new ID", f)
+            if f not in jobs:
+                raise DatasetError(
+                    m.id,
+                    "is not in the plan of its recipe: write the dataset again under a new ID",
+                    f,
+                )
             info = make_shard(jobs[f])
             if info != records[f]:
-                raise DatasetError(m.id, f"made again from the recipe it hashes to {info.sha256[:12]}…, not the manifest's "
-                                         f"{records[f].sha256[:12]}… (this code, git {git_commit()}, does not make the bytes git "
-                                         f"{m.git} made): write the dataset again under a new ID", f)
+                raise DatasetError(
+                    m.id,
+                    f"made again from the recipe it hashes to {info.sha256[:12]}…, not "
+                    "the manifest's "
+                    f"{records[f].sha256[:12]}… (this code, git {git_commit()}, does not "
+                    "make the bytes git "
+                    f"{m.git} made): write the dataset again under a new ID",
+                    f,
+                )
             store.put_file(Path(td) / f, dataset_key(m.id, f))
-            done.append(f"{f}: made again from the recipe; sha256 {info.sha256[:12]}… matches the manifest")
+            done.append(
+                f"{f}: made again from the recipe; sha256 {info.sha256[:12]}… matches the manifest"
+            )
     return done
+
 
 # %% ../nbs/33_generate.ipynb #2c4284a3
 def repair_dataset(store: Store, dataset: str) -> list[str]:
-    "Put `dataset` back as its sealed manifest says (rebuild an edited manifest, make bad shards again), or say why not; return what was done."
+    """Put `dataset` back as its sealed manifest says (rebuild an edited manifest, make bad shards
+    again), or say why not; return what was done."""
     key, done = dataset_key(dataset, "manifest.json"), []
-    if not store.exists(key): read_manifest(store, dataset)              # not there: says so, and how to make it
-    try: m = parse_manifest(store.get_bytes(key), dataset, sealed=False, store=store)
+    # not there: says so, and how to make it
+    if not store.exists(key):
+        read_manifest(store, dataset)
+    try:
+        m = parse_manifest(store.get_bytes(key), dataset, sealed=False, store=store)
     except DatasetError as e:
         m = rebuild_manifest(store, dataset, e)
-        done.append(f"manifest.json: rebuilt from the shards in the store; it hashes to its recorded {m.content_id}…")
+        done.append(
+            "manifest.json: rebuilt from the shards in the store; it hashes to its "
+            f"recorded {m.content_id}…"
+        )
     check_manifest(m)
     problems = check_shards(store, m)
     listed = {s.file for s in m.shards}
-    if bad := [e.shard for e in problems if e.shard in listed]: done += regenerate_shards(store, m, bad)
+    if bad := [e.shard for e in problems if e.shard in listed]:
+        done += regenerate_shards(store, m, bad)
     done += [f"{e.shard}: left alone, {e.detail}" for e in problems if e.shard not in listed]
     return done

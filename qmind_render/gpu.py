@@ -1,4 +1,4 @@
-"""The GPU path in one call: `qmind bench gpu` measures training throughput and MFU, the real loop against it, frame latency, the server, evaluation and (asked for) the GPU recipe, and says which target each number meets; `profile_steps` shows where a step's time goes.
+"""The GPU path in one call: `qmind bench gpu` measures each GPU target; `profile_steps`.
 
 Docs: https://qmind.github.io/qmind-render/gpu.html.md"""
 
@@ -30,161 +30,367 @@ from .train import Meter, batches, loop_step, pick_device, read_metrics, setup, 
 from .util import atomic_write, device_sync
 
 # %% auto #0
-__all__ = ['GOALS', 'loop_config', 'loop_throughput', 'profile_steps', 'bench_gpu', 'run_recipe', 'curve_figure', 'targets']
+__all__ = [
+    "GOALS",
+    "loop_config",
+    "loop_throughput",
+    "profile_steps",
+    "bench_gpu",
+    "run_recipe",
+    "curve_figure",
+    "targets",
+]
+
 
 # %% ../nbs/75_gpu.ipynb #710c422b
-def loop_config(root: Path, size: str = "base", batch: int = 64, steps: int = 300, device: str = "cuda", workers: int = 8,
-                episodes: int = 128, extra: list[str] = ()) -> list[str]:
+def loop_config(
+    root: Path,
+    size: str = "base",
+    batch: int = 64,
+    steps: int = 300,
+    device: str = "cuda",
+    workers: int = 8,
+    episodes: int = 128,
+    extra: list[str] = (),
+) -> list[str]:
     "Overrides for a throughput run of `steps` steps in `root` (store, split file, runs)."
     split = save_split(make_split("random_15"), root)
-    return [f"data.store={root}/store", "data.dataset=ds-bench-gpu", f"data.episodes={episodes}", "data.frames_per_episode=32",
-            f"data.holdout={split}", f"model.size={size}", f"train.device={device}", f"train.batch={batch}", f"train.steps={steps}",
-            f"train.workers={workers}", f"train.log_every={max(1, steps // 10)}", "train.sample_every=0", "train.ckpt_every_min=1e9",
-            "train.precision=auto", "train.resume=never", "tracker=none", "name=bench-gpu-loop", *extra]
+    return [
+        f"data.store={root}/store",
+        "data.dataset=ds-bench-gpu",
+        f"data.episodes={episodes}",
+        "data.frames_per_episode=32",
+        f"data.holdout={split}",
+        f"model.size={size}",
+        f"train.device={device}",
+        f"train.batch={batch}",
+        f"train.steps={steps}",
+        f"train.workers={workers}",
+        f"train.log_every={max(1, steps // 10)}",
+        "train.sample_every=0",
+        "train.ckpt_every_min=1e9",
+        "train.precision=auto",
+        "train.resume=never",
+        "tracker=none",
+        "name=bench-gpu-loop",
+        *extra,
+    ]
+
 
 def _data(cfg) -> None:
     "Generate the config's dataset unless the store has it."
-    if cfg.data.dataset not in list_datasets(open_store(cfg.data.store)): generate(cfg.data, progress=False)
+    if cfg.data.dataset not in list_datasets(open_store(cfg.data.store)):
+        generate(cfg.data, progress=False)
+
 
 def loop_throughput(overrides: list[str], root: Path) -> dict:
-    "Train the run `overrides` describe with `train`; its samples/s (median of the log lines after the first) and step time."
+    """Train the run `overrides` describe with `train`; its samples/s (median of the log lines after
+    the first) and step time."""
     cfg = load_config(None, overrides)
     _data(cfg)
     res = train(cfg, root / "runs")
     m = read_metrics(Path(res["run_dir"]))[1:] or read_metrics(Path(res["run_dir"]))
     med = lambda k: round(statistics.median(r[k] for r in m), 3)
     dev = pick_device(cfg.train.device)
-    return {"samples_per_s": med("samples_per_s"), "step_ms": med("step_ms"), "data_wait": med("data_wait"), "batch": cfg.train.batch,
-            "steps": cfg.train.steps, "workers": cfg.train.workers, "seconds": res["seconds"],
-            "compile": cfg.train.compile if cfg.train.compile is not None else dev.type == "cuda"}
+    return {
+        "samples_per_s": med("samples_per_s"),
+        "step_ms": med("step_ms"),
+        "data_wait": med("data_wait"),
+        "batch": cfg.train.batch,
+        "steps": cfg.train.steps,
+        "workers": cfg.train.workers,
+        "seconds": res["seconds"],
+        "compile": cfg.train.compile if cfg.train.compile is not None else dev.type == "cuda",
+    }
+
 
 # %% ../nbs/75_gpu.ipynb #a4be942e
 def _self_device_us(e) -> float:
-    return float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) or 0.0)
+    return float(
+        getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) or 0.0
+    )
 
-def profile_steps(overrides: list[str], root: Path, steps: int = 5, warmup: int = 3, top: int = 12) -> dict:
-    "torch.profiler over `steps` loop steps of the run `overrides` describe (after `warmup`): device busy fraction, top ops."
+
+def profile_steps(
+    overrides: list[str], root: Path, steps: int = 5, warmup: int = 3, top: int = 12
+) -> dict:
+    """torch.profiler over `steps` loop steps of the run `overrides` describe (after `warmup`):
+    device busy fraction, top ops."""
     from torch.profiler import ProfilerActivity, profile
+
     cfg = load_config(None, overrides + ["name=bench-gpu-profile", f"train.steps={warmup + steps}"])
     _data(cfg)
     r = setup(cfg, root / "runs")
     cuda = r.device.type == "cuda"
     sync = device_sync(r.device)
     it, meter = batches(r), Meter()
-    for _ in range(warmup): loop_step(r, it, meter)
+    for _ in range(warmup):
+        loop_step(r, it, meter)
     sync()
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    ) as prof:
         t0 = time.perf_counter()
-        for _ in range(steps): loop_step(r, it, meter)
-        sync(); wall = time.perf_counter() - t0
+        for _ in range(steps):
+            loop_step(r, it, meter)
+        sync()
+        wall = time.perf_counter() - t0
     ka = prof.key_averages()
     busy = sum(_self_device_us(e) for e in ka) / 1e3
     key = _self_device_us if cuda else (lambda e: float(e.self_cpu_time_total))
     rows = sorted(ka, key=key, reverse=True)[:top]
-    return {"wall_ms_per_step": round(wall * 1e3 / steps, 2), "device_busy_ms_per_step": round(busy / steps, 2),
-            "device_busy_fraction": round(busy / (wall * 1e3), 3) if cuda else None,
-            "top": [{"op": e.key[:70], "calls_per_step": round(e.count / steps, 1), "ms_per_step": round(key(e) / 1e3 / steps, 3)} for e in rows]}
+    return {
+        "wall_ms_per_step": round(wall * 1e3 / steps, 2),
+        "device_busy_ms_per_step": round(busy / steps, 2),
+        "device_busy_fraction": round(busy / (wall * 1e3), 3) if cuda else None,
+        "top": [
+            {
+                "op": e.key[:70],
+                "calls_per_step": round(e.count / steps, 1),
+                "ms_per_step": round(key(e) / 1e3 / steps, 3),
+            }
+            for e in rows
+        ],
+    }
+
 
 # %% ../nbs/75_gpu.ipynb #f0a9be70
 def _part(r: dict, name: str, fn: Callable, out: Path | None, log) -> None:
-    "Run one part; a failure is recorded as the part's result and the rest still run. Save what there is after each."
+    """Run one part; a failure is recorded as the part's result and the rest still run. Save what
+    there is after each."""
     log(f"[bench gpu] {name}: running")
     t0 = time.perf_counter()
-    try: r[name] = fn()
-    except Exception as e: r[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
-    if isinstance(r[name], dict): r[name]["part_s"] = round(time.perf_counter() - t0, 1)
-    log(f"[bench gpu] {name}: {'failed: ' + r[name]['error'] if 'error' in r[name] else 'done'} ({time.perf_counter() - t0:.0f} s)")
+    try:
+        r[name] = fn()
+    except Exception as e:
+        r[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+    if isinstance(r[name], dict):
+        r[name]["part_s"] = round(time.perf_counter() - t0, 1)
+    log(
+        f"[bench gpu] {name}: "
+        f"{'failed: ' + r[name]['error'] if 'error' in r[name] else 'done'} "
+        f"({time.perf_counter() - t0:.0f} s)"
+    )
     _save(r, out)
 
+
 def _save(r: dict, out: Path | None) -> None:
-    "The results so far to `out` (when given), whole or not at all: a bench stopped part-way leaves every finished part."
-    if out: atomic_write(out, json.dumps(r, indent=1, default=str))
+    """The results so far to `out` (when given), whole or not at all: a bench stopped part-way
+    leaves every finished part."""
+    if out:
+        atomic_write(out, json.dumps(r, indent=1, default=str))
+
 
 def _model_part(device: str, size: str, batches, compiles, peak_n: int, iters: int = 10) -> dict:
-    keep = ("step_s", "frames_per_s", "achieved_tflops", "peak_bf16_tflops", "mfu", "train_gflop_per_step")
+    keep = (
+        "step_s",
+        "frames_per_s",
+        "achieved_tflops",
+        "peak_bf16_tflops",
+        "mfu",
+        "train_gflop_per_step",
+    )
     out = {}
     for B in batches:
         for c in compiles:
             torch.compiler.reset()
-            res = bench_throughput(device, size=size, batch=B, compile=c, peak_n=peak_n, iters=iters, warmup=5 if c else min(3, iters))
+            res = bench_throughput(
+                device,
+                size=size,
+                batch=B,
+                compile=c,
+                peak_n=peak_n,
+                iters=iters,
+                warmup=5 if c else min(3, iters),
+            )
             out[f"b{B}_{'compiled' if c else 'eager'}"] = {k: round(res[k], 4) for k in keep}
     out["device"] = res["device"]
     return out
 
+
 # %% ../nbs/75_gpu.ipynb #eb01289b
-def bench_gpu(device: str = "cuda", size: str = "base", batches=(64, 256), loop_steps: int = 300, workers: int = 8,
-              eval_frames: int = 1000, serve: bool = True, profile: bool = True, recipe: bool = False, out: str | None = None) -> dict:
-    """`qmind bench gpu [recipe=True] [out=FILE]`: every GPU figure of the project as one JSON object (in under 8 minutes on one
-    H200 without the recipe), and which targets they meet. Runs anywhere; on a CPU it checks the code, not the numbers."""
+def bench_gpu(
+    device: str = "cuda",
+    size: str = "base",
+    batches=(64, 256),
+    loop_steps: int = 300,
+    workers: int = 8,
+    eval_frames: int = 1000,
+    serve: bool = True,
+    profile: bool = True,
+    recipe: bool = False,
+    out: str | None = None,
+) -> dict:
+    """`qmind bench gpu [recipe=True] [out=FILE]`: every GPU figure of the project as one JSON
+    object (in under 8 minutes on one H200 without the recipe), and which targets they meet. Runs
+    anywhere; on a CPU it checks the code, not the numbers."""
     dev = pick_device(device, key="device")
     cuda, log = dev.type == "cuda", (lambda m: print(m, file=sys.stderr, flush=True))
-    r = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "size": size, "torch": torch.__version__}
+    r = {
+        "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+        "size": size,
+        "torch": torch.__version__,
+    }
     root = Path(tempfile.mkdtemp(prefix="qmind-bench-gpu-"))
     os.environ.setdefault("QMIND_CACHE", str(root / "cache"))
-    compiles = (False, True) if cuda else (False,)              # on a CPU: each part once, briefly (the code, not the numbers)
-    _part(r, "model", lambda: _model_part(str(dev), size, batches, compiles, 8192 if cuda else 256, 10 if cuda else 2), out, log)
+    # on a CPU: each part once, briefly (the code, not the numbers)
+    compiles = (False, True) if cuda else (False,)
+    _part(
+        r,
+        "model",
+        lambda: _model_part(
+            str(dev), size, batches, compiles, 8192 if cuda else 256, 10 if cuda else 2
+        ),
+        out,
+        log,
+    )
     loop = loop_config(root, size, batches[0], loop_steps, str(dev), workers)
     _part(r, "loop", lambda: loop_throughput(loop, root), out, log)
-    if profile: _part(r, "profile", lambda: profile_steps(loop, root), out, log)
-    _part(r, "sampler", lambda: bench_sampler(str(dev), size, steps=(1, 2, 4), batches=(1, 8), iters=20 if cuda else 2), out, log)
-    _part(r, "eval", lambda: bench_eval(eval_frames, (1, 2, 4), size, str(dev), classifier_steps=None if cuda else 20), out, log)
-    if serve: _part(r, "serve", lambda: bench_serve(size, steps=(1, 2, 4), clients=(1, 8), seconds=3, repeats=1, device=str(dev), compile=False), out, log)
-    if recipe: _part(r, "recipe", lambda: run_recipe(root), out, log)
+    if profile:
+        _part(r, "profile", lambda: profile_steps(loop, root), out, log)
+    _part(
+        r,
+        "sampler",
+        lambda: bench_sampler(
+            str(dev), size, steps=(1, 2, 4), batches=(1, 8), iters=20 if cuda else 2
+        ),
+        out,
+        log,
+    )
+    _part(
+        r,
+        "eval",
+        lambda: bench_eval(
+            eval_frames, (1, 2, 4), size, str(dev), classifier_steps=None if cuda else 20
+        ),
+        out,
+        log,
+    )
+    if serve:
+        _part(
+            r,
+            "serve",
+            lambda: bench_serve(
+                size,
+                steps=(1, 2, 4),
+                clients=(1, 8),
+                seconds=3,
+                repeats=1,
+                device=str(dev),
+                compile=False,
+            ),
+            out,
+            log,
+        )
+    if recipe:
+        _part(r, "recipe", lambda: run_recipe(root), out, log)
     r["targets"] = targets(r)
     _save(r, out)
     return r
 
+
 # %% ../nbs/75_gpu.ipynb #e4a84401
 def run_recipe(root: Path, config: str = "gpu", overrides: list[str] = ()) -> dict:
-    "`qmind run gpu` into `root`: held-out and training-cell PSNR at 2 steps, the gap, minutes in all, and the PSNR curve."
+    """`qmind run gpu` into `root`: held-out and training-cell PSNR at 2 steps, the gap, minutes in
+    all, and the PSNR curve."""
     t0 = time.monotonic()
-    res = run(config, [f"data.store={root}/store", "tracker=none", *overrides], root / "runs", log=lambda m: print(m, file=sys.stderr))
-    if res["eval"] is None: return {"error": f"training stopped: {res['train']['status']}"}
+    res = run(
+        config,
+        [f"data.store={root}/store", "tracker=none", *overrides],
+        root / "runs",
+        log=lambda m: print(m, file=sys.stderr),
+    )
+    if res["eval"] is None:
+        return {"error": f"training stopped: {res['train']['status']}"}
     h, t = res["eval"]["parts"]["heldout"], res["eval"]["parts"]["train"]
-    return {"minutes": round((time.monotonic() - t0) / 60, 2), "heldout_psnr_2": round(h["ddim_2"]["psnr"], 2),
-            "train_psnr_2": round(t["ddim_2"]["psnr"], 2), "gap_2": round(res["eval"]["gap"]["ddim_2"], 2),
-            "baseline_heldout_psnr": round(h["baseline"]["psnr"], 2), "eval_seconds": res["eval"]["seconds"],
-            "curve": psnr_curve(Path(res["train"]["run_dir"]))}
+    return {
+        "minutes": round((time.monotonic() - t0) / 60, 2),
+        "heldout_psnr_2": round(h["ddim_2"]["psnr"], 2),
+        "train_psnr_2": round(t["ddim_2"]["psnr"], 2),
+        "gap_2": round(res["eval"]["gap"]["ddim_2"], 2),
+        "baseline_heldout_psnr": round(h["baseline"]["psnr"], 2),
+        "eval_seconds": res["eval"]["seconds"],
+        "curve": psnr_curve(Path(res["train"]["run_dir"])),
+    }
+
 
 def curve_figure(rows: list[dict], title: str = "PSNR against minutes of training"):
     "The recipe's curve: held-out and training-cell PSNR (2 DDIM steps) of each kept checkpoint."
     from matplotlib.figure import Figure
+
     fig = Figure(figsize=(5, 2.8))
     ax = fig.subplots()
     for part, style in (("train", "o-"), ("heldout", "s--")):
-        ax.plot([r["minutes"] for r in rows], [r[f"{part}_psnr"] for r in rows], style, ms=3, label=part)
-    ax.set_xlabel("minutes of training"); ax.set_ylabel("PSNR (dB), 2 steps"); ax.set_title(title, fontsize=9); ax.legend(fontsize=8)
+        ax.plot(
+            [r["minutes"] for r in rows], [r[f"{part}_psnr"] for r in rows], style, ms=3, label=part
+        )
+    ax.set_xlabel("minutes of training")
+    ax.set_ylabel("PSNR (dB), 2 steps")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
+
 # %% ../nbs/75_gpu.ipynb #8bc9ce79
-GOALS = {"mfu_b64_compiled": (">=", 0.40), "mfu_b256_compiled": (">=", 0.40), "loop_over_bench": (">=", 0.95),
-         "latency_b1_s4_ms": ("<=", 5.0), "latency_b1_s1_ms": ("<=", 1.5), "latency_b8_over_b1_s4": ("<=", 2.0),
-         "serve_8_over_1_clients_s4": (">=", 4.0), "eval_seconds": ("<=", 15.0),
-         "recipe_heldout_psnr_2": (">=", 32.0), "recipe_gap_2": ("<=", 1.0), "recipe_minutes": ("<=", 10.0)}
+GOALS = {
+    "mfu_b64_compiled": (">=", 0.40),
+    "mfu_b256_compiled": (">=", 0.40),
+    "loop_over_bench": (">=", 0.95),
+    "latency_b1_s4_ms": ("<=", 5.0),
+    "latency_b1_s1_ms": ("<=", 1.5),
+    "latency_b8_over_b1_s4": ("<=", 2.0),
+    "serve_8_over_1_clients_s4": (">=", 4.0),
+    "eval_seconds": ("<=", 15.0),
+    "recipe_heldout_psnr_2": (">=", 32.0),
+    "recipe_gap_2": ("<=", 1.0),
+    "recipe_minutes": ("<=", 10.0),
+}
+
 
 def _dig(d, *keys):
     for k in keys:
-        if not isinstance(d, dict) or k not in d: return None
+        if not isinstance(d, dict) or k not in d:
+            return None
         d = d[k]
     return d
+
 
 def _values(r: dict) -> dict:
     "The measured value behind each goal (None where this result has none)."
     s, loop = r.get("sampler", {}), r.get("loop", {})
     fast = next((v for v in ("graph_compile", "graph", "eager") if f"{v}_b1_s4_ms" in s), "eager")
-    bench = _dig(r, "model", f"b{loop.get('batch')}_{'compiled' if loop.get('compile') else 'eager'}", "frames_per_s")
-    return {"mfu_b64_compiled": _dig(r, "model", "b64_compiled", "mfu"), "mfu_b256_compiled": _dig(r, "model", "b256_compiled", "mfu"),
-            "loop_over_bench": round(loop["samples_per_s"] / bench, 3) if bench and "samples_per_s" in loop else None,
-            "latency_b1_s4_ms": s.get(f"{fast}_b1_s4_ms"), "latency_b1_s1_ms": s.get(f"{fast}_b1_s1_ms"),
-            "latency_b8_over_b1_s4": s.get(f"{fast}_b8_over_b1_s4"), "serve_8_over_1_clients_s4": _dig(r, "serve", "steps4_throughput_ratio"),
-            "eval_seconds": _dig(r, "eval", "seconds"), "recipe_heldout_psnr_2": _dig(r, "recipe", "heldout_psnr_2"),
-            "recipe_gap_2": _dig(r, "recipe", "gap_2"), "recipe_minutes": _dig(r, "recipe", "minutes")}
+    bench = _dig(
+        r,
+        "model",
+        f"b{loop.get('batch')}_{'compiled' if loop.get('compile') else 'eager'}",
+        "frames_per_s",
+    )
+    return {
+        "mfu_b64_compiled": _dig(r, "model", "b64_compiled", "mfu"),
+        "mfu_b256_compiled": _dig(r, "model", "b256_compiled", "mfu"),
+        "loop_over_bench": round(loop["samples_per_s"] / bench, 3)
+        if bench and "samples_per_s" in loop
+        else None,
+        "latency_b1_s4_ms": s.get(f"{fast}_b1_s4_ms"),
+        "latency_b1_s1_ms": s.get(f"{fast}_b1_s1_ms"),
+        "latency_b8_over_b1_s4": s.get(f"{fast}_b8_over_b1_s4"),
+        "serve_8_over_1_clients_s4": _dig(r, "serve", "steps4_throughput_ratio"),
+        "eval_seconds": _dig(r, "eval", "seconds"),
+        "recipe_heldout_psnr_2": _dig(r, "recipe", "heldout_psnr_2"),
+        "recipe_gap_2": _dig(r, "recipe", "gap_2"),
+        "recipe_minutes": _dig(r, "recipe", "minutes"),
+    }
+
 
 def targets(r: dict) -> dict:
     "Each goal with its measured value and whether it is met (None: not measured in this result)."
     out = {}
     for k, v in _values(r).items():
         op, goal = GOALS[k]
-        out[k] = {"value": v, "goal": f"{op} {goal}", "met": None if v is None else (v >= goal if op == ">=" else v <= goal)}
+        out[k] = {
+            "value": v,
+            "goal": f"{op} {goal}",
+            "met": None if v is None else (v >= goal if op == ">=" else v <= goal),
+        }
     return out

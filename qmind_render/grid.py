@@ -1,4 +1,4 @@
-"""The factor grid the skinner paints: 5 themes × 5 wall materials × 4 lighting setups, loaded from `grid.yaml` and validated record by record.
+"""The factor grid: 5 themes × 5 wall materials × 4 lighting setups, loaded and validated.
 
 Docs: https://qmind.github.io/qmind-render/grid.html.md"""
 
@@ -17,54 +17,111 @@ import yaml
 from .contracts import UserError, load_spec, load_theme_schema, validate_theme
 
 # %% auto #0
-__all__ = ['LIGHTING_SCHEMA', 'LightingError', 'validate_lighting', 'light_colour', 'lighting_vector', 'grid_path', 'FactorGrid',
-           'load_grid']
+__all__ = [
+    "LIGHTING_SCHEMA",
+    "LightingError",
+    "validate_lighting",
+    "light_colour",
+    "lighting_vector",
+    "grid_path",
+    "FactorGrid",
+    "load_grid",
+]
 
 # %% ../nbs/15_grid.ipynb #24b13f22
-_rgb = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255}, "minItems": 3, "maxItems": 3}
+_rgb = {
+    "type": "array",
+    "items": {"type": "integer", "minimum": 0, "maximum": 255},
+    "minItems": 3,
+    "maxItems": 3,
+}
 _unit = {"type": "number", "minimum": 0, "maximum": 1}
 
 LIGHTING_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "lighting", "type": "object", "additionalProperties": False,
+    "title": "lighting",
+    "type": "object",
+    "additionalProperties": False,
     "required": ["name", "temperature", "tint", "ambient", "falloff", "fog"],
     "properties": {
         "name": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
         "description": {"type": "string"},
-        "temperature": {"type": "number", "minimum": 1000, "maximum": 12000, "description": "kelvin"},
+        "temperature": {
+            "type": "number",
+            "minimum": 1000,
+            "maximum": 12000,
+            "description": "kelvin",
+        },
         "tint": _rgb,
         "ambient": _unit,
         "falloff": _unit,
-        "fog": {"type": "object", "additionalProperties": False, "required": ["colour", "density"],
-                "properties": {"colour": _rgb, "density": _unit}},
+        "fog": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["colour", "density"],
+            "properties": {"colour": _rgb, "density": _unit},
+        },
     },
 }
+
 
 # %% ../nbs/15_grid.ipynb #4047c8d3
 class LightingError(UserError, ValueError):
     "A lighting record broke `LIGHTING_SCHEMA`: `.field` is the dotted path of the offending field."
+
     def __init__(self, lighting: str, fld: str, detail: str):
         self.lighting, self.field = lighting, fld
         super().__init__(f"lighting {lighting!r}: field '{fld}': {detail} (grid.LIGHTING_SCHEMA)")
 
+
 def validate_lighting(record: dict) -> dict:
     "Check a lighting record; raise `LightingError` naming the field. Returns `record`."
     import jsonschema
-    errs = sorted(jsonschema.Draft202012Validator(LIGHTING_SCHEMA).iter_errors(record),
-                  key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+
+    errs = sorted(
+        jsonschema.Draft202012Validator(LIGHTING_SCHEMA).iter_errors(record),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
     if errs:
         e, name = errs[0], record.get("name", "?") if isinstance(record, dict) else "?"
-        path = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in e.absolute_path).replace(".[", "[")
+        path = ".".join(
+            str(p) if isinstance(p, str) else f"[{p}]" for p in e.absolute_path
+        ).replace(".[", "[")
         raise LightingError(name, path or "<record>", e.message)
     return record
 
+
 # %% ../nbs/15_grid.ipynb #672bf10d
 _KELVIN = np.arange(1000, 12001, 500)
-_BLACKBODY = np.array([
-    [255, 56, 0], [255, 109, 0], [255, 137, 18], [255, 161, 72], [255, 180, 107], [255, 196, 137],
-    [255, 209, 163], [255, 219, 186], [255, 228, 206], [255, 236, 224], [255, 243, 239], [255, 249, 253],
-    [245, 243, 255], [235, 238, 255], [227, 233, 255], [220, 229, 255], [214, 225, 255], [208, 222, 255],
-    [204, 219, 255], [200, 217, 255], [196, 215, 255], [193, 213, 255], [191, 211, 255]], dtype=np.float64)
+_BLACKBODY = np.array(
+    [
+        [255, 56, 0],
+        [255, 109, 0],
+        [255, 137, 18],
+        [255, 161, 72],
+        [255, 180, 107],
+        [255, 196, 137],
+        [255, 209, 163],
+        [255, 219, 186],
+        [255, 228, 206],
+        [255, 236, 224],
+        [255, 243, 239],
+        [255, 249, 253],
+        [245, 243, 255],
+        [235, 238, 255],
+        [227, 233, 255],
+        [220, 229, 255],
+        [214, 225, 255],
+        [208, 222, 255],
+        [204, 219, 255],
+        [200, 217, 255],
+        [196, 215, 255],
+        [193, 213, 255],
+        [191, 211, 255],
+    ],
+    dtype=np.float64,
+)
+
 
 def light_colour(record: dict) -> np.ndarray:
     "The lighting's colour: black body at `temperature` times `tint`, brightest channel 1."
@@ -72,30 +129,46 @@ def light_colour(record: dict) -> np.ndarray:
     c = c * np.asarray(record["tint"], dtype=np.float64)
     return c / c.max()
 
+
 # %% ../nbs/15_grid.ipynb #a8464bdf
 def lighting_vector(record: dict) -> np.ndarray:
-    "A validated lighting record as a float32 vector in [0, 1]: temperature, tint, ambient, falloff, fog."
+    """A validated lighting record as a float32 vector in [0, 1]: temperature, tint, ambient,
+    falloff, fog."""
     validate_lighting(record)
     r = record
-    v = [(r["temperature"] - 1000) / 11000, *(np.asarray(r["tint"]) / 255), r["ambient"], r["falloff"],
-         *(np.asarray(r["fog"]["colour"]) / 255), r["fog"]["density"]]
+    v = [
+        (r["temperature"] - 1000) / 11000,
+        *(np.asarray(r["tint"]) / 255),
+        r["ambient"],
+        r["falloff"],
+        *(np.asarray(r["fog"]["colour"]) / 255),
+        r["fog"]["density"],
+    ]
     return np.asarray(v, dtype=np.float32)
+
 
 # %% ../nbs/15_grid.ipynb #fbc7700c
 def grid_path() -> Path:
     "The grid file shipped with the package."
     import qmind_render
+
     return Path(qmind_render.__file__).resolve().parent / "assets" / "grid.yaml"
 
+
 def _lookup(names: list[str], key, what: str) -> int:
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and 0 <= key < len(names): return int(key)
-    if key in names: return names.index(key)
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and 0 <= key < len(names):
+        return int(key)
+    if key in names:
+        return names.index(key)
     raise KeyError(f"no {what} {key!r} in the grid: it has {names} (or ids 0..{len(names) - 1})")
+
 
 # %% ../nbs/15_grid.ipynb #6e8dd70d
 @dataclass(frozen=True)
 class FactorGrid:
-    "Themes × materials × lighting setups; ids are positions. Cell (t, m, l) has index (t*M + m)*L + l."
+    """Themes × materials × lighting setups; ids are positions. Cell (t, m, l) has index (t*M + m)*L
+    + l."""
+
     version: str
     themes: tuple = field(repr=False)
     materials: tuple
@@ -103,38 +176,69 @@ class FactorGrid:
     path: Path | None = field(default=None, repr=False, compare=False)
 
     @property
-    def shape(self) -> tuple[int, int, int]: return len(self.themes), len(self.materials), len(self.lightings)
+    def shape(self) -> tuple[int, int, int]:
+        return len(self.themes), len(self.materials), len(self.lightings)
+
     @property
-    def theme_names(self) -> list[str]: return [t["name"] for t in self.themes]
+    def theme_names(self) -> list[str]:
+        return [t["name"] for t in self.themes]
+
     @property
-    def lighting_names(self) -> list[str]: return [x["name"] for x in self.lightings]
-    def cells(self) -> list[tuple[int, int, int]]: return list(itertools.product(*map(range, self.shape)))
-    def index(self, t: int, m: int, l: int) -> int: return (t * self.shape[1] + m) * self.shape[2] + l
-    def theme_id(self, key) -> int: return _lookup(self.theme_names, key, "theme")
-    def lighting_id(self, key) -> int: return _lookup(self.lighting_names, key, "lighting")
-    def theme(self, key) -> dict: return self.themes[self.theme_id(key)]
-    def lighting(self, key) -> dict: return self.lightings[self.lighting_id(key)]
+    def lighting_names(self) -> list[str]:
+        return [x["name"] for x in self.lightings]
+
+    def cells(self) -> list[tuple[int, int, int]]:
+        return list(itertools.product(*map(range, self.shape)))
+
+    def index(self, t: int, m: int, l: int) -> int:
+        return (t * self.shape[1] + m) * self.shape[2] + l
+
+    def theme_id(self, key) -> int:
+        return _lookup(self.theme_names, key, "theme")
+
+    def lighting_id(self, key) -> int:
+        return _lookup(self.lighting_names, key, "lighting")
+
+    def theme(self, key) -> dict:
+        return self.themes[self.theme_id(key)]
+
+    def lighting(self, key) -> dict:
+        return self.lightings[self.lighting_id(key)]
+
 
 # %% ../nbs/15_grid.ipynb #b6707784
 def _check_records(records, what: str, check, path: Path) -> None:
     if not isinstance(records, list) or not records:
         raise ValueError(f"{path}: `{what}` must be a non-empty list of records")
-    for r in records: check(r)
+    for r in records:
+        check(r)
     names = [r["name"] for r in records]
     dup = sorted({n for n in names if names.count(n) > 1})
-    if dup: raise ValueError(f"{path}: {what} names must be unique; repeated: {dup}")
+    if dup:
+        raise ValueError(f"{path}: {what} names must be unique; repeated: {dup}")
+
 
 def load_grid(path: str | Path | None = None) -> FactorGrid:
     "Load and validate the factor grid (default: the one shipped with the package)."
     path = Path(path) if path else grid_path()
-    with path.open() as f: d = yaml.safe_load(f)
-    missing = [k for k in ("version", "materials", "themes", "lighting") if not isinstance(d, dict) or k not in d]
-    if missing: raise ValueError(f"{path}: not a factor grid; missing {missing}")
+    with path.open() as f:
+        d = yaml.safe_load(f)
+    missing = [
+        k
+        for k in ("version", "materials", "themes", "lighting")
+        if not isinstance(d, dict) or k not in d
+    ]
+    if missing:
+        raise ValueError(f"{path}: not a factor grid; missing {missing}")
     n = load_spec().n_materials
     if len(d["materials"]) != n:
-        raise ValueError(f"{path}: `materials` names {len(d['materials'])} materials, the channel spec has "
-                         f"{n} (ids 0..{n - 1})")
+        raise ValueError(
+            f"{path}: `materials` names {len(d['materials'])} materials, the channel spec has "
+            f"{n} (ids 0..{n - 1})"
+        )
     schema = load_theme_schema()
     _check_records(d["themes"], "themes", lambda r: validate_theme(r, schema), path)
     _check_records(d["lighting"], "lighting", validate_lighting, path)
-    return FactorGrid(str(d["version"]), tuple(d["themes"]), tuple(d["materials"]), tuple(d["lighting"]), path)
+    return FactorGrid(
+        str(d["version"]), tuple(d["themes"]), tuple(d["materials"]), tuple(d["lighting"]), path
+    )

@@ -1,4 +1,4 @@
-"""The training loader: a deterministic, resumable plan of batches per epoch, shards read a few at a time, every training batch checked for leaks, tensors ready for a GPU.
+"""The training loader: a deterministic, resumable batch plan, leak-checked, ready for a GPU.
 
 Docs: https://qmind.github.io/qmind-render/loader.html.md"""
 
@@ -14,12 +14,22 @@ from .data import LocalDataset
 from .splits import Split, apply_split, assert_no_leak
 
 # %% auto #0
-__all__ = ['plan_batches', 'EpochPlans', 'ShardBatches', 'make_loader']
+__all__ = ["plan_batches", "EpochPlans", "ShardBatches", "make_loader"]
+
 
 # %% ../nbs/32_loader.ipynb #7473ce43
-def plan_batches(offsets: np.ndarray, keep: np.ndarray, batch: int, seed: int, epoch: int,
-                 window: int = 4, shuffle: bool = True, drop_last: bool = True) -> list[np.ndarray]:
-    "Batches of global sample indices for one epoch. `keep`: the sorted global indices allowed (a split part)."
+def plan_batches(
+    offsets: np.ndarray,
+    keep: np.ndarray,
+    batch: int,
+    seed: int,
+    epoch: int,
+    window: int = 4,
+    shuffle: bool = True,
+    drop_last: bool = True,
+) -> list[np.ndarray]:
+    """Batches of global sample indices for one epoch. `keep`: the sorted global indices allowed (a
+    split part)."""
     n_shards = len(offsets) - 1
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(n_shards) if shuffle else np.arange(n_shards)
@@ -32,76 +42,156 @@ def plan_batches(offsets: np.ndarray, keep: np.ndarray, batch: int, seed: int, e
     n = len(stream) // batch if drop_last else -(-len(stream) // batch)
     return [stream[i * batch : (i + 1) * batch] for i in range(n)]
 
+
 # %% ../nbs/32_loader.ipynb #03f5196d
 class EpochPlans:
-    """The training plan of every epoch from `epoch` on as one sequence: item g is batch g % per_epoch of epoch g // per_epoch
-    (that epoch's plan made when first asked for), so one loader, and its worker processes, lasts a whole run."""
-    def __init__(self, offsets: np.ndarray, keep: np.ndarray, batch: int, seed: int, window: int = 4):
-        self.offsets, self.keep, self.batch, self.seed, self.window = offsets, keep, batch, seed, window
+    """The training plan of every epoch from `epoch` on as one sequence: item g is batch g %
+    per_epoch of epoch g // per_epoch (that epoch's plan made when first asked for), so one loader,
+    and its worker processes, lasts a whole run."""
+
+    def __init__(
+        self, offsets: np.ndarray, keep: np.ndarray, batch: int, seed: int, window: int = 4
+    ):
+        self.offsets, self.keep, self.batch, self.seed, self.window = (
+            offsets,
+            keep,
+            batch,
+            seed,
+            window,
+        )
         self.per_epoch = len(keep) // batch
         self._epoch, self._plan = None, None
+
     def __getitem__(self, g: int) -> np.ndarray:
         e, b = divmod(int(g), self.per_epoch)
-        if e != self._epoch: self._epoch, self._plan = e, plan_batches(self.offsets, self.keep, self.batch, self.seed, e, self.window)
+        if e != self._epoch:
+            self._epoch, self._plan = (
+                e,
+                plan_batches(self.offsets, self.keep, self.batch, self.seed, e, self.window),
+            )
         return self._plan[b]
 
+
 class ShardBatches:
-    "Map-style dataset whose item `b` is batch `b` of a plan (a list, or `EpochPlans`), gathered from a few shards held in memory."
-    def __init__(self, ds: LocalDataset, plan, split: Split | None = None, max_shards: int = 4, rank: int = 0, world: int = 1):
-        self.ds, self.plan, self.split, self.max_shards, self.rank, self.world = ds, plan, split, max_shards, rank, world
+    """Map-style dataset whose item `b` is batch `b` of a plan (a list, or `EpochPlans`), gathered
+    from a few shards held in memory."""
+
+    def __init__(
+        self,
+        ds: LocalDataset,
+        plan,
+        split: Split | None = None,
+        max_shards: int = 4,
+        rank: int = 0,
+        world: int = 1,
+    ):
+        self.ds, self.plan, self.split, self.max_shards, self.rank, self.world = (
+            ds,
+            plan,
+            split,
+            max_shards,
+            rank,
+            world,
+        )
         self._loaded: dict[int, dict] = {}
-    def __len__(self): return len(self.plan)
+
+    def __len__(self):
+        return len(self.plan)
+
     def _shard(self, i: int) -> dict:
         if i not in self._loaded:
-            if len(self._loaded) >= self.max_shards: self._loaded.pop(next(iter(self._loaded)))
+            if len(self._loaded) >= self.max_shards:
+                self._loaded.pop(next(iter(self._loaded)))
             self._loaded[i] = self.ds.read_shard(i)
         return self._loaded[i]
+
 
 # %% ../nbs/32_loader.ipynb #56b60bd6
 @patch
 def __getitem__(self: ShardBatches, b: int) -> dict:
     idx = self.plan[b]
-    return self.take(idx[len(idx) * self.rank // self.world : len(idx) * (self.rank + 1) // self.world], f"batch {b}")  # this rank's rows
+    # this rank's rows
+    return self.take(
+        idx[len(idx) * self.rank // self.world : len(idx) * (self.rank + 1) // self.world],
+        f"batch {b}",
+    )
+
 
 @patch
 def take(self: ShardBatches, idx: np.ndarray, where: str = "samples") -> dict:
-    "The samples at global indices `idx`, in that order, as tensors; shards are read once and kept (up to `max_shards`)."
+    """The samples at global indices `idx`, in that order, as tensors; shards are read once and kept
+    (up to `max_shards`)."""
     import torch
+
     shard = np.searchsorted(self.ds.offsets, idx, side="right") - 1
     parts, order = [], []
     for s in np.unique(shard):
         sel = np.flatnonzero(shard == s)
         rows = idx[sel] - self.ds.offsets[s]
-        parts.append({k: v[rows] for k, v in self._shard(int(s)).items()}); order.append(sel)
+        parts.append({k: v[rows] for k, v in self._shard(int(s)).items()})
+        order.append(sel)
     inv = np.argsort(np.concatenate(order), kind="stable")
     out = {k: np.concatenate([p[k] for p in parts])[inv] for k in parts[0]}
-    if self.split is not None: assert_no_leak(out["cells"], self.split, f"dataset {self.ds.id}, {where}")
+    if self.split is not None:
+        assert_no_leak(out["cells"], self.split, f"dataset {self.ds.id}, {where}")
     return {k: torch.from_numpy(v) for k, v in out.items()}
 
+
 # %% ../nbs/32_loader.ipynb #73aa93d5
-def make_loader(ds: LocalDataset, split: Split, part: str = "train", *, batch: int, seed: int = 0,
-                epoch: int = 0, start: int = 0, workers: int = 0, window: int = 4, pin_memory: bool | None = None,
-                rank: int = 0, world: int = 1, batches: int | None = None):
-    """A DataLoader over `part` ('train' | 'heldout') of `ds` under `split`, from batch `start` of `epoch`: the rest of that
-    epoch, or (training part) `batches` batches running on into the next epochs, each shuffled anew, from one loader.
-    `batch` is the global batch; with `world` > 1 (data parallel) rank `rank` gets its slice of every batch,
-    so the data a step sees does not depend on how many processes share it. Workers prefetch; batches are pinned for a GPU."""
+def make_loader(
+    ds: LocalDataset,
+    split: Split,
+    part: str = "train",
+    *,
+    batch: int,
+    seed: int = 0,
+    epoch: int = 0,
+    start: int = 0,
+    workers: int = 0,
+    window: int = 4,
+    pin_memory: bool | None = None,
+    rank: int = 0,
+    world: int = 1,
+    batches: int | None = None,
+):
+    """A DataLoader over `part` ('train' | 'heldout') of `ds` under `split`, from batch `start` of
+    `epoch`: the rest of that epoch, or (training part) `batches` batches running on into the next
+    epochs, each shuffled anew, from one loader. `batch` is the global batch; with `world` > 1 (data
+    parallel) rank `rank` gets its slice of every batch, so the data a step sees does not depend on
+    how many processes share it. Workers prefetch; batches are pinned for a GPU."""
     import torch
+
     if split.grid != ds.manifest.grid_:
-        raise ValueError(f"split {split.name} is for grid {split.grid}, dataset {ds.id} has {ds.manifest.grid_}")
-    if batch % world: raise ValueError(f"batch {batch} does not split evenly over {world} processes")
+        raise ValueError(
+            f"split {split.name} is for grid {split.grid}, dataset {ds.id} has {ds.manifest.grid_}"
+        )
+    if batch % world:
+        raise ValueError(f"batch {batch} does not split evenly over {world} processes")
     keep = apply_split(ds.cells, split)[part]
     if part == "train":
         plan = EpochPlans(ds.offsets, keep, batch, seed, window)
         if plan.per_epoch == 0:
-            raise ValueError(f"dataset {ds.id} under split {split.name} has {len(keep)} training samples, fewer than one batch "
-                             f"of {batch}: lower train.batch or make a bigger dataset")
+            raise ValueError(
+                f"dataset {ds.id} under split {split.name} has {len(keep)} training "
+                "samples, fewer than one batch "
+                f"of {batch}: lower train.batch or make a bigger dataset"
+            )
         first = epoch * plan.per_epoch + start
         order = range(first, first + plan.per_epoch - start if batches is None else first + batches)
     else:
-        plan = plan_batches(ds.offsets, keep, batch, seed, epoch, window, shuffle=False, drop_last=False)
+        plan = plan_batches(
+            ds.offsets, keep, batch, seed, epoch, window, shuffle=False, drop_last=False
+        )
         order = range(start, len(plan))
-    items = ShardBatches(ds, plan, split if part == "train" else None, max_shards=window, rank=rank, world=world)
+    items = ShardBatches(
+        ds, plan, split if part == "train" else None, max_shards=window, rank=rank, world=world
+    )
     pin = torch.cuda.is_available() if pin_memory is None else pin_memory
-    return torch.utils.data.DataLoader(items, batch_size=None, sampler=order, num_workers=workers, pin_memory=pin,
-                                       prefetch_factor=4 if workers else None)
+    return torch.utils.data.DataLoader(
+        items,
+        batch_size=None,
+        sampler=order,
+        num_workers=workers,
+        pin_memory=pin,
+        prefetch_factor=4 if workers else None,
+    )

@@ -1,4 +1,4 @@
-"""Channel encodings as config switches, a conditional U-Net in three sizes, the DDPM objective (ε or v, cosine or linear), and a DDIM sampler for 1 to 1,000 steps.
+"""Channel encodings, a conditional U-Net in three sizes, the diffusion objective and DDIM.
 
 Docs: https://qmind.github.io/qmind-render/model.html.md"""
 
@@ -19,125 +19,265 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 
-from .config import Loss, MaterialEnc, ModelConfig, Prediction, Schedule, ThemeEnc, TrainConfig
-from .contracts import UserError, ChannelSpec, load_spec, load_theme_schema, theme_parts, theme_vector
+from qmind_render.config import (
+    Loss,
+    MaterialEnc,
+    ModelConfig,
+    Prediction,
+    Schedule,
+    ThemeEnc,
+    TrainConfig,
+)
+from qmind_render.contracts import (
+    UserError,
+    ChannelSpec,
+    load_spec,
+    load_theme_schema,
+    theme_parts,
+    theme_vector,
+)
 
 # %% auto #0
-__all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'SIZES', 'SCHEDULES', 'PREDICTIONS', 'SIGMA_DATA', 'ModelInputError',
-           'check_tensor', 'choice', 'Encodings', 'model_config', 'condition_tables', 'Encoded', 'ConditionEncoder',
-           'prepare_batch', 'synthetic_batch', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize',
-           'UNet', 'ConditionalUNet', 'build_model', 'n_params', 'make_schedule', 'Diffusion', 'draw_noise',
-           'min_snr_weight', 'diffusion_loss', 'ddim_sample', 'to_uint8']
+__all__ = [
+    "MATERIAL_ENCS",
+    "COND_ENCS",
+    "COND_KEYS",
+    "SIZES",
+    "SCHEDULES",
+    "PREDICTIONS",
+    "SIGMA_DATA",
+    "ModelInputError",
+    "check_tensor",
+    "choice",
+    "Encodings",
+    "model_config",
+    "condition_tables",
+    "Encoded",
+    "ConditionEncoder",
+    "prepare_batch",
+    "synthetic_batch",
+    "timestep_embedding",
+    "ResBlock",
+    "Attention",
+    "Down",
+    "Up",
+    "UNetSize",
+    "UNet",
+    "ConditionalUNet",
+    "build_model",
+    "n_params",
+    "make_schedule",
+    "Diffusion",
+    "draw_noise",
+    "min_snr_weight",
+    "diffusion_loss",
+    "ddim_sample",
+    "to_uint8",
+]
+
 
 # %% ../nbs/40_model.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
-    "An input the model can't take: `.tensor` names it; the message says what was expected and found."
+    """An input the model can't take: `.tensor` names it; the message says what was expected and
+    found."""
+
     def __init__(self, tensor: str, detail: str):
         self.tensor = tensor
         super().__init__(f"{tensor}: {detail}")
 
-_KINDS = {"float": ("a floating point", lambda d: d.is_floating_point),
-          "int": ("an integer", lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool)}
 
-def check_tensor(name: str, x, shape: tuple, dims: str, kind: str | None = None, dtype: torch.dtype | None = None):
-    "Raise `ModelInputError` unless `x` is a tensor of `shape` (described as `dims`, e.g. '[B, H, W]') and the dtype rule."
+_KINDS = {
+    "float": ("a floating point", lambda d: d.is_floating_point),
+    "int": (
+        "an integer",
+        lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool,
+    ),
+}
+
+
+def check_tensor(
+    name: str, x, shape: tuple, dims: str, kind: str | None = None, dtype: torch.dtype | None = None
+):
+    """Raise `ModelInputError` unless `x` is a tensor of `shape` (described as `dims`, e.g. '[B, H,
+    W]') and the dtype rule."""
     want = f"expected shape {dims} = {tuple(shape)}"
-    if not isinstance(x, torch.Tensor): raise ModelInputError(name, f"{want}, got a {type(x).__name__}, not a torch tensor")
-    if dtype is not None: want += f" and dtype {dtype}".replace("torch.", "")
-    elif kind: want += f" and {_KINDS[kind][0]} dtype"
+    if not isinstance(x, torch.Tensor):
+        raise ModelInputError(name, f"{want}, got a {type(x).__name__}, not a torch tensor")
+    if dtype is not None:
+        want += f" and dtype {dtype}".replace("torch.", "")
+    elif kind:
+        want += f" and {_KINDS[kind][0]} dtype"
     got = f"got {tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"
-    if tuple(x.shape) != tuple(shape): raise ModelInputError(name, f"{want}, {got}")
+    if tuple(x.shape) != tuple(shape):
+        raise ModelInputError(name, f"{want}, {got}")
     if (dtype is not None and x.dtype != dtype) or (kind and not _KINDS[kind][1](x.dtype)):
         raise ModelInputError(name, f"{want}, {got}")
     return x
 
+
 # %% ../nbs/40_model.ipynb #28731f26
 def choice(value, enum: type[Enum], key: str) -> str:
-    "`value` (a config's str enum, or a plain string) as the plain string it names; not one of `enum`'s is a `ValueError` naming `key`."
-    try: return enum(value).value
-    except ValueError: raise ValueError(f"{key}={value!r} is not one of {', '.join(e.value for e in enum)}") from None
+    """`value` (a config's str enum, or a plain string) as the plain string it names; not one of
+    `enum`'s is a `ValueError` naming `key`."""
+    try:
+        return enum(value).value
+    except ValueError:
+        raise ValueError(
+            f"{key}={value!r} is not one of {', '.join(e.value for e in enum)}"
+        ) from None
+
 
 MATERIAL_ENCS = tuple(e.value for e in MaterialEnc)
-COND_ENCS = tuple(e.value for e in ThemeEnc)    # theme and lighting
-_DEFAULT = ModelConfig()                         # the defaults: one place, the config dataclass
+COND_ENCS = tuple(e.value for e in ThemeEnc)  # theme and lighting
+_DEFAULT = ModelConfig()  # the defaults: one place, the config dataclass
+
 
 @dataclass(frozen=True)
 class Encodings:
-    "How each input reaches the network (resolved from a `ModelConfig`; the defaults are its defaults)."
-    material: str = choice(_DEFAULT.material_enc, MaterialEnc, "model.material_enc")     # one_hot | embedding
-    material_dim: int = _DEFAULT.material_dim                                           # width of the learned material embedding
-    theme: str = choice(_DEFAULT.theme_enc, ThemeEnc, "model.theme_enc")                 # planes | id | param_vector
-    lighting: str = choice(_DEFAULT.lighting_enc or _DEFAULT.theme_enc, ThemeEnc, "model.lighting_enc")
-    uv_freqs: tuple[int, ...] = tuple(_DEFAULT.uv_freqs)                                # uv as sin/cos(2π f u), per f
-    depth_freqs: tuple[int, ...] = tuple(_DEFAULT.depth_freqs)                          # depth as sin/cos(π f d) too, per f
+    """How each input reaches the network (resolved from a `ModelConfig`; the defaults are its
+    defaults)."""
+
+    # one_hot | embedding
+    material: str = choice(_DEFAULT.material_enc, MaterialEnc, "model.material_enc")
+    # width of the learned material embedding
+    material_dim: int = _DEFAULT.material_dim
+    # planes | id | param_vector
+    theme: str = choice(_DEFAULT.theme_enc, ThemeEnc, "model.theme_enc")
+    lighting: str = choice(
+        _DEFAULT.lighting_enc or _DEFAULT.theme_enc, ThemeEnc, "model.lighting_enc"
+    )
+    # uv as sin/cos(2π f u), per f
+    uv_freqs: tuple[int, ...] = tuple(_DEFAULT.uv_freqs)
+    # depth as sin/cos(π f d) too, per f
+    depth_freqs: tuple[int, ...] = tuple(_DEFAULT.depth_freqs)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig | None = None) -> Encodings:
-        "The encodings `cfg` (default: `ModelConfig()`) chooses; an unset `lighting_enc` follows `theme_enc`."
+        """The encodings `cfg` (default: `ModelConfig()`) chooses; an unset `lighting_enc` follows
+        `theme_enc`."""
         cfg = cfg if cfg is not None else ModelConfig()
         theme = choice(cfg.theme_enc, ThemeEnc, "model.theme_enc")
-        return cls(choice(cfg.material_enc, MaterialEnc, "model.material_enc"), int(cfg.material_dim), theme,
-                   choice(cfg.lighting_enc or theme, ThemeEnc, "model.lighting_enc"),
-                   tuple(int(f) for f in cfg.uv_freqs), tuple(int(f) for f in cfg.depth_freqs))
+        return cls(
+            choice(cfg.material_enc, MaterialEnc, "model.material_enc"),
+            int(cfg.material_dim),
+            theme,
+            choice(cfg.lighting_enc or theme, ThemeEnc, "model.lighting_enc"),
+            tuple(int(f) for f in cfg.uv_freqs),
+            tuple(int(f) for f in cfg.depth_freqs),
+        )
+
 
 def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
-    "A `ModelConfig`: `cfg` (the dataclass or its OmegaConf form; None: the defaults) with `changes`, e.g. `size=\"small\"`."
+    """A `ModelConfig`: `cfg` (the dataclass or its OmegaConf form; None: the defaults) with
+    `changes`, e.g. `size="small"`."""
     from omegaconf import OmegaConf
-    base = ModelConfig() if cfg is None else cfg if isinstance(cfg, ModelConfig) else OmegaConf.to_object(cfg)
+
+    base = (
+        ModelConfig()
+        if cfg is None
+        else cfg
+        if isinstance(cfg, ModelConfig)
+        else OmegaConf.to_object(cfg)
+    )
     return dataclasses.replace(base, **changes)
+
 
 # %% ../nbs/40_model.ipynb #5f423bdf
 def _palette(parts: dict, spec: ChannelSpec) -> np.ndarray:
     "[n_materials + n_classes, 6]: (base, accent) RGB per material id, then per surface class."
     M, walls = spec.n_materials, spec.channels["material"].get("applies_to", ["wall"])
-    base, accent = parts["palette.materials[*].base"].reshape(M, 3), parts["palette.materials[*].accent"].reshape(M, 3)
+    base, accent = (
+        parts["palette.materials[*].base"].reshape(M, 3),
+        parts["palette.materials[*].accent"].reshape(M, 3),
+    )
     rows = [np.concatenate([base[m], accent[m]]) for m in range(M)]
     for c in spec.classes:
         rgb = parts.get(f"palette.{c}")
-        rows.append(np.zeros(6, np.float32) if c in walls or rgb is None else np.concatenate([rgb, rgb]))
+        rows.append(
+            np.zeros(6, np.float32) if c in walls or rgb is None else np.concatenate([rgb, rgb])
+        )
     return np.stack(rows).astype(np.float32)
+
 
 # %% ../nbs/40_model.ipynb #09c3f5e5
 def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
     "Per-theme and per-lighting numbers the encoders look up by id (float32, all in [0, 1])."
     from qmind_render.grid import lighting_vector, load_grid
+
     grid, spec, schema = grid or load_grid(), spec or load_spec(), load_theme_schema()
     parts = [theme_parts(t, schema) for t in grid.themes]
     pattern = [p for p in schema.param_paths if p.startswith("pattern.")]
-    return {"theme_vec": np.stack([theme_vector(t, schema) for t in grid.themes]),
-            "theme_palette": np.stack([_palette(p, spec) for p in parts]),
-            "theme_pattern": np.stack([np.concatenate([p[k] for k in pattern]) for p in parts]).astype(np.float32),
-            "lighting_vec": np.stack([lighting_vector(x) for x in grid.lightings]).astype(np.float32)}
+    return {
+        "theme_vec": np.stack([theme_vector(t, schema) for t in grid.themes]),
+        "theme_palette": np.stack([_palette(p, spec) for p in parts]),
+        "theme_pattern": np.stack([np.concatenate([p[k] for k in pattern]) for p in parts]).astype(
+            np.float32
+        ),
+        "lighting_vec": np.stack([lighting_vector(x) for x in grid.lightings]).astype(np.float32),
+    }
+
 
 # %% ../nbs/40_model.ipynb #e5211227
 class Encoded(NamedTuple):
-    "Encoded conditioning: `planes` [B, C, H, W] to concatenate with x_t; `vec` [B, E] for the embedding (or None)."
+    """Encoded conditioning: `planes` [B, C, H, W] to concatenate with x_t; `vec` [B, E] for the
+    embedding (or None)."""
+
     planes: torch.Tensor
     vec: torch.Tensor | None
 
+
 def _global_encoder(kind: str, n: int, dim: int, emb_dim: int) -> nn.Module | None:
-    if kind == "id": return nn.Embedding(n, emb_dim)
-    if kind == "param_vector": return nn.Sequential(nn.Linear(dim, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
+    if kind == "id":
+        return nn.Embedding(n, emb_dim)
+    if kind == "param_vector":
+        return nn.Sequential(nn.Linear(dim, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
     return None
+
 
 # %% ../nbs/40_model.ipynb #88a8c36f
 class ConditionEncoder(nn.Module):
-    "Raw channels + theme/lighting ids -> `Encoded` (planes for the input, a vector for the embedding)."
+    """Raw channels + theme/lighting ids -> `Encoded` (planes for the input, a vector for the
+    embedding)."""
+
     def __init__(self, spec: ChannelSpec, enc: Encodings, tables: dict, emb_dim: int):
         super().__init__()
         self.spec, self.enc = spec, enc
         self.M, self.C = spec.n_materials, len(spec.classes)
         self.register_buffer("surface_table", torch.eye(self.C), persistent=False)
-        self.register_buffer("uv_freqs", torch.tensor(enc.uv_freqs, dtype=torch.float32) * (2 * math.pi), persistent=False)
-        self.register_buffer("depth_freqs", torch.tensor(enc.depth_freqs, dtype=torch.float32) * math.pi, persistent=False)
-        if enc.material == "one_hot": self.register_buffer("material_table", torch.cat([torch.eye(self.M), torch.zeros(1, self.M)]), persistent=False)
-        else: self.material_emb = nn.Embedding(self.M + 1, enc.material_dim, padding_idx=self.M)   # row M = none
-        need = {"planes": ("theme_palette", "theme_pattern"), "param_vector": ("theme_vec",)}.get(enc.theme, ())
-        need += {"planes": ("lighting_vec",), "param_vector": ("lighting_vec",)}.get(enc.lighting, ())
-        for k in need: self.register_buffer(k, torch.as_tensor(np.asarray(tables[k]), dtype=torch.float32))
+        self.register_buffer(
+            "uv_freqs",
+            torch.tensor(enc.uv_freqs, dtype=torch.float32) * (2 * math.pi),
+            persistent=False,
+        )
+        self.register_buffer(
+            "depth_freqs",
+            torch.tensor(enc.depth_freqs, dtype=torch.float32) * math.pi,
+            persistent=False,
+        )
+        if enc.material == "one_hot":
+            self.register_buffer(
+                "material_table",
+                torch.cat([torch.eye(self.M), torch.zeros(1, self.M)]),
+                persistent=False,
+            )
+        # row M = none
+        else:
+            self.material_emb = nn.Embedding(self.M + 1, enc.material_dim, padding_idx=self.M)
+        need = {"planes": ("theme_palette", "theme_pattern"), "param_vector": ("theme_vec",)}.get(
+            enc.theme, ()
+        )
+        need += {"planes": ("lighting_vec",), "param_vector": ("lighting_vec",)}.get(
+            enc.lighting, ()
+        )
+        for k in need:
+            self.register_buffer(k, torch.as_tensor(np.asarray(tables[k]), dtype=torch.float32))
         self.n_themes, self.n_lightings = len(tables["theme_vec"]), len(tables["lighting_vec"])
-        self.theme_proj = _global_encoder(enc.theme, self.n_themes, tables["theme_vec"].shape[1], emb_dim)
-        self.lighting_proj = _global_encoder(enc.lighting, self.n_lightings, tables["lighting_vec"].shape[1], emb_dim)
+        self.theme_proj = _global_encoder(
+            enc.theme, self.n_themes, tables["theme_vec"].shape[1], emb_dim
+        )
+        self.lighting_proj = _global_encoder(
+            enc.lighting, self.n_lightings, tables["lighting_vec"].shape[1], emb_dim
+        )
         self.layout = self._layout(tables)
 
     def _layout(self, tables) -> dict[str, int]:
@@ -146,130 +286,256 @@ class ConditionEncoder(nn.Module):
         lighting = tables["lighting_vec"].shape[1] if self.enc.lighting == "planes" else 0
         mat = self.M if self.enc.material == "one_hot" else self.enc.material_dim
         depth, uv = 1 + 2 * len(self.enc.depth_freqs), 4 * len(self.enc.uv_freqs)
-        return {"depth": depth, "surface": self.C, "material": mat, "uv": uv, "light": 1, "theme": theme, "lighting": lighting}
+        return {
+            "depth": depth,
+            "surface": self.C,
+            "material": mat,
+            "uv": uv,
+            "light": 1,
+            "theme": theme,
+            "lighting": lighting,
+        }
 
     @property
-    def channels(self) -> int: return sum(self.layout.values())
+    def channels(self) -> int:
+        return sum(self.layout.values())
 
     @property
     def plane_names(self) -> list[str]:
         "A name for every conditioning plane, in order."
-        mat = [f"material {i}" for i in range(self.M)] if self.enc.material == "one_hot" else [f"material emb {i}" for i in range(self.layout["material"])]
-        theme = [f"theme {w} {c}" for w in ("base", "accent") for c in "RGB"] + [f"theme pattern {i}" for i in range(self.layout["theme"] - 6)]
+        mat = (
+            [f"material {i}" for i in range(self.M)]
+            if self.enc.material == "one_hot"
+            else [f"material emb {i}" for i in range(self.layout["material"])]
+        )
+        theme = [f"theme {w} {c}" for w in ("base", "accent") for c in "RGB"] + [
+            f"theme pattern {i}" for i in range(self.layout["theme"] - 6)
+        ]
         f = lambda k: "" if k == 1 else str(k)
-        depth = ["depth"] + [f"{fn} π{f(k)}d" for k in self.enc.depth_freqs for fn in ("sin", "cos")]
+        depth = ["depth"] + [
+            f"{fn} π{f(k)}d" for k in self.enc.depth_freqs for fn in ("sin", "cos")
+        ]
         uv = [f"{fn} 2π{f(k)}{c}" for c in "uv" for k in self.enc.uv_freqs for fn in ("sin", "cos")]
-        return (depth + [f"surface {c}" for c in self.spec.classes] + mat + uv + ["light"]
-                + theme[:self.layout["theme"]] + [f"lighting {i}" for i in range(self.layout["lighting"])])
+        return (
+            depth
+            + [f"surface {c}" for c in self.spec.classes]
+            + mat
+            + uv
+            + ["light"]
+            + theme[: self.layout["theme"]]
+            + [f"lighting {i}" for i in range(self.layout["lighting"])]
+        )
 
     def forward(self, cond: dict) -> Encoded:
-        "Check `cond`, then encode it: the planes in one [B, H, W, C] tensor, permuted (channels-last strides)."
+        """Check `cond`, then encode it: the planes in one [B, H, W, C] tensor, permuted
+        (channels-last strides)."""
         self.check(cond)
         return Encoded(torch.cat(_planes(self, cond), -1).permute(0, 3, 1, 2), _vec(self, cond))
+
 
 # %% ../nbs/40_model.ipynb #42a5b0c3
 COND_KEYS = ("depth", "surface", "material", "uv", "light", "theme", "lighting")
 
+
 @patch
 def check(self: ConditionEncoder, cond: dict) -> None:
-    "Raise `ModelInputError` unless `cond` has every key with the right shape and kind, and (ids on the CPU) in range."
-    if not isinstance(cond, dict): raise ModelInputError("cond", f"expected a dict with {COND_KEYS}, got {type(cond).__name__}")
+    """Raise `ModelInputError` unless `cond` has every key with the right shape and kind, and (ids
+    on the CPU) in range."""
+    if not isinstance(cond, dict):
+        raise ModelInputError(
+            "cond", f"expected a dict with {COND_KEYS}, got {type(cond).__name__}"
+        )
     missing = [k for k in COND_KEYS if k not in cond]
-    if missing: raise ModelInputError(f"cond[{missing[0]!r}]", f"missing (cond has {sorted(cond)}); make it with prepare_batch")
-    B = check_tensor("cond['theme']", cond["theme"], tuple(cond["theme"].shape[:1]), "[B]", "int").shape[0]
+    if missing:
+        raise ModelInputError(
+            f"cond[{missing[0]!r}]",
+            f"missing (cond has {sorted(cond)}); make it with prepare_batch",
+        )
+    B = check_tensor(
+        "cond['theme']", cond["theme"], tuple(cond["theme"].shape[:1]), "[B]", "int"
+    ).shape[0]
     H, W = self.spec.size
-    for k, kind in [("depth", "float"), ("surface", "int"), ("material", "int"), ("light", "float")]:
+    for k, kind in [
+        ("depth", "float"),
+        ("surface", "int"),
+        ("material", "int"),
+        ("light", "float"),
+    ]:
         check_tensor(f"cond[{k!r}]", cond[k], (B, H, W), "[B, H, W]", kind)
     check_tensor("cond['uv']", cond["uv"], (B, H, W, 2), "[B, H, W, 2]", "float")
     check_tensor("cond['lighting']", cond["lighting"], (B,), "[B]", "int")
-    if not torch.compiler.is_compiling() and cond["surface"].device.type == "cpu": self.check_ids(cond)
+    if not torch.compiler.is_compiling() and cond["surface"].device.type == "cpu":
+        self.check_ids(cond)
+
 
 @patch
 def check_ids(self: ConditionEncoder, cond: dict) -> None:
-    "Raise `ModelInputError` unless every class, material, theme and lighting id is one this encoder knows (reads the values)."
+    """Raise `ModelInputError` unless every class, material, theme and lighting id is one this
+    encoder knows (reads the values)."""
     m = cond["material"]
     bad_m = ((m < 0) | ((m >= self.M) & (m != self.spec.material_none))).any()
     s, th, li = cond["surface"], cond["theme"], cond["lighting"]
-    lo_s, hi_s, bad, lo_t, hi_t, lo_l, hi_l = torch.stack([s.min(), s.max(), bad_m.long(), th.min(), th.max(), li.min(), li.max()]).tolist()
-    if lo_s < 0 or hi_s >= self.C: raise ModelInputError("cond['surface']", f"class ids must be 0..{self.C - 1} ({', '.join(self.spec.classes)}), found {lo_s}..{hi_s}")
-    if bad: raise ModelInputError("cond['material']", f"material ids must be 0..{self.M - 1} or none={self.spec.material_none}, found {sorted(set(m.unique().tolist()) - set(range(self.M)) - {self.spec.material_none})[:8]}")
-    if lo_t < 0 or hi_t >= self.n_themes: raise ModelInputError("cond['theme']", f"theme ids must be 0..{self.n_themes - 1}, found {lo_t}..{hi_t}")
-    if lo_l < 0 or hi_l >= self.n_lightings: raise ModelInputError("cond['lighting']", f"lighting ids must be 0..{self.n_lightings - 1}, found {lo_l}..{hi_l}")
+    lo_s, hi_s, bad, lo_t, hi_t, lo_l, hi_l = torch.stack(
+        [s.min(), s.max(), bad_m.long(), th.min(), th.max(), li.min(), li.max()]
+    ).tolist()
+    if lo_s < 0 or hi_s >= self.C:
+        raise ModelInputError(
+            "cond['surface']",
+            f"class ids must be 0..{self.C - 1} ({', '.join(self.spec.classes)}), found "
+            f"{lo_s}..{hi_s}",
+        )
+    if bad:
+        none = self.spec.material_none
+        raise ModelInputError(
+            "cond['material']",
+            f"material ids must be 0..{self.M - 1} or none={self.spec.material_none}, "
+            "found "
+            f"{sorted(set(m.unique().tolist()) - set(range(self.M)) - {none})[:8]}",
+        )
+    if lo_t < 0 or hi_t >= self.n_themes:
+        raise ModelInputError(
+            "cond['theme']", f"theme ids must be 0..{self.n_themes - 1}, found {lo_t}..{hi_t}"
+        )
+    if lo_l < 0 or hi_l >= self.n_lightings:
+        raise ModelInputError(
+            "cond['lighting']",
+            f"lighting ids must be 0..{self.n_lightings - 1}, found {lo_l}..{hi_l}",
+        )
+
 
 # %% ../nbs/40_model.ipynb #35f1455d
 def _planes(self: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
     "The per-pixel planes, each [B, H, W, c]."
     surf, mat = cond["surface"].long(), cond["material"].long()
     m_idx = torch.where(mat == self.spec.material_none, self.M, mat).clamp_(0, self.M)
-    mat_planes = self.material_table[m_idx] if self.enc.material == "one_hot" else self.material_emb(m_idx)
-    uv = cond["uv"].float()[..., None] * self.uv_freqs                         # [B, H, W, 2, F]: u's then v's
+    mat_planes = (
+        self.material_table[m_idx] if self.enc.material == "one_hot" else self.material_emb(m_idx)
+    )
+    # [B, H, W, 2, F]: u's then v's
+    uv = cond["uv"].float()[..., None] * self.uv_freqs
     d = cond["depth"].float()[..., None]
-    dk = d * self.depth_freqs                                                     # [B, H, W, F]; F = 0: no planes
-    out = [d * 2 - 1, torch.stack([dk.sin(), dk.cos()], -1).flatten(-2), self.surface_table[surf], mat_planes,
-           torch.stack([uv.sin(), uv.cos()], -1).flatten(-3), cond["light"].float()[..., None] * 2 - 1]
+    # [B, H, W, F]; F = 0: no planes
+    dk = d * self.depth_freqs
+    out = [
+        d * 2 - 1,
+        torch.stack([dk.sin(), dk.cos()], -1).flatten(-2),
+        self.surface_table[surf],
+        mat_planes,
+        torch.stack([uv.sin(), uv.cos()], -1).flatten(-3),
+        cond["light"].float()[..., None] * 2 - 1,
+    ]
     B, H, W = surf.shape
     if self.enc.theme == "planes":
         theme = cond["theme"].long()
-        slot = torch.where(mat == self.spec.material_none, self.M + surf, m_idx)        # material id, or M + class
-        out += [self.theme_palette[theme[:, None, None], slot] * 2 - 1,
-                self.theme_pattern[theme][:, None, None].expand(B, H, W, -1) * 2 - 1]
+        # material id, or M + class
+        slot = torch.where(mat == self.spec.material_none, self.M + surf, m_idx)
+        out += [
+            self.theme_palette[theme[:, None, None], slot] * 2 - 1,
+            self.theme_pattern[theme][:, None, None].expand(B, H, W, -1) * 2 - 1,
+        ]
     if self.enc.lighting == "planes":
-        out.append(self.lighting_vec[cond["lighting"].long()][:, None, None].expand(B, H, W, -1) * 2 - 1)
+        out.append(
+            self.lighting_vec[cond["lighting"].long()][:, None, None].expand(B, H, W, -1) * 2 - 1
+        )
     return out
+
 
 def _vec(self: ConditionEncoder, cond: dict) -> torch.Tensor | None:
     vs = []
     for name, proj in (("theme", self.theme_proj), ("lighting", self.lighting_proj)):
-        if proj is None: continue
+        if proj is None:
+            continue
         ids = cond[name].long()
-        vs.append(proj(ids) if isinstance(proj, nn.Embedding) else proj(getattr(self, f"{name}_vec")[ids]))
+        vs.append(
+            proj(ids) if isinstance(proj, nn.Embedding) else proj(getattr(self, f"{name}_vec")[ids])
+        )
     return sum(vs) if vs else None
+
 
 # %% ../nbs/40_model.ipynb #60797be6
 def _as_tensor(name, x):
-    if isinstance(x, np.ndarray): return torch.from_numpy(np.ascontiguousarray(x))
-    if isinstance(x, torch.Tensor): return x
-    raise ModelInputError(f"batch[{name!r}]", f"expected a torch tensor or numpy array, got {type(x).__name__}")
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(x))
+    if isinstance(x, torch.Tensor):
+        return x
+    raise ModelInputError(
+        f"batch[{name!r}]", f"expected a torch tensor or numpy array, got {type(x).__name__}"
+    )
 
-def _torch_dtype(np_dtype) -> torch.dtype: return torch.from_numpy(np.zeros(0, np_dtype)).dtype
 
-def prepare_batch(batch: dict, device=None, spec: ChannelSpec | None = None) -> tuple[torch.Tensor, dict]:
-    "A loader batch (stored dtypes) -> (x0 in [-1, 1], float [B, 3, H, W]; cond dict), both on `device`."
+def _torch_dtype(np_dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, np_dtype)).dtype
+
+
+def prepare_batch(
+    batch: dict, device=None, spec: ChannelSpec | None = None
+) -> tuple[torch.Tensor, dict]:
+    """A loader batch (stored dtypes) -> (x0 in [-1, 1], float [B, 3, H, W]; cond dict), both on
+    `device`."""
     spec, device = spec or load_spec(), torch.device(device or "cpu")
     missing = [k for k in ("rgb", *COND_KEYS) if k not in batch]
-    if missing: raise ModelInputError(f"batch[{missing[0]!r}]", f"missing (the batch has {sorted(batch)})")
+    if missing:
+        raise ModelInputError(f"batch[{missing[0]!r}]", f"missing (the batch has {sorted(batch)})")
     b = {k: _as_tensor(k, batch[k]) for k in ("rgb", *COND_KEYS)}
     B = b["rgb"].shape[0] if b["rgb"].ndim else 0
-    for c in spec.names: check_tensor(f"batch[{c!r}]", b[c], (B, *spec.shape(c)), f"[B, {', '.join(map(str, spec.channels[c]['shape']))}]", dtype=_torch_dtype(spec.dtype(c)))
+    for c in spec.names:
+        check_tensor(
+            f"batch[{c!r}]",
+            b[c],
+            (B, *spec.shape(c)),
+            f"[B, {', '.join(map(str, spec.channels[c]['shape']))}]",
+            dtype=_torch_dtype(spec.dtype(c)),
+        )
     check_tensor("batch['rgb']", b["rgb"], (B, *spec.size, 3), "[B, H, W, 3]", dtype=torch.uint8)
-    for k in ("theme", "lighting"): check_tensor(f"batch[{k!r}]", b[k], (B,), "[B]", "int")
+    for k in ("theme", "lighting"):
+        check_tensor(f"batch[{k!r}]", b[k], (B,), "[B]", "int")
     b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
     x0 = b.pop("rgb").permute(0, 3, 1, 2).float().div_(127.5).sub_(1)
     cond = {k: (v.float() if v.is_floating_point() else v.long()) for k, v in b.items()}
     return x0, cond
 
+
 # %% ../nbs/40_model.ipynb #2cb1d548
-def synthetic_batch(n: int, seed: int = 0, grid_shape: tuple[int, int, int] | None = None, spec: ChannelSpec | None = None) -> dict:
-    "`n` made-up samples in the loader's format (torch tensors, stored dtypes), from `seed`, for `grid_shape` (default: the grid file's)."
+def synthetic_batch(
+    n: int,
+    seed: int = 0,
+    grid_shape: tuple[int, int, int] | None = None,
+    spec: ChannelSpec | None = None,
+) -> dict:
+    """`n` made-up samples in the loader's format (torch tensors, stored dtypes), from `seed`, for
+    `grid_shape` (default: the grid file's)."""
     from qmind_render.data import Grid, random_samples
-    s = random_samples(n, spec or load_spec(), Grid(*grid_shape) if grid_shape else Grid.of(), np.random.default_rng(seed))
+
+    s = random_samples(
+        n,
+        spec or load_spec(),
+        Grid(*grid_shape) if grid_shape else Grid.of(),
+        np.random.default_rng(seed),
+    )
     return {k: torch.from_numpy(v) for k, v in s.items()}
+
 
 # %% ../nbs/40_model.ipynb #80551b78
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
     "Sinusoidal embedding of (integer or real) timesteps `t` [B] -> [B, dim] float32."
     half = dim // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    freqs = torch.exp(
+        -math.log(max_period) * torch.arange(half, device=t.device, dtype=torch.float32) / half
+    )
     a = t.float()[:, None] * freqs[None]
     return torch.cat([a.cos(), a.sin()], -1)
 
+
 def _zero(m: nn.Module) -> nn.Module:
-    for p in m.parameters(): nn.init.zeros_(p)
+    for p in m.parameters():
+        nn.init.zeros_(p)
     return m
+
 
 # %% ../nbs/40_model.ipynb #bc47aa40
 class ResBlock(nn.Module):
     "GN-SiLU-conv, adaptive GN (scale, shift from the embedding), SiLU-dropout-conv, plus a skip."
+
     def __init__(self, cin: int, cout: int, emb_dim: int, groups: int, dropout: float = 0.0):
         super().__init__()
         self.norm1, self.conv1 = nn.GroupNorm(groups, cin), nn.Conv2d(cin, cout, 3, padding=1)
@@ -279,137 +545,250 @@ class ResBlock(nn.Module):
         self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
 
     def forward(self, x, emb, film: torch.Tensor | None = None):
-        "`film`: this block's `self.emb(emb)` when the caller computed it already (the U-Net does all blocks' in one matmul)."
+        """`film`: this block's `self.emb(emb)` when the caller computed it already (the U-Net does
+        all blocks' in one matmul)."""
         h = self.conv1(F.silu(self.norm1(x)))
         scale, shift = (self.emb(emb) if film is None else film)[:, :, None, None].chunk(2, 1)
         h = torch.addcmul(shift, self.norm2(h), 1 + scale)
         return self.skip(x) + self.conv2(self.drop(F.silu(h)))
 
+
 # %% ../nbs/40_model.ipynb #25526f43
 class Attention(nn.Module):
     "Multi-head self-attention over the H×W positions (scaled_dot_product_attention), residual."
+
     def __init__(self, ch: int, head_dim: int, groups: int):
         super().__init__()
         self.heads = max(1, ch // head_dim)
-        if ch % self.heads: raise ValueError(f"attention over {ch} channels: {self.heads} heads of ~{head_dim} don't divide it")
-        self.norm, self.qkv, self.proj = nn.GroupNorm(groups, ch), nn.Linear(ch, 3 * ch), _zero(nn.Linear(ch, ch))
+        if ch % self.heads:
+            raise ValueError(
+                f"attention over {ch} channels: {self.heads} heads of ~{head_dim} don't divide it"
+            )
+        self.norm, self.qkv, self.proj = (
+            nn.GroupNorm(groups, ch),
+            nn.Linear(ch, 3 * ch),
+            _zero(nn.Linear(ch, ch)),
+        )
 
     def forward(self, x, emb=None):
         B, C, H, W = x.shape
-        tok = self.norm(x).flatten(2).transpose(1, 2)                                   # [B, HW, C]
-        q, k, v = self.qkv(tok).view(B, H * W, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        tok = self.norm(x).flatten(2).transpose(1, 2)  # [B, HW, C]
+        q, k, v = (
+            self.qkv(tok).view(B, H * W, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        )
         h = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, H * W, C)
-        return x + self.proj(h).transpose(1, 2).view(B, C, H, W)                       # channels-last strides
+        # channels-last strides
+        return x + self.proj(h).transpose(1, 2).view(B, C, H, W)
+
 
 class Down(nn.Conv2d):
     "Halve the resolution: a strided 3×3 conv."
-    def __init__(self, ch): super().__init__(ch, ch, 3, stride=2, padding=1)
-    def forward(self, x, emb=None): return super().forward(x)
+
+    def __init__(self, ch):
+        super().__init__(ch, ch, 3, stride=2, padding=1)
+
+    def forward(self, x, emb=None):
+        return super().forward(x)
+
 
 class Up(nn.Conv2d):
     "Double the resolution: nearest-neighbour upsampling, then a 3×3 conv."
-    def __init__(self, ch): super().__init__(ch, ch, 3, padding=1)
-    def forward(self, x, emb=None): return super().forward(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+
+    def __init__(self, ch):
+        super().__init__(ch, ch, 3, padding=1)
+
+    def forward(self, x, emb=None):
+        return super().forward(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+
 
 # %% ../nbs/40_model.ipynb #ec68c570
 @dataclass(frozen=True)
 class UNetSize:
     "The numbers that shape a U-Net."
+
     width: int
     mults: tuple[int, ...]
     blocks: int
-    attn: tuple[int, ...] = ()      # resolutions (pixels on a side) with self-attention
+    attn: tuple[int, ...] = ()  # resolutions (pixels on a side) with self-attention
     head_dim: int = 64
     groups: int = 32
 
+
 SIZES: dict[str, UNetSize] = {
-    "tiny":  UNetSize(width=16, mults=(1, 2, 2), blocks=1, groups=8),                  # CI: seconds on CPU
-    "small": UNetSize(width=32, mults=(1, 2, 2, 2), blocks=1, attn=(16,), groups=8),   # the CPU-playable demo
-    "base":  UNetSize(width=128, mults=(1, 2, 2), blocks=2, attn=(16,), groups=32),    # the deck's ~30M model
+    # CI: seconds on CPU
+    "tiny": UNetSize(width=16, mults=(1, 2, 2), blocks=1, groups=8),
+    # the CPU-playable demo
+    "small": UNetSize(width=32, mults=(1, 2, 2, 2), blocks=1, attn=(16,), groups=8),
+    # the deck's ~30M model
+    "base": UNetSize(width=128, mults=(1, 2, 2), blocks=2, attn=(16,), groups=32),
 }
+
 
 # %% ../nbs/40_model.ipynb #7ec40529
 class UNet(nn.Module):
     "The denoiser: (x [B, in_ch, H, W], t [B], global vector [B, E] or None) -> [B, out_ch, H, W]."
-    def __init__(self, in_ch: int, out_ch: int, size: UNetSize, res: int, dropout: float = 0.0, pixel_head: int = 0):
+
+    def __init__(
+        self,
+        in_ch: int,
+        out_ch: int,
+        size: UNetSize,
+        res: int,
+        dropout: float = 0.0,
+        pixel_head: int = 0,
+    ):
         super().__init__()
         w, E, G = size.width, 4 * size.width, size.groups
         self.emb_dim, self.in_ch, self.levels = E, in_ch, len(size.mults)
         self.time = nn.Sequential(nn.Linear(w, E), nn.SiLU(), nn.Linear(E, E))
         self.conv_in = nn.Conv2d(in_ch, w, 3, padding=1)
-        block = lambda cin, cout, r: [ResBlock(cin, cout, E, G, dropout)] + ([Attention(cout, size.head_dim, G)] if r in size.attn else [])
+        block = lambda cin, cout, r: (
+            [ResBlock(cin, cout, E, G, dropout)]
+            + ([Attention(cout, size.head_dim, G)] if r in size.attn else [])
+        )
         skips, ch, r, self.down = [w], w, res, nn.ModuleList()
         for i, m in enumerate(size.mults):
             for _ in range(size.blocks):
-                self.down.append(nn.ModuleList(block(ch, w * m, r))); ch = w * m; skips.append(ch)
-            if i < len(size.mults) - 1: self.down.append(nn.ModuleList([Down(ch)])); skips.append(ch); r //= 2
-        self.mid = nn.ModuleList([ResBlock(ch, ch, E, G, dropout), Attention(ch, size.head_dim, G), ResBlock(ch, ch, E, G, dropout)])
+                self.down.append(nn.ModuleList(block(ch, w * m, r)))
+                ch = w * m
+                skips.append(ch)
+            if i < len(size.mults) - 1:
+                self.down.append(nn.ModuleList([Down(ch)]))
+                skips.append(ch)
+                r //= 2
+        self.mid = nn.ModuleList(
+            [
+                ResBlock(ch, ch, E, G, dropout),
+                Attention(ch, size.head_dim, G),
+                ResBlock(ch, ch, E, G, dropout),
+            ]
+        )
         self.up = nn.ModuleList()
         for i, m in reversed(list(enumerate(size.mults))):
             for _ in range(size.blocks + 1):
-                self.up.append(nn.ModuleList(block(ch + skips.pop(), w * m, r))); ch = w * m
-            if i > 0: self.up.append(nn.ModuleList([Up(ch)])); r *= 2
-        self.out = nn.Sequential(nn.GroupNorm(G, ch), nn.SiLU(), _zero(nn.Conv2d(ch, out_ch, 3, padding=1)))
-        p = pixel_head                  # a per-pixel MLP (1×1 convs) on the last features and the input, added to the output
-        self.head = nn.Sequential(nn.Conv2d(ch + in_ch, p, 1), nn.SiLU(), nn.Conv2d(p, p, 1), nn.SiLU(), _zero(nn.Conv2d(p, out_ch, 1))) if p else None
-        self.film = [m for m in self.modules() if isinstance(m, ResBlock)]    # not registered twice: a plain list
-        for i, b in enumerate(self.film): b.film_index = i
+                self.up.append(nn.ModuleList(block(ch + skips.pop(), w * m, r)))
+                ch = w * m
+            if i > 0:
+                self.up.append(nn.ModuleList([Up(ch)]))
+                r *= 2
+        self.out = nn.Sequential(
+            nn.GroupNorm(G, ch), nn.SiLU(), _zero(nn.Conv2d(ch, out_ch, 3, padding=1))
+        )
+        # a per-pixel MLP (1×1 convs) on the last features and the input, added to the output
+        p = pixel_head
+        self.head = (
+            nn.Sequential(
+                nn.Conv2d(ch + in_ch, p, 1),
+                nn.SiLU(),
+                nn.Conv2d(p, p, 1),
+                nn.SiLU(),
+                _zero(nn.Conv2d(p, out_ch, 1)),
+            )
+            if p
+            else None
+        )
+        # not registered twice: a plain list
+        self.film = [m for m in self.modules() if isinstance(m, ResBlock)]
+        for i, b in enumerate(self.film):
+            b.film_index = i
 
     def _films(self, emb: torch.Tensor) -> list[torch.Tensor]:
-        "Every ResBlock's scale and shift, by one matmul with the blocks' `emb` weights stacked (one call, not one per block)."
-        w, b = torch.cat([m.emb.weight for m in self.film]), torch.cat([m.emb.bias for m in self.film])
+        """Every ResBlock's scale and shift, by one matmul with the blocks' `emb` weights stacked
+        (one call, not one per block)."""
+        w, b = (
+            torch.cat([m.emb.weight for m in self.film]),
+            torch.cat([m.emb.bias for m in self.film]),
+        )
         return F.linear(emb, w, b).split([m.emb.out_features for m in self.film], 1)
 
-    def forward(self, x: torch.Tensor, t: torch.Tensor, vec: torch.Tensor | None = None) -> torch.Tensor:
-        emb = self.time(timestep_embedding(t, self.time[0].in_features).to(self.time[0].weight.dtype))   # bf16 weights: bf16 in
+    def forward(
+        self, x: torch.Tensor, t: torch.Tensor, vec: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        # bf16 weights: bf16 in
+        emb = self.time(
+            timestep_embedding(t, self.time[0].in_features).to(self.time[0].weight.dtype)
+        )
         emb = F.silu(emb if vec is None else emb + vec)
         films = self._films(emb)
         run = lambda f, h: f(h, emb, films[f.film_index]) if isinstance(f, ResBlock) else f(h, emb)
         h = self.conv_in(x)
         hs = [h]
         for layers in self.down:
-            for f in layers: h = run(f, h)
+            for f in layers:
+                h = run(f, h)
             hs.append(h)
-        for f in self.mid: h = run(f, h)
+        for f in self.mid:
+            h = run(f, h)
         for layers in self.up:
-            if not isinstance(layers[0], Up): h = torch.cat([h, hs.pop()], 1)
-            for f in layers: h = run(f, h)
-        if self.head is None: return self.out(h)
+            if not isinstance(layers[0], Up):
+                h = torch.cat([h, hs.pop()], 1)
+            for f in layers:
+                h = run(f, h)
+        if self.head is None:
+            return self.out(h)
         h = self.out[1](self.out[0](h))
         return self.out[2](h) + self.head(torch.cat([h, x], 1))
+
 
 # %% ../nbs/40_model.ipynb #6db14689
 class ConditionalUNet(nn.Module):
     "Noisy frame + encoded channels in, ε or v out."
-    def __init__(self, spec: ChannelSpec, enc: Encodings, size: str | UNetSize, tables: dict, dropout: float = 0.0,
-                 channels_last: bool = True, pixel_head: int = 0):
+
+    def __init__(
+        self,
+        spec: ChannelSpec,
+        enc: Encodings,
+        size: str | UNetSize,
+        tables: dict,
+        dropout: float = 0.0,
+        channels_last: bool = True,
+        pixel_head: int = 0,
+    ):
         super().__init__()
-        if isinstance(size, str) and size not in SIZES: raise ValueError(f"model.size={size!r} is not one of {', '.join(SIZES)}")
+        if isinstance(size, str) and size not in SIZES:
+            raise ValueError(f"model.size={size!r} is not one of {', '.join(SIZES)}")
         self.spec, self.enc, self.size_name = spec, enc, size if isinstance(size, str) else "custom"
         self.size = SIZES[size] if isinstance(size, str) else size
         self.image_channels = 3
         H, W = spec.size
         if H % 2 ** (len(self.size.mults) - 1) or W % 2 ** (len(self.size.mults) - 1):
-            raise ValueError(f"frame size {spec.size} is not divisible by 2**{len(self.size.mults) - 1} (size {self.size_name})")
+            raise ValueError(
+                f"frame size {spec.size} is not divisible by "
+                f"2**{len(self.size.mults) - 1} (size {self.size_name})"
+            )
         self.encoder = ConditionEncoder(spec, enc, tables, 4 * self.size.width)
-        self.net = UNet(self.image_channels + self.encoder.channels, self.image_channels, self.size, H, dropout, pixel_head)
+        self.net = UNet(
+            self.image_channels + self.encoder.channels,
+            self.image_channels,
+            self.size,
+            H,
+            dropout,
+            pixel_head,
+        )
         self.channels_last = False
-        if channels_last: self.set_channels_last(True)
+        if channels_last:
+            self.set_channels_last(True)
 
     def set_channels_last(self, on: bool = True) -> ConditionalUNet:
         "Run the convs in channels-last (NHWC) memory format, or back to NCHW."
         self.channels_last = on
         return self.to(memory_format=torch.channels_last if on else torch.contiguous_format)
 
-    def encode(self, cond: dict) -> Encoded: return self.encoder(cond)
+    def encode(self, cond: dict) -> Encoded:
+        return self.encoder(cond)
 
     def forward(self, x_t: torch.Tensor, t: torch.Tensor, cond: dict | Encoded) -> torch.Tensor:
-        "The network's output (ε or v) for noisy frames `x_t` at timesteps `t`, given raw or encoded `cond`."
+        """The network's output (ε or v) for noisy frames `x_t` at timesteps `t`, given raw or
+        encoded `cond`."""
         e = cond if isinstance(cond, Encoded) else self.encoder(cond)
-        if not torch.compiler.is_compiling(): self.check_inputs(x_t, t, e)
+        if not torch.compiler.is_compiling():
+            self.check_inputs(x_t, t, e)
         x = torch.cat([x_t, e.planes.to(x_t.dtype)], 1)
-        x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
+        x = x.contiguous(
+            memory_format=torch.channels_last if self.channels_last else torch.contiguous_format
+        )
         return self.net(x, t, e.vec)
+
 
 # %% ../nbs/40_model.ipynb #ff025f81
 @patch
@@ -418,41 +797,82 @@ def check_inputs(self: ConditionalUNet, x_t, t, e: Encoded) -> None:
     B, (H, W) = e.planes.shape[0], self.spec.size
     check_tensor("x_t", x_t, (B, self.image_channels, H, W), "[B, 3, H, W]", "float")
     check_tensor("t", t, (B,), "[B]")
-    check_tensor("cond.planes", e.planes, (B, self.encoder.channels, H, W), "[B, C_cond, H, W]", "float")
+    check_tensor(
+        "cond.planes", e.planes, (B, self.encoder.channels, H, W), "[B, C_cond, H, W]", "float"
+    )
+
 
 # %% ../nbs/40_model.ipynb #8dfdb4ec
-def build_model(cfg: ModelConfig | None = None, spec: ChannelSpec | None = None, tables: dict | None = None, grid=None) -> ConditionalUNet:
-    "The conditional U-Net a `ModelConfig` (None: `ModelConfig()`) describes, conditioned on `grid`'s themes and lightings."
+def build_model(
+    cfg: ModelConfig | None = None,
+    spec: ChannelSpec | None = None,
+    tables: dict | None = None,
+    grid=None,
+) -> ConditionalUNet:
+    """The conditional U-Net a `ModelConfig` (None: `ModelConfig()`) describes, conditioned on
+    `grid`'s themes and lightings."""
     cfg, spec = cfg if cfg is not None else ModelConfig(), spec or load_spec()
     tables = tables if tables is not None else condition_tables(grid, spec)
-    return ConditionalUNet(spec, Encodings.from_config(cfg), cfg.size, tables, float(cfg.dropout), bool(cfg.channels_last),
-                           int(cfg.pixel_head))
+    return ConditionalUNet(
+        spec,
+        Encodings.from_config(cfg),
+        cfg.size,
+        tables,
+        float(cfg.dropout),
+        bool(cfg.channels_last),
+        int(cfg.pixel_head),
+    )
 
-def n_params(model: nn.Module) -> int: return sum(p.numel() for p in model.parameters())
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
 
 # %% ../nbs/40_model.ipynb #65453c8f
 SCHEDULES = tuple(e.value for e in Schedule)
 PREDICTIONS = tuple(e.value for e in Prediction)
-SIGMA_DATA = 0.5    # EDM's and DIAMOND's σ_data (the quickstart frames: std 0.33 about a mean of -0.64, RMS 0.72)
+# EDM's and DIAMOND's σ_data (the quickstart frames: std 0.33 about a mean of -0.64, RMS 0.72)
+SIGMA_DATA = 0.5
+
 
 def make_schedule(kind: str, timesteps: int) -> torch.Tensor:
     "ᾱ_t for t = 0..T-1 (float64) of schedule `kind` (`Diffusion` builds it from the config)."
     T = int(timesteps)
-    if T < 1: raise ValueError(f"model.timesteps must be >= 1, got {T}")
-    if kind == "linear": betas = torch.linspace(1e-4, 0.02, T, dtype=torch.float32).double()   # as DDPM (and diffusers) define it
+    if T < 1:
+        raise ValueError(f"model.timesteps must be >= 1, got {T}")
+    # as DDPM (and diffusers) define it
+    if kind == "linear":
+        betas = torch.linspace(1e-4, 0.02, T, dtype=torch.float32).double()
     elif kind == "cosine":
         f = lambda t: math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
-        betas = torch.tensor([min(1 - f((i + 1) / T) / f(i / T), 0.999) for i in range(T)], dtype=torch.float64)
-    else: raise ValueError(f"model.schedule={kind!r} is not one of {', '.join(SCHEDULES)}")
+        betas = torch.tensor(
+            [min(1 - f((i + 1) / T) / f(i / T), 0.999) for i in range(T)], dtype=torch.float64
+        )
+    else:
+        raise ValueError(f"model.schedule={kind!r} is not one of {', '.join(SCHEDULES)}")
     return torch.cumprod(1 - betas, 0)
+
 
 # %% ../nbs/40_model.ipynb #0c4bc030
 class Diffusion:
     "The forward process and its inverse: q(x_t | x0), the training target, and DDIM updates."
-    def __init__(self, schedule: str | None = None, timesteps: int | None = None, prediction: str | None = None):
-        "Unset arguments take `ModelConfig`'s defaults, so `Diffusion()` is what training builds from a default config."
-        self.schedule = choice(_DEFAULT.schedule if schedule is None else schedule, Schedule, "model.schedule")
-        self.prediction = choice(_DEFAULT.prediction if prediction is None else prediction, Prediction, "model.prediction")
+
+    def __init__(
+        self,
+        schedule: str | None = None,
+        timesteps: int | None = None,
+        prediction: str | None = None,
+    ):
+        """Unset arguments take `ModelConfig`'s defaults, so `Diffusion()` is what training builds
+        from a default config."""
+        self.schedule = choice(
+            _DEFAULT.schedule if schedule is None else schedule, Schedule, "model.schedule"
+        )
+        self.prediction = choice(
+            _DEFAULT.prediction if prediction is None else prediction,
+            Prediction,
+            "model.prediction",
+        )
         self.T = int(_DEFAULT.timesteps if timesteps is None else timesteps)
         self.alphas_cumprod = make_schedule(self.schedule, self.T).float()
         self.sigma_data = SIGMA_DATA
@@ -464,26 +884,33 @@ class Diffusion:
         cfg = cfg if cfg is not None else ModelConfig()
         return cls(cfg.schedule, cfg.timesteps, cfg.prediction)
 
-    def __repr__(self): return f"Diffusion({self.schedule!r}, T={self.T}, prediction={self.prediction!r})"
+    def __repr__(self):
+        return f"Diffusion({self.schedule!r}, T={self.T}, prediction={self.prediction!r})"
 
     def coefs(self, t: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         "(√ᾱ_t, √(1-ᾱ_t)) for timesteps `t` [B], shaped to broadcast against `like`."
-        if like.device not in self._dev: self._dev[like.device] = self.alphas_cumprod.to(like.device)
+        if like.device not in self._dev:
+            self._dev[like.device] = self.alphas_cumprod.to(like.device)
         ab = self._dev[like.device][t]
         shape = (-1,) + (1,) * (like.ndim - 1)
         return ab.sqrt().view(shape), (1 - ab).sqrt().view(shape)
 
-    def precond(self, t: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        "EDM's (c_in, c_skip, c_out) in VP terms: x0 = c_skip·x_t + c_out·F(c_in·x_t, t) (`prediction=edm`)."
+    def precond(
+        self, t: torch.Tensor, like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """EDM's (c_in, c_skip, c_out) in VP terms: x0 = c_skip·x_t + c_out·F(c_in·x_t, t)
+        (`prediction=edm`)."""
         a, s = self.coefs(t, like)
         d = (s**2 + (a * self.sigma_data) ** 2).sqrt()
         return 1 / d, self.sigma_data**2 * a / d**2, self.sigma_data * s / d
 
     def net_input(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        "What the network sees of x_t: x_t itself (ε, v), or EDM's c_in·x_t (unit variance at every t)."
+        """What the network sees of x_t: x_t itself (ε, v), or EDM's c_in·x_t (unit variance at
+        every t)."""
         if self.prediction != "edm":
             return x_t
         return x_t * self.precond(t, x_t)[0]
+
 
 # %% ../nbs/40_model.ipynb #6ff83439
 @patch
@@ -492,26 +919,32 @@ def q_sample(self: Diffusion, x0, t, noise):
     a, s = self.coefs(t, x0)
     return a * x0 + s * noise
 
+
 @patch
 def target(self: Diffusion, x0, t, noise):
-    "What the network learns to output: ε, v = √ᾱ_t ε - √(1-ᾱ_t) x0, or EDM's F = (x0 - c_skip·x_t) / c_out."
-    if self.prediction == "eps": return noise
+    """What the network learns to output: ε, v = √ᾱ_t ε - √(1-ᾱ_t) x0, or EDM's F = (x0 -
+    c_skip·x_t) / c_out."""
+    if self.prediction == "eps":
+        return noise
     if self.prediction == "edm":
         _, c_skip, c_out = self.precond(t, x0)
         return (x0 - c_skip * self.q_sample(x0, t, noise)) / c_out
     a, s = self.coefs(t, x0)
     return a * noise - s * x0
 
+
 @patch
 def split(self: Diffusion, out, x_t, t):
     "The network's output at (x_t, t) -> (predicted x0, predicted ε)."
     a, s = self.coefs(t, x_t)
-    if self.prediction == "eps": return (x_t - s * out) / a, out
+    if self.prediction == "eps":
+        return (x_t - s * out) / a, out
     if self.prediction == "edm":
         _, c_skip, c_out = self.precond(t, x_t)
         x0 = c_skip * x_t + c_out * out
         return x0, (x_t - a * x0) / s
     return a * x_t - s * out, a * out + s * x_t
+
 
 # %% ../nbs/40_model.ipynb #da4f1a8e
 def draw_noise(shape, generator, device):
@@ -519,37 +952,62 @@ def draw_noise(shape, generator, device):
     g_dev = generator.device if generator is not None else device
     return torch.randn(shape, generator=generator, device=g_dev).to(device)
 
+
 def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) -> torch.Tensor:
-    "Min-SNR-γ (Hang et al., 2023): the loss weight per timestep that makes ε or v errors count as min(SNR, γ) x0 errors."
+    """Min-SNR-γ (Hang et al., 2023): the loss weight per timestep that makes ε or v errors count as
+    min(SNR, γ) x0 errors."""
     ab = diffusion.coefs(t, t)[0].double() ** 2
     snr = ab / (1 - ab)
     if diffusion.prediction == "edm":
         return (snr.clamp(max=gamma) * diffusion.precond(t, t)[2].double() ** 2).float()
     return (snr.clamp(max=gamma) / (snr if diffusion.prediction == "eps" else snr + 1)).float()
 
-def diffusion_loss(model: nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond, generator: torch.Generator | None = None,
-                   t: torch.Tensor | None = None, noise: torch.Tensor | None = None, loss: str | None = None) -> torch.Tensor:
-    "MSE at a random t (or `t`) of the output against ε or v (`train.loss=target`), of the clean frame it implies (x0), or min-SNR-5's."
+
+def diffusion_loss(
+    model: nn.Module,
+    diffusion: Diffusion,
+    x0: torch.Tensor,
+    cond,
+    generator: torch.Generator | None = None,
+    t: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    loss: str | None = None,
+) -> torch.Tensor:
+    """MSE at a random t (or `t`) of the output against ε or v (`train.loss=target`), of the clean
+    frame it implies (x0), or min-SNR-5's."""
     B, dev = x0.shape[0], x0.device
-    if t is None: t = torch.randint(0, diffusion.T, (B,), generator=generator, device=generator.device if generator else dev).to(dev)
-    if noise is None: noise = draw_noise(x0.shape, generator, dev)
+    if t is None:
+        t = torch.randint(
+            0, diffusion.T, (B,), generator=generator, device=generator.device if generator else dev
+        ).to(dev)
+    if noise is None:
+        noise = draw_noise(x0.shape, generator, dev)
     x_t = diffusion.q_sample(x0, t, noise)
     out = model(diffusion.net_input(x_t, t), t, cond).float()
     kind = choice(TrainConfig.loss if loss is None else loss, Loss, "train.loss")
-    if kind == "x0": return F.mse_loss(diffusion.split(out, x_t, t)[0], x0)
-    if kind == "target": return F.mse_loss(out, diffusion.target(x0, t, noise))
+    if kind == "x0":
+        return F.mse_loss(diffusion.split(out, x_t, t)[0], x0)
+    if kind == "target":
+        return F.mse_loss(out, diffusion.target(x0, t, noise))
     err = (out - diffusion.target(x0, t, noise)).square().mean((1, 2, 3))
     return (err * min_snr_weight(diffusion, t)).mean()
+
 
 # %% ../nbs/40_model.ipynb #bf1bf141
 @patch
 def ddim_timesteps(self: Diffusion, steps: int) -> list[int]:
     "The K timesteps a K-step DDIM sample visits, from T-1 down ('trailing' spacing)."
-    if not 1 <= int(steps) <= self.T: raise ValueError(f"DDIM steps must be in 1..{self.T} (the training timesteps), got {steps}")
-    return [int(x) for x in np.round(np.arange(self.T, 0, -self.T / int(steps))).astype(np.int64) - 1]
+    if not 1 <= int(steps) <= self.T:
+        raise ValueError(f"DDIM steps must be in 1..{self.T} (the training timesteps), got {steps}")
+    return [
+        int(x) for x in np.round(np.arange(self.T, 0, -self.T / int(steps))).astype(np.int64) - 1
+    ]
+
 
 @patch
-def ddim_step(self: Diffusion, out, x_t, t: int, t_prev: int, eta: float = 0.0, noise=None, clip: bool = True):
+def ddim_step(
+    self: Diffusion, out, x_t, t: int, t_prev: int, eta: float = 0.0, noise=None, clip: bool = True
+):
     "One DDIM update from timestep `t` to `t_prev` (-1: to the clean frame)."
     tt = torch.full((x_t.shape[0],), t, device=x_t.device, dtype=torch.long)
     x0, eps = self.split(out, x_t, tt)
@@ -557,23 +1015,40 @@ def ddim_step(self: Diffusion, out, x_t, t: int, t_prev: int, eta: float = 0.0, 
     a_prev = self.alphas_cumprod[t_prev].item() if t_prev >= 0 else 1.0
     if clip:
         x0 = x0.clamp(-1, 1)
-        eps = (x_t - a_t ** 0.5 * x0) / (1 - a_t) ** 0.5
+        eps = (x_t - a_t**0.5 * x0) / (1 - a_t) ** 0.5
     sigma = eta * ((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)) ** 0.5
-    x_prev = a_prev ** 0.5 * x0 + max(1 - a_prev - sigma ** 2, 0.0) ** 0.5 * eps
+    x_prev = a_prev**0.5 * x0 + max(1 - a_prev - sigma**2, 0.0) ** 0.5 * eps
     return x_prev + sigma * noise if sigma > 0 else x_prev
+
 
 # %% ../nbs/40_model.ipynb #aac4b51b
 @torch.no_grad()
-def ddim_sample(model: ConditionalUNet, cond: dict, diffusion: Diffusion, steps: int = 4, generator: torch.Generator | None = None,
-                eta: float = 0.0, clip: bool = True, x_T: torch.Tensor | None = None, autocast: torch.dtype | None = None) -> torch.Tensor:
-    "Frames [B, 3, H, W] in [-1, 1] for `cond`, by `steps` DDIM steps; deterministic given `generator` (or `x_T`)."
+def ddim_sample(
+    model: ConditionalUNet,
+    cond: dict,
+    diffusion: Diffusion,
+    steps: int = 4,
+    generator: torch.Generator | None = None,
+    eta: float = 0.0,
+    clip: bool = True,
+    x_T: torch.Tensor | None = None,
+    autocast: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Frames [B, 3, H, W] in [-1, 1] for `cond`, by `steps` DDIM steps; deterministic given
+    `generator` (or `x_T`)."""
     dev = next(model.parameters()).device
     ts = diffusion.ddim_timesteps(steps)
     was = model.training
     model.eval()
     try:
         e = model.encode(cond)
-        x = x_T if x_T is not None else draw_noise((e.planes.shape[0], model.image_channels, *model.spec.size), generator, dev)
+        x = (
+            x_T
+            if x_T is not None
+            else draw_noise(
+                (e.planes.shape[0], model.image_channels, *model.spec.size), generator, dev
+            )
+        )
         for i, t in enumerate(ts):
             tt = torch.full((x.shape[0],), t, device=dev, dtype=torch.long)
             with torch.autocast(dev.type, autocast, enabled=autocast is not None):
@@ -581,10 +1056,13 @@ def ddim_sample(model: ConditionalUNet, cond: dict, diffusion: Diffusion, steps:
             t_prev = ts[i + 1] if i + 1 < len(ts) else -1
             noise = draw_noise(x.shape, generator, dev) if eta > 0 and t_prev >= 0 else None
             x = diffusion.ddim_step(out, x, t, t_prev, eta, noise, clip)
-    finally: model.train(was)
+    finally:
+        model.train(was)
     return x
 
+
 def to_uint8(x: torch.Tensor, numpy: bool = True) -> np.ndarray | torch.Tensor:
-    "Frames [B, 3, H, W] in [-1, 1] -> uint8 [B, H, W, 3] (the dataset's rgb): numpy, or (`numpy=False`) a tensor where `x` is."
+    """Frames [B, 3, H, W] in [-1, 1] -> uint8 [B, H, W, 3] (the dataset's rgb): numpy, or
+    (`numpy=False`) a tensor where `x` is."""
     u8 = ((x.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1)
     return u8.cpu().numpy() if numpy else u8

@@ -1,4 +1,4 @@
-"""`qmind bench model`: a training step of our U-Net against diffusers' `UNet2DModel` of the same layout on CPU, with each switch; bf16 throughput and MFU on a GPU.
+"""`qmind bench model`: our U-Net's training step against diffusers' `UNet2DModel`.
 
 Docs: https://qmind.github.io/qmind-render/model_bench.html.md"""
 
@@ -16,109 +16,203 @@ import torch
 import torch.nn as nn
 
 from .flops import train_flops
-from .model import (ConditionalUNet, Diffusion, build_model, diffusion_loss, model_config, n_params, prepare_batch,
-                                synthetic_batch)
+from qmind_render.model import (
+    ConditionalUNet,
+    Diffusion,
+    build_model,
+    diffusion_loss,
+    model_config,
+    n_params,
+    prepare_batch,
+    synthetic_batch,
+)
 from .optim import make_optimizer
 from .util import device_sync, interleaved, median_time
 
 # %% auto #0
-__all__ = ['train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'bench_throughput', 'bench_model']
+__all__ = [
+    "train_step",
+    "diffusers_twin",
+    "bench_cpu",
+    "matmul_peak_tflops",
+    "bench_throughput",
+    "bench_model",
+]
+
 
 # %% ../nbs/46_model_bench.ipynb #b3928827
-def train_step(model, opt, diffusion, x0, cond, generator=None, autocast: torch.dtype | None = None) -> torch.Tensor:
-    "One forward + backward + optimiser step (the deck's five lines), under `autocast` (None or float32: none); returns the loss, detached."
+def train_step(
+    model, opt, diffusion, x0, cond, generator=None, autocast: torch.dtype | None = None
+) -> torch.Tensor:
+    """One forward + backward + optimiser step (the deck's five lines), under `autocast` (None or
+    float32: none); returns the loss, detached."""
     with torch.autocast(x0.device.type, autocast, enabled=autocast not in (None, torch.float32)):
         loss = diffusion_loss(model, diffusion, x0, cond, generator)
-    opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
     return loss.detach()
+
 
 # %% ../nbs/46_model_bench.ipynb #2661e498
 def diffusers_twin(model: ConditionalUNet):
-    "diffusers' UNet2DModel with our layout: same widths, blocks, attention resolutions, head size, norm, input channels."
+    """diffusers' UNet2DModel with our layout: same widths, blocks, attention resolutions, head
+    size, norm, input channels."""
     from diffusers import UNet2DModel
+
     s, H = model.size, model.spec.size[0]
-    res = [H // 2 ** i for i in range(len(s.mults))]
+    res = [H // 2**i for i in range(len(s.mults))]
     down = tuple("AttnDownBlock2D" if r in s.attn else "DownBlock2D" for r in res)
-    attended = [s.width * m for m, r in zip(s.mults, res) if r in s.attn] + [s.width * s.mults[-1]]   # + the middle
+    # + the middle
+    attended = [s.width * m for m, r in zip(s.mults, res) if r in s.attn] + [s.width * s.mults[-1]]
     up = tuple("AttnUpBlock2D" if r in s.attn else "UpBlock2D" for r in reversed(res))
-    return UNet2DModel(sample_size=H, in_channels=model.net.in_ch, out_channels=model.image_channels,
-                       block_out_channels=tuple(s.width * m for m in s.mults), layers_per_block=s.blocks,
-                       down_block_types=down, up_block_types=up, norm_num_groups=s.groups, attention_head_dim=min([s.head_dim, *attended]),
-                       resnet_time_scale_shift="scale_shift", downsample_type="conv", upsample_type="conv")
+    return UNet2DModel(
+        sample_size=H,
+        in_channels=model.net.in_ch,
+        out_channels=model.image_channels,
+        block_out_channels=tuple(s.width * m for m in s.mults),
+        layers_per_block=s.blocks,
+        down_block_types=down,
+        up_block_types=up,
+        norm_num_groups=s.groups,
+        attention_head_dim=min([s.head_dim, *attended]),
+        resnet_time_scale_shift="scale_shift",
+        downsample_type="conv",
+        upsample_type="conv",
+    )
+
 
 class _DiffusersAdapter(nn.Module):
     "Makes UNet2DModel look like ours to `diffusion_loss`: same encoder, its U-Net."
+
     def __init__(self, ours: ConditionalUNet, twin):
-        super().__init__(); self.encoder, self.twin, self.channels_last = copy.deepcopy(ours.encoder), twin, False
+        super().__init__()
+        self.encoder, self.twin, self.channels_last = copy.deepcopy(ours.encoder), twin, False
+
     def forward(self, x_t, t, cond):
         e = self.encoder(cond)
         x = torch.cat([x_t, e.planes.to(x_t.dtype)], 1)
-        x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
+        x = x.contiguous(
+            memory_format=torch.channels_last if self.channels_last else torch.contiguous_format
+        )
         return self.twin(x, t).sample
+
 
 # %% ../nbs/46_model_bench.ipynb #a7eb7122
 def _stepper(model, x0, cond, autocast=None, seed: int = 0):
     "A closure running one training step of `model` (its own AdamW, its own generator)."
-    d, g = Diffusion(), torch.Generator(x0.device).manual_seed(seed)      # the process a default config trains
-    opt = make_optimizer(model, lr=1e-4)                                 # the optimiser training builds
+    # the process a default config trains
+    d, g = Diffusion(), torch.Generator(x0.device).manual_seed(seed)
+    # the optimiser training builds
+    opt = make_optimizer(model, lr=1e-4)
     return lambda: train_step(model, opt, d, x0, cond, g, autocast)
 
+
 def _time_train(model, x0, cond, iters, warmup, autocast=None, compile=False, seed=0) -> float:
-    "Median seconds of a training step (after `warmup` steps); `compile` compiles the model in place first, as training does."
-    if compile: model.compile()
-    return median_time(_stepper(model, x0, cond, autocast, seed), iters, warmup, device_sync(x0.device))
+    """Median seconds of a training step (after `warmup` steps); `compile` compiles the model in
+    place first, as training does."""
+    if compile:
+        model.compile()
+    return median_time(
+        _stepper(model, x0, cond, autocast, seed), iters, warmup, device_sync(x0.device)
+    )
+
 
 # %% ../nbs/46_model_bench.ipynb #a1bfb2e6
 def _cpu_variants(size: str, batch: int, compile: bool):
-    "(ours, diffusers' twin) in fp32, channels-last, bf16 autocast, and ours compiled: {name: (model, autocast)}."
+    """(ours, diffusers' twin) in fp32, channels-last, bf16 autocast, and ours compiled: {name:
+    (model, autocast)}."""
     torch.manual_seed(0)
     ours = build_model(model_config(size=size, channels_last=False))
     theirs = _DiffusersAdapter(ours, diffusers_twin(ours))
     cl = lambda m: (setattr(m, "channels_last", True), m.to(memory_format=torch.channels_last))[1]
-    v = {"ours": (ours, None), "diffusers": (theirs, None),
-         "ours_channels_last": (cl(copy.deepcopy(ours)), None), "diffusers_channels_last": (cl(copy.deepcopy(theirs)), None),
-         "ours_bf16": (copy.deepcopy(ours), torch.bfloat16), "diffusers_bf16": (copy.deepcopy(theirs), torch.bfloat16),
-         "ours_bf16_channels_last": (cl(copy.deepcopy(ours)), torch.bfloat16)}
+    v = {
+        "ours": (ours, None),
+        "diffusers": (theirs, None),
+        "ours_channels_last": (cl(copy.deepcopy(ours)), None),
+        "diffusers_channels_last": (cl(copy.deepcopy(theirs)), None),
+        "ours_bf16": (copy.deepcopy(ours), torch.bfloat16),
+        "diffusers_bf16": (copy.deepcopy(theirs), torch.bfloat16),
+        "ours_bf16_channels_last": (cl(copy.deepcopy(ours)), torch.bfloat16),
+    }
     if compile:
-        m = copy.deepcopy(ours); m.compile()
+        m = copy.deepcopy(ours)
+        m.compile()
         v["ours_compile"] = (m, None)
     return v
 
-def bench_cpu(size: str = "small", batch: int = 8, iters: int = 7, warmup: int = 2, compile: bool = True,
-              threads: int | None = None, only: tuple | None = None) -> dict:
-    "CPU training-step medians (s): ours vs diffusers' UNet2DModel (same layout), each with the switches (`only`: just these beside both in fp32), round-robin."
-    if threads: torch.set_num_threads(int(threads))
+
+def bench_cpu(
+    size: str = "small",
+    batch: int = 8,
+    iters: int = 7,
+    warmup: int = 2,
+    compile: bool = True,
+    threads: int | None = None,
+    only: tuple | None = None,
+) -> dict:
+    """CPU training-step medians (s): ours vs diffusers' UNet2DModel (same layout), each with the
+    switches (`only`: just these beside both in fp32), round-robin."""
+    if threads:
+        torch.set_num_threads(int(threads))
     x0, cond = prepare_batch(synthetic_batch(batch))
     variants = _cpu_variants(size, batch, compile)
-    if only: variants = {k: v for k, v in variants.items() if k in ("ours", "diffusers", *only)}
+    if only:
+        variants = {k: v for k, v in variants.items() if k in ("ours", "diffusers", *only)}
     fns = {k: _stepper(m, x0, cond, ac) for k, (m, ac) in variants.items()}
     first = {}
     for k, f in fns.items():
-        t0 = time.perf_counter(); f(); first[k] = time.perf_counter() - t0
-        for _ in range(warmup - 1): f()
+        t0 = time.perf_counter()
+        f()
+        first[k] = time.perf_counter() - t0
+        for _ in range(warmup - 1):
+            f()
     med = interleaved(fns, iters)
-    r = {"size": size, "batch": batch, "iters": iters, "params_ours": n_params(variants["ours"][0].net),
-         "params_diffusers": n_params(variants["diffusers"][0].twin)}
+    r = {
+        "size": size,
+        "batch": batch,
+        "iters": iters,
+        "params_ours": n_params(variants["ours"][0].net),
+        "params_diffusers": n_params(variants["diffusers"][0].twin),
+    }
     r |= {f"step_s_{k}": v for k, v in med.items()}
     for sw in ("", "_channels_last", "_bf16"):
-        if {f"diffusers{sw}", f"ours{sw}"} <= set(med): r[f"diffusers_over_ours{sw}"] = med[f"diffusers{sw}"] / med[f"ours{sw}"]
-    if "ours_channels_last" in med: r["diffusers_over_ours_defaults"] = med["diffusers"] / med["ours_channels_last"]   # each in its default format
-    if "ours_compile" in first: r["compile_first_step_s"] = first["ours_compile"]
+        if {f"diffusers{sw}", f"ours{sw}"} <= set(med):
+            r[f"diffusers_over_ours{sw}"] = med[f"diffusers{sw}"] / med[f"ours{sw}"]
+    # each in its default format
+    if "ours_channels_last" in med:
+        r["diffusers_over_ours_defaults"] = med["diffusers"] / med["ours_channels_last"]
+    if "ours_compile" in first:
+        r["compile_first_step_s"] = first["ours_compile"]
     return r
 
+
 # %% ../nbs/46_model_bench.ipynb #0f0e5573
-def matmul_peak_tflops(device="cuda", n: int = 8192, dtype=torch.bfloat16, iters: int = 10) -> float:
+def matmul_peak_tflops(
+    device="cuda", n: int = 8192, dtype=torch.bfloat16, iters: int = 10
+) -> float:
     "Measured dense matmul throughput (TFLOP/s) of an n×n×n `dtype` product on `device`."
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     sec = median_time(lambda: a @ b, iters, 3, device_sync(device))
-    return 2 * n ** 3 / sec / 1e12
+    return 2 * n**3 / sec / 1e12
+
 
 # %% ../nbs/46_model_bench.ipynb #171c5bf6
-def bench_throughput(device="cuda", size: str = "base", batch: int = 64, iters: int = 20, warmup: int = 5,
-                     compile: bool = False, channels_last: bool = True, peak_n: int = 8192) -> dict:
-    "bf16 training throughput of `size` on `device`: a step of forward, backward and the fused AdamW, and its MFU."
+def bench_throughput(
+    device="cuda",
+    size: str = "base",
+    batch: int = 64,
+    iters: int = 20,
+    warmup: int = 5,
+    compile: bool = False,
+    channels_last: bool = True,
+    peak_n: int = 8192,
+) -> dict:
+    """bf16 training throughput of `size` on `device`: a step of forward, backward and the fused
+    AdamW, and its MFU."""
     dev = torch.device(device)
-    if dev.type == "cuda": torch.backends.cudnn.benchmark = True
+    if dev.type == "cuda":
+        torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     cfg = model_config(size=size, channels_last=channels_last)
     model = build_model(cfg).to(dev)
@@ -127,16 +221,35 @@ def bench_throughput(device="cuda", size: str = "base", batch: int = 64, iters: 
     flops = train_flops(model, x0, cond, d)
     step = _time_train(model, x0, cond, iters, warmup, torch.bfloat16, compile)
     peak = matmul_peak_tflops(dev, peak_n)
-    r = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
-         "size": size, "batch": batch, "compile": compile, "channels_last": channels_last, "params": n_params(model),
-         "train_gflop_per_step": flops / 1e9, "step_s": step, "frames_per_s": batch / step,
-         "achieved_tflops": flops / step / 1e12, "peak_bf16_tflops": peak, "mfu": flops / step / 1e12 / peak}
+    r = {
+        "device": torch.cuda.get_device_name(dev)
+        if dev.type == "cuda"
+        else platform.processor() or "cpu",
+        "size": size,
+        "batch": batch,
+        "compile": compile,
+        "channels_last": channels_last,
+        "params": n_params(model),
+        "train_gflop_per_step": flops / 1e9,
+        "step_s": step,
+        "frames_per_s": batch / step,
+        "achieved_tflops": flops / step / 1e12,
+        "peak_bf16_tflops": peak,
+        "mfu": flops / step / 1e12 / peak,
+    }
     return r
+
 
 # %% ../nbs/46_model_bench.ipynb #eba053c0
 def bench_model(device: str = "cpu", **kw) -> dict:
-    "`qmind bench model [device=cpu|cuda] [key=value ...]`: CPU comparison and switches, or the GPU throughput/MFU run."
+    """`qmind bench model [device=cpu|cuda] [key=value ...]`: CPU comparison and switches, or the
+    GPU throughput/MFU run."""
     t0 = time.perf_counter()
     r = bench_throughput(device, **kw) if str(device).startswith("cuda") else bench_cpu(**kw)
-    return {**r, "torch": torch.__version__, "threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
-            "wall_s": time.perf_counter() - t0}
+    return {
+        **r,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "load_avg_1m": os.getloadavg()[0],
+        "wall_s": time.perf_counter() - t0,
+    }

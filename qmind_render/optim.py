@@ -1,4 +1,4 @@
-"""The training machinery the network doesn't need: EMA weights, the fused AdamW, and the step a non-finite gradient skips.
+"""The training machinery the network doesn't need: EMA weights, fused AdamW, the skipped step.
 
 Docs: https://qmind.github.io/qmind-render/optim.html.md"""
 
@@ -12,13 +12,16 @@ import torch.nn as nn
 from torch.optim.swa_utils import AveragedModel
 
 # %% auto #0
-__all__ = ['EMA', 'make_ema', 'make_optimizer', 'masked_step']
+__all__ = ["EMA", "make_ema", "make_optimizer", "masked_step"]
+
 
 # %% ../nbs/44_optim.ipynb #96d06f6b
 class EMA(AveragedModel):
-    """An EMA copy of `model`; call `ema.update_parameters(model, finite)` after each step. The decay of update n is
-    min(decay, (1 + n) / (warmup + n)) with `warmup` > 0 (a short run's EMA is not its initial weights), else `decay`;
-    the first update copies. A False `finite` (0-dim bool tensor) leaves the average and its count as they were."""
+    """An EMA copy of `model`; call `ema.update_parameters(model, finite)` after each step. The
+    decay of update n is min(decay, (1 + n) / (warmup + n)) with `warmup` > 0 (a short run's EMA is
+    not its initial weights), else `decay`; the first update copies. A False `finite` (0-dim bool
+    tensor) leaves the average and its count as they were."""
+
     def __init__(self, model: nn.Module, decay: float, warmup: int = 0):
         dev = next(iter(model.parameters()), torch.empty(0)).device
         super().__init__(model, device=dev, use_buffers=True)
@@ -31,11 +34,18 @@ class EMA(AveragedModel):
         theirs = [t.detach() for t in (*model.parameters(), *model.buffers())]
         avg = [(a, b) for a, b in zip(mine, theirs) if a.is_floating_point()]
         for a, b in zip(mine, theirs):
-            if not a.is_floating_point(): a.copy_(b)
+            if not a.is_floating_point():
+                a.copy_(b)
         n = self.n_averaged
-        d = torch.clamp((1 + n) / (self.warmup + n), max=self.decay) if self.warmup > 0 else torch.full_like(n, self.decay, dtype=torch.float32)
-        d = torch.where(n == 0, 0.0, d)                                 # the first update copies
-        if finite is not None: d = torch.where(finite, d, 1.0)          # a skipped step: keep the average
+        d = (
+            torch.clamp((1 + n) / (self.warmup + n), max=self.decay)
+            if self.warmup > 0
+            else torch.full_like(n, self.decay, dtype=torch.float32)
+        )
+        d = torch.where(n == 0, 0.0, d)  # the first update copies
+        # a skipped step: keep the average
+        if finite is not None:
+            d = torch.where(finite, d, 1.0)
         if avg:
             a, b = map(list, zip(*avg))
             d = d.to(a[0].dtype)
@@ -43,22 +53,33 @@ class EMA(AveragedModel):
             torch._foreach_add_(a, torch._foreach_mul(b, 1 - d))
         self.n_averaged += 1 if finite is None else finite.long()
 
+
 def make_ema(model: nn.Module, decay: float, warmup: int = 0) -> EMA:
     "An `EMA` of `model` with `decay` (training's: `train.ema`) and `warmup` as above."
     return EMA(model, decay, warmup)
 
+
 # %% ../nbs/44_optim.ipynb #0da505d1
-def make_optimizer(model: nn.Module, lr: float, betas=(0.9, 0.99), weight_decay: float = 0.0) -> torch.optim.AdamW:
-    "AdamW as training uses it (the benchmarks too): fused where every parameter allows it (floating point, on CPU or CUDA)."
+def make_optimizer(
+    model: nn.Module, lr: float, betas=(0.9, 0.99), weight_decay: float = 0.0
+) -> torch.optim.AdamW:
+    """AdamW as training uses it (the benchmarks too): fused where every parameter allows it
+    (floating point, on CPU or CUDA)."""
     params = list(model.parameters())
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
 
+
 def masked_step(opt: torch.optim.Optimizer, finite: torch.Tensor) -> None:
-    "Step `opt` unless `finite` (0-dim bool tensor) is False; a fused optimiser decides on the device, others on the host."
+    """Step `opt` unless `finite` (0-dim bool tensor) is False; a fused optimiser decides on the
+    device, others on the host."""
     if not opt.defaults.get("fused"):
-        if bool(finite): opt.step()
+        if bool(finite):
+            opt.step()
         return
-    opt.found_inf = (~finite).float()                             # what GradScaler hands a fused optimiser
-    try: opt.step()
-    finally: opt.found_inf = None
+    # what GradScaler hands a fused optimiser
+    opt.found_inf = (~finite).float()
+    try:
+        opt.step()
+    finally:
+        opt.found_inf = None

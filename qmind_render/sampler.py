@@ -1,4 +1,4 @@
-"""The fast path from channels to frames: the network in the dtype a device serves it in, and the whole DDIM loop captured as one CUDA graph per batch bucket, run eagerly everywhere else; `qmind bench sampler`.
+"""The fast path from channels to frames: serving dtypes and DDIM captured as CUDA graphs.
 
 Docs: https://qmind.github.io/qmind-render/sampler.html.md"""
 
@@ -17,64 +17,121 @@ from fastcore.basics import patch
 
 from .config import precision_dtype
 from .contracts import UserError
-from .model import (COND_KEYS, ConditionalUNet, Diffusion, build_model, check_tensor, ddim_sample, draw_noise,
-                                prepare_batch, synthetic_batch)
+from qmind_render.model import (
+    COND_KEYS,
+    ConditionalUNet,
+    Diffusion,
+    build_model,
+    check_tensor,
+    ddim_sample,
+    draw_noise,
+    prepare_batch,
+    synthetic_batch,
+)
 from .util import device_sync, interleaved
 
 # %% auto #0
-__all__ = ['BUCKETS', 'fast_dtype', 'InferenceNet', 'SamplerError', 'GraphSampler', 'ddim_latency', 'bench_sampler']
+__all__ = [
+    "BUCKETS",
+    "fast_dtype",
+    "InferenceNet",
+    "SamplerError",
+    "GraphSampler",
+    "ddim_latency",
+    "bench_sampler",
+]
+
 
 # %% ../nbs/42_sampler.ipynb #39a74c78
 def fast_dtype(device="cpu") -> torch.dtype:
-    "bf16 where the hardware has it natively (a CUDA GPU, a CPU with AVX-512 BF16 or AMX), else float32: `train.precision=auto`'s choice."
+    """bf16 where the hardware has it natively (a CUDA GPU, a CPU with AVX-512 BF16 or AMX), else
+    float32: `train.precision=auto`'s choice."""
     return precision_dtype("auto", device)
+
 
 def _vec_or_zeros(model, e) -> torch.Tensor:
     return e.vec if e.vec is not None else e.planes.new_zeros(e.planes.shape[0], model.net.emb_dim)
 
+
 class InferenceNet(torch.nn.Module):
-    "The network as samplers call it: float32 (x_t, t, planes, vec) in, float32 out; weights in `dtype` (a copy when not float32)."
+    """The network as samplers call it: float32 (x_t, t, planes, vec) in, float32 out; weights in
+    `dtype` (a copy when not float32)."""
+
     def __init__(self, model: ConditionalUNet, dtype: torch.dtype = torch.float32):
         super().__init__()
-        self.net = model.net if dtype == torch.float32 else copy.deepcopy(model.net).to(dtype).eval()
+        self.net = (
+            model.net if dtype == torch.float32 else copy.deepcopy(model.net).to(dtype).eval()
+        )
         self.dtype, self.channels_last = dtype, model.channels_last
 
     def forward(self, x, t, planes, vec):
         x = torch.cat([x, planes], 1).to(self.dtype)
-        x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
+        x = x.contiguous(
+            memory_format=torch.channels_last if self.channels_last else torch.contiguous_format
+        )
         return self.net(x, t, vec.to(self.dtype)).float()
+
 
 # %% ../nbs/42_sampler.ipynb #09f3fc9a
 class SamplerError(UserError, ValueError):
-    "A sampler was asked for what it was not built for; the message names the setting and what to change."
+    """A sampler was asked for what it was not built for; the message names the setting and what to
+    change."""
 
-BUCKETS = (1, 2, 4, 8)   # batch sizes a sampler captures by default: serve's micro-batches (max_batch 8)
+
+# batch sizes a sampler captures by default: serve's micro-batches (max_batch 8)
+BUCKETS = (1, 2, 4, 8)
+
 
 class GraphSampler:
-    """K-step DDIM frames for `model`: `sampler(cond, x_T, steps)` -> [B, 3, H, W] in [-1, 1]. With `graphs` (default: on CUDA)
-    the loop is captured once per (batch bucket, steps) on first use and replayed; without, it runs eagerly."""
-    def __init__(self, model: ConditionalUNet, diffusion: Diffusion, net: Callable | None = None, dtype: torch.dtype | None = None,
-                 buckets=BUCKETS, graphs: bool | None = None, compile: bool = False, clip: bool = True, log: Callable | None = None):
+    """K-step DDIM frames for `model`: `sampler(cond, x_T, steps)` -> [B, 3, H, W] in [-1, 1]. With
+    `graphs` (default: on CUDA) the loop is captured once per (batch bucket, steps) on first use and
+    replayed; without, it runs eagerly."""
+
+    def __init__(
+        self,
+        model: ConditionalUNet,
+        diffusion: Diffusion,
+        net: Callable | None = None,
+        dtype: torch.dtype | None = None,
+        buckets=BUCKETS,
+        graphs: bool | None = None,
+        compile: bool = False,
+        clip: bool = True,
+        log: Callable | None = None,
+    ):
         self.model, self.diffusion, self.clip, self.log = model.eval(), diffusion, clip, log
         self.device = next(model.parameters()).device
-        self.net = net if net is not None else InferenceNet(model, dtype or fast_dtype(self.device)).eval()
-        if compile: self.net = torch.compile(self.net, dynamic=False)      # one graph per bucket; a CUDA graph around it
+        self.net = (
+            net if net is not None else InferenceNet(model, dtype or fast_dtype(self.device)).eval()
+        )
+        # one graph per bucket; a CUDA graph around it
+        if compile:
+            self.net = torch.compile(self.net, dynamic=False)
         self.graphs = self.device.type == "cuda" if graphs is None else bool(graphs)
-        if not buckets or any(int(b) < 1 for b in buckets): raise SamplerError(f"buckets must be batch sizes >= 1, got {buckets}")
+        if not buckets or any(int(b) < 1 for b in buckets):
+            raise SamplerError(f"buckets must be batch sizes >= 1, got {buckets}")
         self.buckets = tuple(sorted({int(b) for b in buckets}))
         self.captured: dict[tuple[int, int], _Graph] = {}
-        if self.device.type == "cuda": torch.backends.cudnn.benchmark = True   # the warm-up picks each conv's kernel once
+        # the warm-up picks each conv's kernel once
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
 
     def bucket(self, n: int) -> int:
         "The smallest bucket that holds a batch of `n`."
         for b in self.buckets:
-            if n <= b: return b
-        raise SamplerError(f"a batch of {n} is more than this sampler's largest batch bucket, {self.buckets[-1]} "
-                           f"(buckets={list(self.buckets)}): pass at most {self.buckets[-1]} frames a call (`sample` splits "
-                           f"a batch for you), or build the sampler with a bucket of {n} or more (qmind serve: --max-batch)")
+            if n <= b:
+                return b
+        raise SamplerError(
+            f"a batch of {n} is more than this sampler's largest batch bucket, {self.buckets[-1]} "
+            f"(buckets={list(self.buckets)}): pass at most {self.buckets[-1]} frames a "
+            "call (`sample` splits "
+            f"a batch for you), or build the sampler with a bucket of {n} or more (qmind "
+            "serve: --max-batch)"
+        )
 
     def loop(self, cond: dict, x: torch.Tensor, steps: int) -> torch.Tensor:
-        "The work of one batch, as it is captured: encode the channels, then `steps` network calls and DDIM updates."
+        """The work of one batch, as it is captured: encode the channels, then `steps` network calls
+        and DDIM updates."""
         m, d = self.model, self.diffusion
         e = m.encode(cond)
         planes, vec = e.planes.float(), _vec_or_zeros(m, e).float()
@@ -85,9 +142,12 @@ class GraphSampler:
             x = d.ddim_step(out.float(), x, t, ts[i + 1] if i + 1 < len(ts) else -1, clip=self.clip)
         return x
 
+
 # %% ../nbs/42_sampler.ipynb #7aac9327
 class _Graph:
-    "Fixed buffers for one (bucket, steps) and the work between them: a CUDA graph, or (on a CPU) the loop re-run."
+    """Fixed buffers for one (bucket, steps) and the work between them: a CUDA graph, or (on a CPU)
+    the loop re-run."""
+
     def __init__(self, s: GraphSampler, B: int, steps: int, cond: dict, x_T: torch.Tensor):
         self.sampler, self.steps = s, steps
         row = lambda v: v[:1].to(s.device).repeat(B, *[1] * (v.ndim - 1))
@@ -100,94 +160,164 @@ class _Graph:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                for _ in range(3): s.loop(self.cond, self.x, steps)
+                for _ in range(3):
+                    s.loop(self.cond, self.x, steps)
             torch.cuda.current_stream().wait_stream(side)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph): self.out = s.loop(self.cond, self.x, steps)
+            with torch.cuda.graph(self.graph):
+                self.out = s.loop(self.cond, self.x, steps)
 
     def replay(self) -> torch.Tensor:
-        if self.graph is None: self.out = self.sampler.loop(self.cond, self.x, self.steps)
-        else: self.graph.replay()
+        if self.graph is None:
+            self.out = self.sampler.loop(self.cond, self.x, self.steps)
+        else:
+            self.graph.replay()
         return self.out
+
 
 # %% ../nbs/42_sampler.ipynb #39e51b17
 @patch
 @torch.no_grad()
 def __call__(self: GraphSampler, cond: dict, x_T: torch.Tensor, steps: int) -> torch.Tensor:
-    "Frames for a batch of at most the largest bucket: `cond` as `prepare_batch` gives it, `x_T` the starting noise."
+    """Frames for a batch of at most the largest bucket: `cond` as `prepare_batch` gives it, `x_T`
+    the starting noise."""
     n, (H, W) = x_T.shape[0], self.model.spec.size
     check_tensor("x_T", x_T, (n, self.model.image_channels, H, W), "[B, 3, H, W]", "float")
     B = self.bucket(n)
-    if not self.graphs: return self.loop(cond, x_T, steps)
-    self.model.encoder.check(cond)                                       # before anything is copied into a buffer
+    if not self.graphs:
+        return self.loop(cond, x_T, steps)
+    # before anything is copied into a buffer
+    self.model.encoder.check(cond)
     key = (B, int(steps))
     if key not in self.captured:
         t0 = time.perf_counter()
         self.captured[key] = _Graph(self, B, int(steps), cond, x_T)
-        if self.log: self.log(f"captured {steps}-step DDIM at batch {B} ({time.perf_counter() - t0:.1f} s)")
+        if self.log:
+            self.log(f"captured {steps}-step DDIM at batch {B} ({time.perf_counter() - t0:.1f} s)")
     g = self.captured[key]
-    for k in COND_KEYS: g.cond[k][:n].copy_(cond[k])
+    for k in COND_KEYS:
+        g.cond[k][:n].copy_(cond[k])
     g.x[:n].copy_(x_T)
     return g.replay()[:n].clone()
+
 
 # %% ../nbs/42_sampler.ipynb #bcc78e20
 @patch
 @torch.no_grad()
-def sample(self: GraphSampler, cond: dict, steps: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    "Frames for a batch of any size, in parts of the largest bucket; each part's x_T drawn from `generator` in turn."
+def sample(
+    self: GraphSampler, cond: dict, steps: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Frames for a batch of any size, in parts of the largest bucket; each part's x_T drawn from
+    `generator` in turn."""
     n, size, (H, W) = len(cond["theme"]), self.buckets[-1], self.model.spec.size
-    out = [self({k: v[i:i + size] for k, v in cond.items()}, draw_noise((min(size, n - i), 3, H, W), generator, self.device), steps)
-           for i in range(0, n, size)]
+    out = [
+        self(
+            {k: v[i : i + size] for k, v in cond.items()},
+            draw_noise((min(size, n - i), 3, H, W), generator, self.device),
+            steps,
+        )
+        for i in range(0, n, size)
+    ]
     return torch.cat(out) if out else torch.zeros((0, 3, H, W), device=self.device)
+
 
 # %% ../nbs/42_sampler.ipynb #17f1fe95
 def _inputs(model: ConditionalUNet, B: int, seed: int = 0) -> tuple[dict, torch.Tensor]:
     "A batch of `B` made-up channels and its starting noise, on the model's device."
     dev, (H, W) = next(model.parameters()).device, model.spec.size
-    _, cond = prepare_batch(synthetic_batch(B, seed, (model.encoder.n_themes, model.spec.n_materials, model.encoder.n_lightings)), dev, model.spec)
-    return cond, torch.randn(B, model.image_channels, H, W, generator=torch.Generator().manual_seed(seed)).to(dev)
+    _, cond = prepare_batch(
+        synthetic_batch(
+            B, seed, (model.encoder.n_themes, model.spec.n_materials, model.encoder.n_lightings)
+        ),
+        dev,
+        model.spec,
+    )
+    return cond, torch.randn(
+        B, model.image_channels, H, W, generator=torch.Generator().manual_seed(seed)
+    ).to(dev)
+
 
 def ddim_latency(sampler: GraphSampler, steps=(1, 2, 4), batches=(1,), iters: int = 10) -> dict:
-    "Median ms per call of `sampler` for each batch size and step count: `b{B}_s{K}_ms` (B = 1: what a player waits)."
+    """Median ms per call of `sampler` for each batch size and step count: `b{B}_s{K}_ms` (B = 1:
+    what a player waits)."""
     fns = {}
     for B in batches:
         cond, x = _inputs(sampler.model, B)
         fns |= {f"b{B}_s{K}_ms": functools.partial(sampler, cond, x, K) for K in steps}
-    for f in fns.values(): f()                                               # capture (and compile) outside the timing
-    return {k: round(v * 1e3, 3) for k, v in interleaved(fns, iters, device_sync(sampler.device)).items()}
+    # capture (and compile) outside the timing
+    for f in fns.values():
+        f()
+    return {
+        k: round(v * 1e3, 3)
+        for k, v in interleaved(fns, iters, device_sync(sampler.device)).items()
+    }
+
 
 # %% ../nbs/42_sampler.ipynb #1ba501da
-def bench_sampler(device: str = "cpu", size: str = "small", steps=(1, 2, 4), batches=(1, 8), iters: int = 20,
-                  compile: bool | None = None) -> dict:
-    """`qmind bench sampler [device=cuda] [size=base]`: frame latency (ms) by batch and DDIM steps for the reference `ddim_sample`
-    (autocast), the sampler's eager loop and, on CUDA, its graph and (`compile`, default on CUDA) the graph of the compiled network."""
+def bench_sampler(
+    device: str = "cpu",
+    size: str = "small",
+    steps=(1, 2, 4),
+    batches=(1, 8),
+    iters: int = 20,
+    compile: bool | None = None,
+) -> dict:
+    """`qmind bench sampler [device=cuda] [size=base]`: frame latency (ms) by batch and DDIM steps
+    for the reference `ddim_sample` (autocast), the sampler's eager loop and, on CUDA, its graph and
+    (`compile`, default on CUDA) the graph of the compiled network."""
     from qmind_render.config import load_config
     from qmind_render.grid import load_grid
+
     dev, t0 = torch.device(device), time.perf_counter()
     cfg = load_config(None, [f"model.size={size}"])
     torch.manual_seed(0)
     model, d = build_model(cfg.model, grid=load_grid()).eval(), Diffusion.from_config(cfg.model)
-    with torch.no_grad(): torch.nn.init.normal_(model.net.out[-1].weight, std=0.02)   # untrained, but its frames differ
+    # untrained, but its frames differ
+    with torch.no_grad():
+        torch.nn.init.normal_(model.net.out[-1].weight, std=0.02)
     model, dtype, cuda = model.to(dev), fast_dtype(dev), dev.type == "cuda"
     variants = {"eager": {"graphs": False}}
-    if cuda: variants["graph"] = {"graphs": True}
-    if compile if compile is not None else cuda: variants["graph_compile" if cuda else "compile"] = {"graphs": cuda, "compile": True}
-    r = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "size": size, "dtype": str(dtype).replace("torch.", "")}
-    samplers = {k: GraphSampler(model, d, dtype=dtype, buckets=batches, **kw) for k, kw in variants.items()}
-    for k, s in samplers.items():                                         # the first calls: capture, compile
-        t1 = time.perf_counter(); [s(*_inputs(model, B), K) for B in batches for K in steps]; device_sync(dev)()
+    if cuda:
+        variants["graph"] = {"graphs": True}
+    if compile if compile is not None else cuda:
+        variants["graph_compile" if cuda else "compile"] = {"graphs": cuda, "compile": True}
+    r = {
+        "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+        "size": size,
+        "dtype": str(dtype).replace("torch.", ""),
+    }
+    samplers = {
+        k: GraphSampler(model, d, dtype=dtype, buckets=batches, **kw) for k, kw in variants.items()
+    }
+    # the first calls: capture, compile
+    for k, s in samplers.items():
+        t1 = time.perf_counter()
+        [s(*_inputs(model, B), K) for B in batches for K in steps]
+        device_sync(dev)()
         r[f"{k}_first_calls_s"] = round(time.perf_counter() - t1, 2)
     ac = dtype if dtype != torch.float32 else None
     fns = {}
     for B in batches:
         cond, x = _inputs(model, B)
         for K in steps:
-            fns[f"reference_b{B}_s{K}_ms"] = functools.partial(ddim_sample, model, cond, d, K, x_T=x, autocast=ac)
-            fns |= {f"{k}_b{B}_s{K}_ms": functools.partial(s, cond, x, K) for k, s in samplers.items()}
+            fns[f"reference_b{B}_s{K}_ms"] = functools.partial(
+                ddim_sample, model, cond, d, K, x_T=x, autocast=ac
+            )
+            fns |= {
+                f"{k}_b{B}_s{K}_ms": functools.partial(s, cond, x, K) for k, s in samplers.items()
+            }
     r |= {k: round(v * 1e3, 3) for k, v in interleaved(fns, iters, device_sync(dev)).items()}
     cond, x = _inputs(model, max(batches), seed=1)
     ref = ddim_sample(model, cond, d, max(steps), x_T=x, autocast=ac)
     for k, s in samplers.items():
         r[f"{k}_max_abs_diff"] = round(float((s(cond, x, max(steps)) - ref).abs().max()), 4)
-        r[f"{k}_b{max(batches)}_over_b{min(batches)}_s{max(steps)}"] = round(r[f"{k}_b{max(batches)}_s{max(steps)}_ms"] / r[f"{k}_b{min(batches)}_s{max(steps)}_ms"], 2)
-    return {**r, "torch": torch.__version__, "threads": torch.get_num_threads(), "wall_s": round(time.perf_counter() - t0, 1)}
+        r[f"{k}_b{max(batches)}_over_b{min(batches)}_s{max(steps)}"] = round(
+            r[f"{k}_b{max(batches)}_s{max(steps)}_ms"] / r[f"{k}_b{min(batches)}_s{max(steps)}_ms"],
+            2,
+        )
+    return {
+        **r,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }

@@ -1,4 +1,4 @@
-"""The model a server holds and how it runs: loading and shipping it, requests checked, four backends for the network, the renderer.
+"""The model a server holds: loading it, checking requests, four backends, the renderer.
 
 Docs: https://qmind.github.io/qmind-render/serve.html.md"""
 
@@ -21,8 +21,16 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .checkpoint import (CheckpointError, find_checkpoint, load_checkpoint, load_model, load_shipped, run_dir_of,
-                                     save_sealed, shipped_path)
+from qmind_render.checkpoint import (
+    CheckpointError,
+    find_checkpoint,
+    load_checkpoint,
+    load_model,
+    load_shipped,
+    run_dir_of,
+    save_sealed,
+    shipped_path,
+)
 from .config import config_from_dict, load_config
 from .contracts import UserError, ChannelError, ChannelSpec, validate
 from .model import Diffusion, build_model, to_uint8
@@ -31,58 +39,114 @@ from .sampler import GraphSampler, InferenceNet, fast_dtype
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['REPRODUCE', 'MAX_STEPS', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'BACKENDS', 'AOT_MAX_BATCH',
-           'Served', 'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'ship_main', 'RequestError',
-           'RenderItem', 'factor_id', 'int_field', 'render_item', 'eager_net', 'compiled_path', 'compile_package',
-           'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond', 'start_noise', 'serve_buckets',
-           'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
+__all__ = [
+    "REPRODUCE",
+    "MAX_STEPS",
+    "DEFAULT_STEPS",
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_MAX_WAIT_MS",
+    "BACKENDS",
+    "AOT_MAX_BATCH",
+    "Served",
+    "ServeError",
+    "load_served",
+    "find_run_eval",
+    "random_served",
+    "ship",
+    "ship_main",
+    "RequestError",
+    "RenderItem",
+    "factor_id",
+    "int_field",
+    "render_item",
+    "eager_net",
+    "compiled_path",
+    "compile_package",
+    "compiled_net",
+    "export_onnx",
+    "onnx_net",
+    "make_net",
+    "stack_cond",
+    "start_noise",
+    "serve_buckets",
+    "Renderer",
+    "time_backends",
+    "candidate_nets",
+    "pick_backend",
+    "showcase",
+]
+
 
 # %% ../nbs/70_serve.ipynb #18a8356a
 @dataclass
 class Served:
     "A model ready to serve: EMA network, schedule, factor grid, and where it came from."
+
     model: torch.nn.Module
     diffusion: Diffusion
     cfg: object
     grid: object
     source: str
     step: int = 0
-    about: dict = field(default_factory=dict)       # the shipped model's provenance: metrics, commit, dataset, command
+    # the shipped model's provenance: metrics, commit, dataset, command
+    about: dict = field(default_factory=dict)
 
     @property
-    def spec(self) -> ChannelSpec: return self.model.spec
+    def spec(self) -> ChannelSpec:
+        return self.model.spec
 
     @property
     def best_steps(self) -> int | None:
-        "The DDIM step count with the best held-out PSNR in this model's evaluation; None when it has none."
+        """The DDIM step count with the best held-out PSNR in this model's evaluation; None when it
+        has none."""
         held = self.about.get("metrics", {}).get("heldout", {})
         scored = {int(k[5:]): v for k, v in held.items() if k.startswith("ddim_")}
         return max(scored, key=scored.get) if scored else None
 
     @property
-    def device(self) -> torch.device: return next(self.model.parameters()).device
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     @property
     def name(self) -> str:
-        "What a client is told it plays: `RUN/0000300.pt` for a checkpoint (never where it lies on this disk), else `source`."
+        """What a client is told it plays: `RUN/0000300.pt` for a checkpoint (never where it lies on
+        this disk), else `source`."""
         p = Path(self.source)
-        if len(p.parts) < 2: return self.source
+        if len(p.parts) < 2:
+            return self.source
         return f"{run_dir_of(p).name}/{p.name}"
+
 
 class ServeError(UserError, ValueError):
     "A server cannot start as asked; the message says why."
 
+
 def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Served:
-    "The EMA model of a checkpoint file or a run dir's latest checkpoint; None: the model that ships with the package."
-    if checkpoint is None: return _shipped_served(device)
+    """The EMA model of a checkpoint file or a run dir's latest checkpoint; None: the model that
+    ships with the package."""
+    if checkpoint is None:
+        return _shipped_served(device)
     from qmind_render.grid import load_grid
+
     try:
-        path = find_checkpoint(checkpoint); ck = load_checkpoint(path, use="serve it with --checkpoint {path}")   # sealed, weights_only
+        # sealed, weights_only
+        path = find_checkpoint(checkpoint)
+        ck = load_checkpoint(path, use="serve it with --checkpoint {path}")
         model, diffusion = load_model(ck, device=device, what=f"checkpoint {path}")
-    except CheckpointError as e: raise ServeError(str(e)) from None
+    except CheckpointError as e:
+        raise ServeError(str(e)) from None
     ev = find_run_eval(path)
     about = {"metrics": _metrics(ev)} if ev else {}
-    return Served(model, diffusion, config_from_dict(ck["config"]), load_grid(), str(path), int(ck["step"]), about)
+    return Served(
+        model,
+        diffusion,
+        config_from_dict(ck["config"]),
+        load_grid(),
+        str(path),
+        int(ck["step"]),
+        about,
+    )
+
 
 def find_run_eval(path: Path) -> dict | None:
     "The eval.json of the run a checkpoint belongs to, if it evaluates this checkpoint; else None."
@@ -93,92 +157,188 @@ def find_run_eval(path: Path) -> dict | None:
         return None
     return ev if Path(ev.get("checkpoint", "")).name == Path(path).name else None
 
+
 def _shipped_served(device: str = "cpu") -> Served:
     from qmind_render.grid import load_grid
-    try: model, diffusion, about = load_shipped()                          # sealed and versions checked there
-    except FileNotFoundError as e: raise ServeError(f"{e}; or serve a run you trained: --checkpoint runs/quickstart") from None
-    return Served(model.to(device), diffusion, config_from_dict(about["config"]), load_grid(),
-                  f"shipped:{about['config']['model']['size']}", int(about["step"]), about)
 
-def random_served(size: str = "small", seed: int = 0, overrides: list[str] = (), device: str = "cpu") -> Served:
-    "An untrained model of `size` (the output layer randomised too, so frames are not constant): for benchmarks and tests."
+    # sealed and versions checked there
+    try:
+        model, diffusion, about = load_shipped()
+    except FileNotFoundError as e:
+        raise ServeError(f"{e}; or serve a run you trained: --checkpoint runs/quickstart") from None
+    return Served(
+        model.to(device),
+        diffusion,
+        config_from_dict(about["config"]),
+        load_grid(),
+        f"shipped:{about['config']['model']['size']}",
+        int(about["step"]),
+        about,
+    )
+
+
+def random_served(
+    size: str = "small", seed: int = 0, overrides: list[str] = (), device: str = "cpu"
+) -> Served:
+    """An untrained model of `size` (the output layer randomised too, so frames are not constant):
+    for benchmarks and tests."""
     from qmind_render.grid import load_grid
+
     cfg = load_config(None, [f"model.size={size}", *overrides])
     torch.manual_seed(seed)
     model = build_model(cfg.model, grid=load_grid())
-    with torch.no_grad(): torch.nn.init.normal_(model.net.out[-1].weight, std=0.02)
-    return Served(model.to(device).eval(), Diffusion.from_config(cfg.model), cfg, load_grid(), f"random:{size}:{seed}")
+    with torch.no_grad():
+        torch.nn.init.normal_(model.net.out[-1].weight, std=0.02)
+    return Served(
+        model.to(device).eval(),
+        Diffusion.from_config(cfg.model),
+        cfg,
+        load_grid(),
+        f"random:{size}:{seed}",
+    )
+
 
 # %% ../nbs/70_serve.ipynb #5b472663
 REPRODUCE = "qmind run shipped && qmind ship runs/shipped"
 
+
 def _metrics(ev: dict) -> dict:
-    "Held-out and training-cell PSNR (dB) per DDIM step count and the baseline's, and the gap, from an eval.json."
-    out = {p: {**{f"ddim_{k}": round(ev["parts"][p][f"ddim_{k}"]["psnr"], 2) for k in ev["ddim_steps"]},
-               "baseline": round(ev["parts"][p]["baseline"]["psnr"], 2), "frames": ev["parts"][p]["frames"]} for p in ("heldout", "train")}
+    """Held-out and training-cell PSNR (dB) per DDIM step count and the baseline's, and the gap,
+    from an eval.json."""
+    out = {
+        p: {
+            **{
+                f"ddim_{k}": round(ev["parts"][p][f"ddim_{k}"]["psnr"], 2) for k in ev["ddim_steps"]
+            },
+            "baseline": round(ev["parts"][p]["baseline"]["psnr"], 2),
+            "frames": ev["parts"][p]["frames"],
+        }
+        for p in ("heldout", "train")
+    }
     return out | {"gap": {k: round(v, 2) for k, v in ev["gap"].items()}}
 
-def ship(run_dir: str | Path, out: str | Path | None = None, trained_on: str | None = None, reproduce: str = REPRODUCE) -> Path:
-    "Write `run_dir`'s last checkpoint, evaluated, as the shipped model (bf16 EMA weights and provenance) to `out`: sealed, atomically."
+
+def ship(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    trained_on: str | None = None,
+    reproduce: str = REPRODUCE,
+) -> Path:
+    """Write `run_dir`'s last checkpoint, evaluated, as the shipped model (bf16 EMA weights and
+    provenance) to `out`: sealed, atomically."""
     from qmind_render.splits import load_split
-    try: path = find_checkpoint(run_dir); ck = load_checkpoint(path)
-    except CheckpointError as e: raise ServeError(str(e)) from None
+
+    try:
+        path = find_checkpoint(run_dir)
+        ck = load_checkpoint(path)
+    except CheckpointError as e:
+        raise ServeError(str(e)) from None
     ev_path = Path(run_dir) / "eval" / "eval.json"
     ev = json.loads(ev_path.read_text()) if ev_path.is_file() else None
     if not ev or Path(ev["checkpoint"]).name != path.name:
-        raise ServeError(f"{run_dir}: no evaluation of {path.name} (eval/eval.json); run `qmind eval {run_dir}` first")
+        raise ServeError(
+            f"{run_dir}: no evaluation of {path.name} (eval/eval.json); run `qmind eval "
+            f"{run_dir}` first"
+        )
     cfg = config_from_dict(ck["config"])
-    blob = {"ema": {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in ck["ema"].items()},
-            "config": ck["config"], "versions": ck["versions"], "step": int(ck["step"]), "git": ck["git"], "dataset": ck["dataset"],
-            "held_out": [list(c) for c in load_split(cfg.data.holdout).held_out], "metrics": _metrics(ev), "reproduce": reproduce,
-            "trained": {"minutes": round(float(ck.get("elapsed_s", 0.0)) / 60, 1), "on": trained_on or ck.get("device", "unknown")}}
-    return save_sealed(blob, Path(out or shipped_path()))     # load_shipped checks the seal, as load_checkpoint does
+    blob = {
+        "ema": {
+            k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in ck["ema"].items()
+        },
+        "config": ck["config"],
+        "versions": ck["versions"],
+        "step": int(ck["step"]),
+        "git": ck["git"],
+        "dataset": ck["dataset"],
+        "held_out": [list(c) for c in load_split(cfg.data.holdout).held_out],
+        "metrics": _metrics(ev),
+        "reproduce": reproduce,
+        "trained": {
+            "minutes": round(float(ck.get("elapsed_s", 0.0)) / 60, 1),
+            "on": trained_on or ck.get("device", "unknown"),
+        },
+    }
+    # load_shipped checks the seal, as load_checkpoint does
+    return save_sealed(blob, Path(out or shipped_path()))
+
 
 def ship_main(argv: list[str]) -> int:
     "`qmind ship RUN_DIR [--out FILE] [--trained-on TEXT]`"
     import argparse
-    p = argparse.ArgumentParser(prog="qmind ship", description="Write a trained, evaluated run as the model `qmind serve` plays by default.")
-    p.add_argument("run_dir", help="a run dir whose last checkpoint has been evaluated, e.g. runs/shipped")
-    p.add_argument("--out", default=None, help="where to write it (default: the package's assets/shipped.pt)")
-    p.add_argument("--trained-on", default=None, help="the machine it trained on, for the provenance (default: the checkpoint's device)")
+
+    p = argparse.ArgumentParser(
+        prog="qmind ship",
+        description="Write a trained, evaluated run as the model `qmind serve` plays by default.",
+    )
+    p.add_argument(
+        "run_dir", help="a run dir whose last checkpoint has been evaluated, e.g. runs/shipped"
+    )
+    p.add_argument(
+        "--out", default=None, help="where to write it (default: the package's assets/shipped.pt)"
+    )
+    p.add_argument(
+        "--trained-on",
+        default=None,
+        help="the machine it trained on, for the provenance (default: the checkpoint's device)",
+    )
     a = p.parse_args(argv)
     out = ship(a.run_dir, a.out, a.trained_on)
-    _, _, about = load_shipped(out)                          # read back as qmind serve reads it
+    _, _, about = load_shipped(out)  # read back as qmind serve reads it
     h = about["metrics"]["heldout"]
-    print(f"shipped {a.run_dir} (step {about['step']}, {out.stat().st_size / 1e6:.1f} MB) to {out}: held-out PSNR "
-          + " / ".join(f"{h[k]:.2f}" for k in sorted(h) if k.startswith("ddim_")) + f" dB (baseline {h['baseline']:.2f})")
+    print(
+        f"shipped {a.run_dir} (step {about['step']}, {out.stat().st_size / 1e6:.1f} MB) "
+        f"to {out}: held-out PSNR "
+        + " / ".join(f"{h[k]:.2f}" for k in sorted(h) if k.startswith("ddim_"))
+        + f" dB (baseline {h['baseline']:.2f})"
+    )
     return 0
+
 
 # %% ../nbs/70_serve.ipynb #6d17f3c7
 class RequestError(UserError, ValueError):
-    "A request the server cannot serve: `where` names the field, the message says what to send instead."
+    """A request the server cannot serve: `where` names the field, the message says what to send
+    instead."""
+
     def __init__(self, where: str, msg: str, status: int = 422):
         super().__init__(f"{where}: {msg}")
         self.where, self.msg, self.status = where, msg, status
 
+
 @dataclass
 class RenderItem:
-    "One frame to render: validated channels [H, W(, 2)], theme and lighting ids, noise seed, DDIM steps (no default: the server's `ServeSettings.steps`)."
+    """One frame to render: validated channels [H, W(, 2)], theme and lighting ids, noise seed, DDIM
+    steps (no default: the server's `ServeSettings.steps`)."""
+
     channels: dict
     theme: int
     lighting: int
     seed: int = 0
     steps: int = field(kw_only=True)
 
-MAX_STEPS = 16   # per request; more is never interactive and lets one client occupy the server
-# A server's defaults (the app's `ServeSettings` holds them): DDIM steps when a request does not say, the micro-batch
-# size limit, and how long a batch's first request waits for company. Written once, here, below every part that takes them.
+
+MAX_STEPS = 16  # per request; more is never interactive and lets one client occupy the server
+# A server's defaults (the app's `ServeSettings` holds them): DDIM steps when a request does not
+# say, the micro-batch size limit, and how long a batch's first request waits for company. Written
+# once, here, below every part that takes them.
 DEFAULT_STEPS, DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS = 2, 8, 2.0
+
 
 def factor_id(names: list[str], key, what: str) -> int:
     "The id of a factor (`what`) given by name or id; `RequestError` naming it otherwise."
     if isinstance(key, bool) or not isinstance(key, (int, str)):
-        raise RequestError(what, f"must be a name ({', '.join(names)}) or an id 0..{len(names) - 1}, got {type(key).__name__}")
+        raise RequestError(
+            what,
+            f"must be a name ({', '.join(names)}) or an id 0..{len(names) - 1}, got "
+            f"{type(key).__name__}",
+        )
     if isinstance(key, int):
-        if 0 <= key < len(names): return key
+        if 0 <= key < len(names):
+            return key
         raise RequestError(what, f"id {key} is out of range 0..{len(names) - 1}")
-    if key in names: return names.index(key)
+    if key in names:
+        return names.index(key)
     raise RequestError(what, f"unknown {what} {key[:40]!r}; one of {', '.join(names)}")
+
 
 def int_field(v, what: str, lo: int, hi: int) -> int:
     "`v` when it is an integer in `lo`..`hi` (not a bool); `RequestError` naming `what` otherwise."
@@ -186,113 +346,213 @@ def int_field(v, what: str, lo: int, hi: int) -> int:
         raise RequestError(what, f"must be an integer in {lo}..{hi}, got {str(v)[:40]!r}")
     return v
 
-def render_item(channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0, *, steps: int) -> RenderItem:
-    "A checked `RenderItem` (`steps`: the request's, else the server's `ServeSettings.steps`), or `RequestError` naming what is wrong."
-    try: validate(channels, spec)
-    except ChannelError as e: raise RequestError(f"channels.{e.channel}", str(e)) from None
-    except TypeError as e: raise RequestError("channels", str(e)) from None
+
+def render_item(
+    channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0, *, steps: int
+) -> RenderItem:
+    """A checked `RenderItem` (`steps`: the request's, else the server's `ServeSettings.steps`), or
+    `RequestError` naming what is wrong."""
+    try:
+        validate(channels, spec)
+    except ChannelError as e:
+        raise RequestError(f"channels.{e.channel}", str(e)) from None
+    except TypeError as e:
+        raise RequestError("channels", str(e)) from None
     extra = sorted(set(channels) - set(spec.names))
-    if extra: raise RequestError(f"channels.{extra[0]}", f"not a channel of spec {spec.version} ({', '.join(spec.names)})")
-    return RenderItem({c: np.asarray(channels[c]) for c in spec.names}, factor_id(grid.theme_names, theme, "theme"),
-                      factor_id(grid.lighting_names, lighting, "lighting"), int_field(seed, "seed", 0, 2**63 - 1),
-                      steps=int_field(steps, "steps", 1, MAX_STEPS))
+    if extra:
+        raise RequestError(
+            f"channels.{extra[0]}",
+            f"not a channel of spec {spec.version} ({', '.join(spec.names)})",
+        )
+    return RenderItem(
+        {c: np.asarray(channels[c]) for c in spec.names},
+        factor_id(grid.theme_names, theme, "theme"),
+        factor_id(grid.lighting_names, lighting, "lighting"),
+        int_field(seed, "seed", 0, 2**63 - 1),
+        steps=int_field(steps, "steps", 1, MAX_STEPS),
+    )
+
 
 # %% ../nbs/70_serve.ipynb #ba58faba
 BACKENDS = ("eager", "bf16", "compile", "onnx")
-AOT_MAX_BATCH = 256                      # the largest batch a compiled package accepts
+AOT_MAX_BATCH = 256  # the largest batch a compiled package accepts
+
 
 def eager_net(served: Served, bf16: bool = False) -> Callable:
     "The network in PyTorch, in fp32 or with bf16 weights."
     return InferenceNet(served.model, torch.bfloat16 if bf16 else torch.float32).eval()
 
+
 def _example_inputs(served: Served, batch: int, device="cpu", seed: int = 0) -> tuple:
     m, (H, W), g = served.model, served.spec.size, torch.Generator().manual_seed(seed)
-    return tuple(a.to(device) for a in (torch.randn(batch, 3, H, W, generator=g), torch.full((batch,), 500),
-                                        torch.randn(batch, m.encoder.channels, H, W, generator=g), torch.randn(batch, m.net.emb_dim, generator=g)))
+    return tuple(
+        a.to(device)
+        for a in (
+            torch.randn(batch, 3, H, W, generator=g),
+            torch.full((batch,), 500),
+            torch.randn(batch, m.encoder.channels, H, W, generator=g),
+            torch.randn(batch, m.net.emb_dim, generator=g),
+        )
+    )
+
 
 def compiled_path(served: Served, cache: str | Path | None = None) -> Path:
-    """Where the compiled package for `served` lives: `cache` (default `$QMIND_CACHE/aoti`) / size-key.pt2, the key a hash
-    of the weights, the network's code, the frame and conditioning shapes, the dtype, the device, the CPU's vector ISA
-    and the torch version: a package is reused only for exactly the network it was compiled from."""
+    """Where the compiled package for `served` lives: `cache` (default `$QMIND_CACHE/aoti`) /
+    size-key.pt2, the key a hash of the weights, the network's code, the frame and conditioning
+    shapes, the dtype, the device, the CPU's vector ISA and the torch version: a package is reused
+    only for exactly the network it was compiled from."""
     from qmind_render import model as model_module
     from qmind_render.data import default_cache_dir
+
     m, dev = served.model, served.device
-    h = hashlib.sha256(repr((m.size, served.spec.size, m.encoder.channels, m.channels_last, str(fast_dtype(dev)), dev.type,
-                             torch.backends.cpu.get_cpu_capability(), torch.__version__, AOT_MAX_BATCH)).encode())
-    code = InferenceNet.forward.__code__                # its bytecode: the same wherever the class was defined
-    h.update(Path(model_module.__file__).read_bytes() + code.co_code + repr((code.co_consts, code.co_names, sys.version)).encode())
+    h = hashlib.sha256(
+        repr(
+            (
+                m.size,
+                served.spec.size,
+                m.encoder.channels,
+                m.channels_last,
+                str(fast_dtype(dev)),
+                dev.type,
+                torch.backends.cpu.get_cpu_capability(),
+                torch.__version__,
+                AOT_MAX_BATCH,
+            )
+        ).encode()
+    )
+    # its bytecode: the same wherever the class was defined
+    code = InferenceNet.forward.__code__
+    h.update(
+        Path(model_module.__file__).read_bytes()
+        + code.co_code
+        + repr((code.co_consts, code.co_names, sys.version)).encode()
+    )
     for k, v in m.net.state_dict().items():
-        h.update(k.encode()); h.update(v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return Path(cache or default_cache_dir() / "aoti") / f"{m.size_name}-{h.hexdigest()[:20]}.pt2"
 
+
 def compile_package(served: Served, path: str | Path, log=print) -> Path:
-    "Export the bf16 (or fp32) `InferenceNet` with a dynamic batch and compile it with AOTInductor into `path`, atomically."
+    """Export the bf16 (or fp32) `InferenceNet` with a dynamic batch and compile it with AOTInductor
+    into `path`, atomically."""
     dev = served.device
     net, path = InferenceNet(served.model, fast_dtype(dev)).eval(), Path(path)
     batch = torch.export.Dim("batch", min=1, max=AOT_MAX_BATCH)
     t0 = time.perf_counter()
     with torch.no_grad():
-        ep = torch.export.export(net, _example_inputs(served, 2, dev), dynamic_shapes=tuple({0: batch} for _ in range(4)))
-        package = lambda tmp: torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs={"freezing": True})
-        atomic_write(path, write=package, suffix=".pt2")                    # AOTInductor wants a .pt2 name
-    log(f"compiled the {served.model.size_name} network ({net.dtype}) with AOTInductor in {time.perf_counter() - t0:.0f} s: {path}")
+        ep = torch.export.export(
+            net, _example_inputs(served, 2, dev), dynamic_shapes=tuple({0: batch} for _ in range(4))
+        )
+        package = lambda tmp: torch._inductor.aoti_compile_and_package(
+            ep, package_path=str(tmp), inductor_configs={"freezing": True}
+        )
+        # AOTInductor wants a .pt2 name
+        atomic_write(path, write=package, suffix=".pt2")
+    log(
+        f"compiled the {served.model.size_name} network ({net.dtype}) with AOTInductor in "
+        f"{time.perf_counter() - t0:.0f} s: {path}"
+    )
     return path
 
+
 def compiled_net(served: Served, cache: str | Path | None = None, log=print) -> Callable:
-    """The network compiled. On a CPU: ahead of time (AOTInductor, frozen bf16 weights where the hardware has bf16), for any
-    batch up to `AOT_MAX_BATCH`; from the cache when this exact network was compiled before, else compiled now (about a minute
-    on 2 cores). On a GPU: Inductor just in time, once per batch size, inside the sampler's CUDA graphs."""
-    if served.device.type == "cuda": return torch.compile(eager_net(served, bf16=True), dynamic=False)
+    """The network compiled. On a CPU: ahead of time (AOTInductor, frozen bf16 weights where the
+    hardware has bf16), for any batch up to `AOT_MAX_BATCH`; from the cache when this exact network
+    was compiled before, else compiled now (about a minute on 2 cores). On a GPU: Inductor just in
+    time, once per batch size, inside the sampler's CUDA graphs."""
+    if served.device.type == "cuda":
+        return torch.compile(eager_net(served, bf16=True), dynamic=False)
     path = compiled_path(served, cache)
     if path.exists():
-        try: return _aoti_runner(path)
-        except Exception as e: log(f"the compiled package {path} did not load ({type(e).__name__}: {str(e)[:200]}); compiling again")
+        try:
+            return _aoti_runner(path)
+        except Exception as e:
+            log(
+                f"the compiled package {path} did not load ({type(e).__name__}: "
+                f"{str(e)[:200]}); compiling again"
+            )
     return _aoti_runner(compile_package(served, path, log))
+
 
 _AOTI_LOADED: dict[tuple, Callable] = {}
 
+
 def _aoti_runner(path: Path) -> Callable:
-    "A compiled package's runner, loaded once per process (a package loaded twice in one process has crashed PyTorch)."
+    """A compiled package's runner, loaded once per process (a package loaded twice in one process
+    has crashed PyTorch)."""
     key = (str(Path(path).resolve()), Path(path).stat().st_mtime_ns)
-    if key in _AOTI_LOADED: return _AOTI_LOADED[key]
+    if key in _AOTI_LOADED:
+        return _AOTI_LOADED[key]
     runner = torch._inductor.aoti_load_package(str(path))
-    def run(x, t, planes, vec):                 # the package was traced on contiguous inputs: give it contiguous ones
+
+    # the package was traced on contiguous inputs: give it contiguous ones
+    def run(x, t, planes, vec):
         return runner(x.contiguous(), t.long().contiguous(), planes.contiguous(), vec.contiguous())
+
     _AOTI_LOADED[key] = run
     return run
+
 
 def export_onnx(served: Served, path: str | Path | None = None) -> bytes:
     "The network as ONNX (dynamic batch); written to `path` too when given."
     buf, names = io.BytesIO(), ["x", "t", "planes", "vec"]
     import warnings
+
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # the tracer's notes on shape arithmetic; the batch axis is checked by a test
-        torch.onnx.export(InferenceNet(served.model).eval(), _example_inputs(served, 1), buf, dynamo=False, input_names=names,
-                          output_names=["out"], dynamic_axes={k: {0: "batch"} for k in names + ["out"]}, opset_version=17)
+        # the tracer's notes on shape arithmetic; the batch axis is checked by a test
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            InferenceNet(served.model).eval(),
+            _example_inputs(served, 1),
+            buf,
+            dynamo=False,
+            input_names=names,
+            output_names=["out"],
+            dynamic_axes={k: {0: "batch"} for k in names + ["out"]},
+            opset_version=17,
+        )
     data = buf.getvalue()
-    if path: atomic_write(path, data)
+    if path:
+        atomic_write(path, data)
     return data
+
 
 def onnx_net(served: Served, threads: int | None = None) -> Callable:
     "The network exported to ONNX, run by onnxruntime on the CPU."
     import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads or torch.get_num_threads(), 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")   # idle threads sleep: the engine, the event loop
-                                                                        # and any eager model share these cores
+    # idle threads sleep: the engine, the event loop
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # and any eager model share these cores
     sess = ort.InferenceSession(export_onnx(served), so, providers=["CPUExecutionProvider"])
+
     def run(x, t, planes, vec):
-        feed = {"x": x.numpy(), "t": t.numpy(), "planes": planes.contiguous().numpy(), "vec": vec.contiguous().numpy()}
+        feed = {
+            "x": x.numpy(),
+            "t": t.numpy(),
+            "planes": planes.contiguous().numpy(),
+            "vec": vec.contiguous().numpy(),
+        }
         return torch.from_numpy(sess.run(None, feed)[0])
+
     return run
 
+
 def make_net(served: Served, backend: str, log=print) -> Callable:
-    if backend == "eager": return eager_net(served)
-    if backend == "bf16": return eager_net(served, bf16=True)
-    if backend == "compile": return compiled_net(served, log=log)
-    if backend == "onnx": return onnx_net(served)
+    if backend == "eager":
+        return eager_net(served)
+    if backend == "bf16":
+        return eager_net(served, bf16=True)
+    if backend == "compile":
+        return compiled_net(served, log=log)
+    if backend == "onnx":
+        return onnx_net(served)
     raise ServeError(f"backend {backend!r} is not one of {', '.join(BACKENDS)} (or auto)")
+
 
 # %% ../nbs/70_serve.ipynb #7af7255f
 def stack_cond(items: list[RenderItem], device="cpu") -> dict:
@@ -305,41 +565,75 @@ def stack_cond(items: list[RenderItem], device="cpu") -> dict:
     cond["lighting"] = torch.tensor([it.lighting for it in items])
     return {k: v.to(device) for k, v in cond.items()}
 
+
 def start_noise(items: list[RenderItem], spec: ChannelSpec) -> torch.Tensor:
     "x_T for each item, from its own seed: [B, 3, H, W]."
-    return torch.stack([torch.randn(3, *spec.size, generator=torch.Generator().manual_seed(it.seed)) for it in items])
+    return torch.stack(
+        [
+            torch.randn(3, *spec.size, generator=torch.Generator().manual_seed(it.seed))
+            for it in items
+        ]
+    )
+
 
 def serve_buckets(max_batch: int) -> tuple[int, ...]:
     "The batch sizes a server captures: powers of two below `max_batch`, and `max_batch`."
-    return tuple(sorted({1 << i for i in range(max(1, max_batch).bit_length()) if 1 << i < max_batch} | {max(1, max_batch)}))
+    return tuple(
+        sorted(
+            {1 << i for i in range(max(1, max_batch).bit_length()) if 1 << i < max_batch}
+            | {max(1, max_batch)}
+        )
+    )
+
 
 class Renderer:
-    "Batches of `RenderItem`s -> uint8 frames, with one network backend inside the sampler's DDIM loop."
-    def __init__(self, served: Served, backend: str = "eager", net: Callable | None = None, max_batch: int = DEFAULT_MAX_BATCH, log=None):
+    """Batches of `RenderItem`s -> uint8 frames, with one network backend inside the sampler's DDIM
+    loop."""
+
+    def __init__(
+        self,
+        served: Served,
+        backend: str = "eager",
+        net: Callable | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        log=None,
+    ):
         self.served, self.backend = served, backend
         self.net = net or make_net(served, backend)
-        self.sampler = GraphSampler(served.model, served.diffusion, net=self.net, buckets=serve_buckets(max_batch), log=log)
+        self.sampler = GraphSampler(
+            served.model, served.diffusion, net=self.net, buckets=serve_buckets(max_batch), log=log
+        )
         self.lock = threading.Lock()
 
     def sample(self, items: list[RenderItem], steps: int) -> torch.Tensor:
         "Frames in [-1, 1], [B, 3, H, W], by `steps` DDIM steps."
         dev = self.served.device
-        return self.sampler(stack_cond(items, dev), start_noise(items, self.served.spec).to(dev), steps)
+        return self.sampler(
+            stack_cond(items, dev), start_noise(items, self.served.spec).to(dev), steps
+        )
 
     def warm(self, steps=(1, 2, 4, 8), log=print) -> None:
-        "Capture every (batch size, step count) a server can be asked for, now rather than on a player's first frame (CUDA)."
-        if not self.sampler.graphs: return
+        """Capture every (batch size, step count) a server can be asked for, now rather than on a
+        player's first frame (CUDA)."""
+        if not self.sampler.graphs:
+            return
         t0 = last = time.perf_counter()
         pairs = [(b, k) for k in steps for b in self.sampler.buckets]
-        blank = {c: np.zeros(self.served.spec.shape(c), self.served.spec.dtype(c)) for c in self.served.spec.names}
+        blank = {
+            c: np.zeros(self.served.spec.shape(c), self.served.spec.dtype(c))
+            for c in self.served.spec.names
+        }
         for i, (b, k) in enumerate(pairs):
             self.sample([RenderItem(blank, 0, 0, steps=k)] * b, k)
             if log and (i + 1 == len(pairs) or time.perf_counter() - last > 5):
                 last = time.perf_counter()
-                log(f"CUDA graphs: {i + 1}/{len(pairs)} (batch, steps) captured ({last - t0:.1f} s)")
+                log(
+                    f"CUDA graphs: {i + 1}/{len(pairs)} (batch, steps) captured ({last - t0:.1f} s)"
+                )
 
     def render(self, items: list[RenderItem]) -> np.ndarray:
-        "uint8 [B, H, W, 3] for `items`, in order; items with different step counts run as separate batches."
+        """uint8 [B, H, W, 3] for `items`, in order; items with different step counts run as
+        separate batches."""
         out = np.empty((len(items), *self.served.spec.size, 3), np.uint8)
         with self.lock:
             for k in sorted({it.steps for it in items}):
@@ -347,59 +641,107 @@ class Renderer:
                 out[idx] = to_uint8(self.sample([items[i] for i in idx], k))
         return out
 
+
 # %% ../nbs/70_serve.ipynb #61807ed7
-def time_backends(served: Served, nets: dict[str, Callable], batches=(1, 8), iters: int = 10, warmup: int = 2) -> dict:
-    "Median ms per network evaluation for each backend and batch size (the model benchmark's round-robin timer; GPU-synchronised)."
+def time_backends(
+    served: Served, nets: dict[str, Callable], batches=(1, 8), iters: int = 10, warmup: int = 2
+) -> dict:
+    """Median ms per network evaluation for each backend and batch size (the model benchmark's
+    round-robin timer; GPU-synchronised)."""
     dev, sync, out = served.device, device_sync(served.device), {}
     for B in batches:
         args = _example_inputs(served, B, dev, seed=B)
         calls = {k: functools.partial(f, *args) for k, f in nets.items()}
         with torch.no_grad():
-            interleaved(calls, warmup, sync)                             # warm-up rounds, not counted
-            out.update({f"{k}_b{B}_ms": round(v * 1e3, 2) for k, v in interleaved(calls, iters, sync).items()})
+            # warm-up rounds, not counted
+            interleaved(calls, warmup, sync)
+            out.update(
+                {
+                    f"{k}_b{B}_ms": round(v * 1e3, 2)
+                    for k, v in interleaved(calls, iters, sync).items()
+                }
+            )
     return out
 
-def candidate_nets(served: Served, compile: bool | str = "cached", cache: str | Path | None = None, log=print) -> dict[str, Callable]:
-    """The backends worth measuring here: eager, bf16, onnx (on a CPU, when onnxruntime is installed) and compile:
-    always when `compile` is True (building the package if need be), only if already cached when "cached", never when False."""
+
+def candidate_nets(
+    served: Served, compile: bool | str = "cached", cache: str | Path | None = None, log=print
+) -> dict[str, Callable]:
+    """The backends worth measuring here: eager, bf16, onnx (on a CPU, when onnxruntime is
+    installed) and compile: always when `compile` is True (building the package if need be), only if
+    already cached when "cached", never when False."""
     nets = {"eager": eager_net(served), "bf16": eager_net(served, bf16=True)}
     if served.device.type == "cpu":
-        try: nets["onnx"] = onnx_net(served)
-        except ImportError: log("onnxruntime is not installed: eager and bf16 only")
+        try:
+            nets["onnx"] = onnx_net(served)
+        except ImportError:
+            log("onnxruntime is not installed: eager and bf16 only")
     if compile == "cached" and served.device.type == "cuda":
-        log("compile left out: on a GPU it compiles at start-up, for each batch size (`--backend compile`: minutes)")
+        log(
+            "compile left out: on a GPU it compiles at start-up, for each batch size "
+            "(`--backend compile`: minutes)"
+        )
     elif compile == "cached" and not compiled_path(served, cache).exists():
-        log("compile left out: this network has no compiled package yet (`--backend compile` builds one once, about a minute)")
+        log(
+            "compile left out: this network has no compiled package yet (`--backend "
+            "compile` builds one once, about a minute)"
+        )
     elif compile:
-        try: nets["compile"] = compiled_net(served, cache, log)
-        except Exception as e: log(f"compile left out: {type(e).__name__}: {str(e)[:200]}")
+        try:
+            nets["compile"] = compiled_net(served, cache, log)
+        except Exception as e:
+            log(f"compile left out: {type(e).__name__}: {str(e)[:200]}")
     return nets
 
-def pick_backend(served: Served, max_batch: int = DEFAULT_MAX_BATCH, log=print, cache: str | Path | None = None) -> tuple[str, Callable]:
-    """The fastest of `candidate_nets` (compile only once its package is cached) on this machine, scored by
-    a lone player's wait plus a frame's share of a full batch: ms at batch 1 + ms at `max_batch` / `max_batch`."""
+
+def pick_backend(
+    served: Served, max_batch: int = DEFAULT_MAX_BATCH, log=print, cache: str | Path | None = None
+) -> tuple[str, Callable]:
+    """The fastest of `candidate_nets` (compile only once its package is cached) on this machine,
+    scored by a lone player's wait plus a frame's share of a full batch: ms at batch 1 + ms at
+    `max_batch` / `max_batch`."""
     nets = candidate_nets(served, "cached", cache, log)
     log(f"backend: measuring {', '.join(nets)} at batch 1 and {max_batch} (a few seconds)")
     t = time_backends(served, nets, batches=(1, max_batch), iters=5)
     score = {k: t[f"{k}_b1_ms"] + t[f"{k}_b{max_batch}_ms"] / max_batch for k in nets}
     best = min(score, key=score.get)
-    log(f"backend: {best} (ms at batch 1 + per frame at batch {max_batch}: " + ", ".join(f"{k} {v:.1f}" for k, v in score.items()) + ")")
+    log(
+        f"backend: {best} (ms at batch 1 + per frame at batch {max_batch}: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in score.items())
+        + ")"
+    )
     return best, nets[best]
+
 
 # %% ../nbs/70_serve.ipynb #52f8d048
 def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_000):
-    "A `Figure`: `frames` frames of unseen episodes in held-out cells, as surface and depth, the ground truth, and the model at each K."
+    """A `Figure`: `frames` frames of unseen episodes in held-out cells, as surface and depth, the
+    ground truth, and the model at each K."""
     from qmind_render.episode import render_episode
     from qmind_render.skinner import skin
     from qmind_render.viz import colorize, grid_figure, mosaic
+
     g, held, r = served.grid, served.about.get("held_out") or [[0, 0, 0]], Renderer(served, "eager")
     rows, names = [], []
     for t, m, l in [held[i * 5 % len(held)] for i in range(frames)]:
-        ch = list(render_episode(seed + int(t * 100 + m * 10 + l), 24, materials=[m]))[-1]     # well into an unseen episode
+        # well into an unseen episode
+        ch = list(render_episode(seed + int(t * 100 + m * 10 + l), 24, materials=[m]))[-1]
         pics = colorize(ch, served.spec)
-        rows.append([pics["surface"], pics["depth"], skin(ch, g.themes[t], g.lightings[l]),
-                     *r.render([RenderItem(ch, t, l, seed=0, steps=k) for k in steps])])
+        rows.append(
+            [
+                pics["surface"],
+                pics["depth"],
+                skin(ch, g.themes[t], g.lightings[l]),
+                *r.render([RenderItem(ch, t, l, seed=0, steps=k) for k in steps]),
+            ]
+        )
         names.append(f"{g.theme_names[t]}\n{g.materials[m]}\n{g.lighting_names[l]}")
     cols = ["surface", "depth", "ground truth", *[f"model, {k} step{'s' * (k > 1)}" for k in steps]]
-    return grid_figure(mosaic(rows), names, cols, f"{served.name} (step {served.step}) on held-out factor cells: channels → ground truth → model",
-                       size=1.5)
+    return grid_figure(
+        mosaic(rows),
+        names,
+        cols,
+        f"{served.name} (step {served.step}) on held-out factor cells: channels → ground "
+        "truth → model",
+        size=1.5,
+    )

@@ -1,4 +1,4 @@
-"""The server under load: `load_test` plays sessions over real WebSockets; `qmind bench serve` measures backends, a frame and the server.
+"""The server under load: `load_test` over real WebSockets, and `qmind bench serve`.
 
 Docs: https://qmind.github.io/qmind-render/serve_bench.html.md"""
 
@@ -24,72 +24,140 @@ from .util import device_sync, interleaved
 from .serve import Renderer, candidate_nets, random_served, render_item, time_backends
 
 # %% auto #0
-__all__ = ['load_test', 'bench_serve']
+__all__ = ["load_test", "bench_serve"]
+
 
 # %% ../nbs/73_serve_bench.ipynb #1ec2ffd4
 async def _client(url: str, deadline: float, query: str, lat: list, errors: list) -> int:
     from websockets.asyncio.client import connect
+
     n = 0
     try:
-        async with connect(f"{url.replace('http', 'ws', 1)}/play?{query}", max_size=1 << 22, open_timeout=30) as ws:
-            json.loads(await ws.recv())                                   # hello
+        async with connect(
+            f"{url.replace('http', 'ws', 1)}/play?{query}", max_size=1 << 22, open_timeout=30
+        ) as ws:
+            json.loads(await ws.recv())  # hello
             while time.monotonic() < deadline:
                 t0 = time.perf_counter()
-                await ws.send(json.dumps({"action": ("forward", "turn_left", "forward", "turn_right")[n % 4]}))
+                await ws.send(
+                    json.dumps({"action": ("forward", "turn_left", "forward", "turn_right")[n % 4]})
+                )
                 m = json.loads(await ws.recv())
-                if m.get("type") != "frame": raise RuntimeError(f"expected a frame, got {str(m)[:80]}")
-                lat.append((time.perf_counter() - t0) * 1e3); n += 1
-    except Exception as e: errors.append(f"{type(e).__name__}: {e}")
+                if m.get("type") != "frame":
+                    raise RuntimeError(f"expected a frame, got {str(m)[:80]}")
+                lat.append((time.perf_counter() - t0) * 1e3)
+                n += 1
+    except Exception as e:
+        errors.append(f"{type(e).__name__}: {e}")
     return n
+
 
 async def _load(url: str, clients: int, seconds: float, steps: int) -> dict:
     import httpx
-    async with httpx.AsyncClient() as http: before = (await http.get(f"{url}/metrics")).json()
+
+    async with httpx.AsyncClient() as http:
+        before = (await http.get(f"{url}/metrics")).json()
     lat, errors = [], []
     t0 = time.monotonic()
-    counts = await asyncio.gather(*(_client(url, t0 + seconds, f"seed={i}&steps={steps}&theme={i % 5}", lat, errors) for i in range(clients)))
+    counts = await asyncio.gather(
+        *(
+            _client(url, t0 + seconds, f"seed={i}&steps={steps}&theme={i % 5}", lat, errors)
+            for i in range(clients)
+        )
+    )
     wall = time.monotonic() - t0
-    async with httpx.AsyncClient() as http: after = (await http.get(f"{url}/metrics")).json()
-    sizes = Counter({int(k): v for k, v in after["batch_sizes"].items()}) - Counter({int(k): v for k, v in before["batch_sizes"].items()})
+    async with httpx.AsyncClient() as http:
+        after = (await http.get(f"{url}/metrics")).json()
+    sizes = Counter({int(k): v for k, v in after["batch_sizes"].items()}) - Counter(
+        {int(k): v for k, v in before["batch_sizes"].items()}
+    )
     nb = sum(sizes.values())
     pct = lambda q: round(float(np.percentile(lat, q)), 2) if lat else None
-    return {"clients": clients, "steps": steps, "seconds": round(wall, 2), "frames": sum(counts), "fps": round(sum(counts) / wall, 2),
-            "fps_per_client": round(sum(counts) / wall / clients, 2), "p50_ms": pct(50), "p99_ms": pct(99), "errors": errors,
-            "mean_batch": round(sum(k * v for k, v in sizes.items()) / nb, 2) if nb else None}
+    return {
+        "clients": clients,
+        "steps": steps,
+        "seconds": round(wall, 2),
+        "frames": sum(counts),
+        "fps": round(sum(counts) / wall, 2),
+        "fps_per_client": round(sum(counts) / wall / clients, 2),
+        "p50_ms": pct(50),
+        "p99_ms": pct(99),
+        "errors": errors,
+        "mean_batch": round(sum(k * v for k, v in sizes.items()) / nb, 2) if nb else None,
+    }
 
-def load_test(url: str, clients: int = 8, seconds: float = 5.0, steps: int = ServeSettings.steps) -> dict:
-    "Play `clients` sessions against `url` for `seconds`: throughput, latency percentiles, errors, batch sizes."
-    if not 1 <= clients <= 256 or not 0 < seconds <= 600: raise ValueError(f"clients must be 1..256 and seconds 0..600, got {clients}, {seconds}")
-    with ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, _load(url, clients, seconds, steps)).result()
+
+def load_test(
+    url: str, clients: int = 8, seconds: float = 5.0, steps: int = ServeSettings.steps
+) -> dict:
+    """Play `clients` sessions against `url` for `seconds`: throughput, latency percentiles, errors,
+    batch sizes."""
+    if not 1 <= clients <= 256 or not 0 < seconds <= 600:
+        raise ValueError(f"clients must be 1..256 and seconds 0..600, got {clients}, {seconds}")
+    with ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, _load(url, clients, seconds, steps)).result()
+
 
 # %% ../nbs/73_serve_bench.ipynb #4e4fc11b
-def bench_serve(size: str = "small", steps: list = (1, 2, 4), clients: list = (1, 8), seconds: float = 6.0, repeats: int = 3,
-                backend: str = ServeSettings.backend, compile: bool = True, max_wait_ms: float = ServeSettings.max_wait_ms,
-                device: str = "cpu") -> dict:
-    """Network time per backend; a frame's render time at batch 1 (network + DDIM, no server) with the fastest; then end-to-end
-    fps and latency through a live server for each step count and client count: the median of `repeats` load tests of
-    `seconds` each (each test's fps is kept too: on a shared 2-core VM they spread). `device=cuda` for the GPU figures."""
+def bench_serve(
+    size: str = "small",
+    steps: list = (1, 2, 4),
+    clients: list = (1, 8),
+    seconds: float = 6.0,
+    repeats: int = 3,
+    backend: str = ServeSettings.backend,
+    compile: bool = True,
+    max_wait_ms: float = ServeSettings.max_wait_ms,
+    device: str = "cpu",
+) -> dict:
+    """Network time per backend; a frame's render time at batch 1 (network + DDIM, no server) with
+    the fastest; then end-to-end fps and latency through a live server for each step count and
+    client count: the median of `repeats` load tests of `seconds` each (each test's fps is kept too:
+    on a shared 2-core VM they spread). `device=cuda` for the GPU figures."""
     from qmind_render.game import Game
+
     served = on_model_thread(random_served, size, device=device)
-    log = lambda m: print(m, file=sys.stderr)                            # stdout is the result (--json)
+    # stdout is the result (--json)
+    log = lambda m: print(m, file=sys.stderr)
     nets = on_model_thread(candidate_nets, served, compile, log=log)
-    out = {"model": size, "device": device, "threads": torch.get_num_threads(), **on_model_thread(time_backends, served, nets)}
+    out = {
+        "model": size,
+        "device": device,
+        "threads": torch.get_num_threads(),
+        **on_model_thread(time_backends, served, nets),
+    }
     fastest = min(nets, key=lambda k: out[f"{k}_b1_ms"])
     renderer, ch = Renderer(served, fastest, nets[fastest]), Game(seed=0).step("forward")
     for k in steps:
-        frame = functools.partial(renderer.render, [render_item(ch, 0, 0, served.grid, served.spec, steps=k)])
-        out[f"steps{k}_render_b1_ms"] = round(on_model_thread(interleaved, {"f": frame}, 10, device_sync(served.device))["f"] * 1e3, 2)
+        frame = functools.partial(
+            renderer.render, [render_item(ch, 0, 0, served.grid, served.spec, steps=k)]
+        )
+        out[f"steps{k}_render_b1_ms"] = round(
+            on_model_thread(interleaved, {"f": frame}, 10, device_sync(served.device))["f"] * 1e3, 2
+        )
     out["render_backend"] = fastest
-    settings = ServeSettings(backend=backend, max_wait_ms=max_wait_ms, max_batch=max(clients), max_sessions=max(clients))
+    settings = ServeSettings(
+        backend=backend, max_wait_ms=max_wait_ms, max_batch=max(clients), max_sessions=max(clients)
+    )
     with ServerThread(served, settings, log=log) as url:
         import httpx
+
         out["backend"] = httpx.get(f"{url}/info").json()["backend"]
-        load_test(url, 1, 1.0, 1)                                            # warm up
+        load_test(url, 1, 1.0, 1)  # warm up
         for k in steps:
             for c in clients:
                 runs = [load_test(url, c, seconds, k) for _ in range(repeats)]
-                if any(r["errors"] for r in runs): raise RuntimeError(f"load test with {c} clients at {k} steps: {[r['errors'][:3] for r in runs]}")
-                for f in ("fps", "p50_ms", "p99_ms", "mean_batch"): out[f"steps{k}_clients{c}_{f}"] = float(np.median([r[f] for r in runs]))
+                if any(r["errors"] for r in runs):
+                    raise RuntimeError(
+                        f"load test with {c} clients at {k} steps: "
+                        f"{[r['errors'][:3] for r in runs]}"
+                    )
+                for f in ("fps", "p50_ms", "p99_ms", "mean_batch"):
+                    out[f"steps{k}_clients{c}_{f}"] = float(np.median([r[f] for r in runs]))
                 out[f"steps{k}_clients{c}_fps_runs"] = [r["fps"] for r in runs]
-            out[f"steps{k}_throughput_ratio"] = round(out[f"steps{k}_clients{max(clients)}_fps"] / out[f"steps{k}_clients{min(clients)}_fps"], 2)
+            out[f"steps{k}_throughput_ratio"] = round(
+                out[f"steps{k}_clients{max(clients)}_fps"]
+                / out[f"steps{k}_clients{min(clients)}_fps"],
+                2,
+            )
     return out

@@ -1,4 +1,4 @@
-"""Themes and lighting turn the engine's channels into the ground-truth frame: procedural materials that tile, a pure deterministic `skin`, the 5 × 5 × 4 factor grid and the cells each frame shows.
+"""Channels to the ground-truth frame: procedural materials that tile and a pure, seeded `skin`.
 
 Docs: https://qmind.github.io/qmind-render/skinner.html.md"""
 
@@ -19,76 +19,133 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from .contracts import (ChannelError, check_compatible, load_spec, load_theme_schema, validate,
-                                    validate_theme)
+from qmind_render.contracts import (
+    ChannelError,
+    check_compatible,
+    load_spec,
+    load_theme_schema,
+    validate,
+    validate_theme,
+)
 from .grid import FactorGrid, light_colour, load_grid, validate_lighting
 from .util import save_image
 from .viz import channel_strip, figure_of, mosaic
 
 # %% auto #0
-__all__ = ['SKINNER_VERSION', 'CHANNEL_SPEC', 'SURFACES', 'MIN_CELL_DISTANCE', 'engine_frame', 'corridor_frame', 'repeats',
-           'skin_params', 'skin', 'skin_batch', 'stack_frames', 'wall_frame', 'column_steps', 'with_material',
-           'cell_grid', 'swatch_grid', 'cell_distances', 'materials_present', 'frame_cells', 'frame_cells_batch',
-           'cell_mask', 'episode_materials', 'explorer_view', 'explore', 'write_pngs', 'render_main', 'bench_skinner']
+__all__ = [
+    "SKINNER_VERSION",
+    "CHANNEL_SPEC",
+    "SURFACES",
+    "MIN_CELL_DISTANCE",
+    "engine_frame",
+    "corridor_frame",
+    "repeats",
+    "skin_params",
+    "skin",
+    "skin_batch",
+    "stack_frames",
+    "wall_frame",
+    "column_steps",
+    "with_material",
+    "cell_grid",
+    "swatch_grid",
+    "cell_distances",
+    "materials_present",
+    "frame_cells",
+    "frame_cells_batch",
+    "cell_mask",
+    "episode_materials",
+    "explorer_view",
+    "explore",
+    "write_pngs",
+    "render_main",
+    "bench_skinner",
+]
 
 # %% ../nbs/20_skinner.ipynb #1fef030b
 SKINNER_VERSION = "0.1.0"
 CHANNEL_SPEC = "0.1.0"  # the channel spec this skinner reads
 SURFACES = ("ceiling", "wall", "floor", "enemy")  # class ids 0..3, as the kernel hard-codes them
 
+
 @functools.cache
 def _spec():
     spec = load_spec()
     check_compatible("channel_spec", spec.version, CHANNEL_SPEC, "the skinner")
     if tuple(spec.classes) != SURFACES or spec.n_materials != 5:
-        raise ValueError(f"channel_spec {spec.version}: the skinner paints classes {SURFACES} and 5 materials; "
-                         f"the spec has {spec.classes} and {spec.n_materials}")
+        raise ValueError(
+            f"channel_spec {spec.version}: the skinner paints classes {SURFACES} and 5 materials; "
+            f"the spec has {spec.classes} and {spec.n_materials}"
+        )
     return spec
+
 
 # %% ../nbs/20_skinner.ipynb #d6ad6bed
 def engine_frame(seed: int, frame: int, materials=None) -> dict[str, np.ndarray]:
-    "Frame number `frame` of episode `seed` from the engine (walls drawn from `materials`; None: all)."
+    """Frame number `frame` of episode `seed` from the engine (walls drawn from `materials`; None:
+    all)."""
     from qmind_render.episode import render_episode
+
     return next(itertools.islice(render_episode(seed, frame + 1, materials=materials), frame, None))
 
+
 # %% ../nbs/20_skinner.ipynb #5f17b4ae
-def corridor_frame(shift: float = 0.0, materials=(0, 1, 2, 3, 4), enemy: bool = True, far: float = 6.0,
-                   size: tuple[int, int] = (64, 64)) -> dict[str, np.ndarray]:
+def corridor_frame(
+    shift: float = 0.0,
+    materials=(0, 1, 2, 3, 4),
+    enemy: bool = True,
+    far: float = 6.0,
+    size: tuple[int, int] = (64, 64),
+) -> dict[str, np.ndarray]:
     "A synthetic corridor view (channels per the spec): camera `shift` cells along the corridor."
     H, W = size
-    k = ((2 * (np.arange(W) + 0.5) / W - 1) * 0.66)[None, :]   # ray slope per column
+    k = ((2 * (np.arange(W) + 0.5) / W - 1) * 0.66)[None, :]  # ray slope per column
     t_side = np.where(k != 0, 0.5 / np.where(k == 0, 1, np.abs(k)), np.inf)
-    t = np.minimum(t_side, far)                                # perpendicular wall distance
+    t = np.minimum(t_side, far)  # perpendicular wall distance
     side, h, r = t_side < far, H / t, (np.arange(H) + 0.5)[:, None]
     wall = np.abs(r - H / 2) < h / 2
-    along = np.where(side, shift + t, 0.5 + k * t)               # where along the wall the ray hits
+    along = np.where(side, shift + t, 0.5 + k * t)  # where along the wall the ray hits
     u_wall = np.where(side & (k < 0), -along, along) % 1.0
     cell = np.floor(along).astype(int) + np.where(side, np.where(k > 0, 1, 3), 0)
-    d_flat = 0.5 * H / np.abs(r - H / 2)                        # floor / ceiling distance per row
+    d_flat = 0.5 * H / np.abs(r - H / 2)  # floor / ceiling distance per row
     surface = np.where(wall, 1, np.where(r < H / 2, 0, 2))
     u = np.where(wall, u_wall, (0.5 + k * d_flat) % 1.0)
     v = np.where(wall, (H / 2 + h / 2 - r) / h, (shift + d_flat) % 1.0)
     d = np.where(wall, t, d_flat)
     mat = np.where(wall, np.asarray(materials)[cell % len(materials)], 255)
-    if enemy: surface, mat, u, v, d = _add_enemy(surface, mat, u, v, d, H, W)
+    if enemy:
+        surface, mat, u, v, d = _add_enemy(surface, mat, u, v, d, H, W)
     f16 = lambda a: np.clip(a, 0, 1).astype(np.float16)
-    return {"depth": f16(np.log1p(d) / np.log1p(32.0)), "surface": surface.astype(np.uint8),
-            "material": mat.astype(np.uint8), "uv": np.stack([f16(u), f16(v)], -1),
-            "light": f16(1.0 - 0.1 * d)}
+    return {
+        "depth": f16(np.log1p(d) / np.log1p(32.0)),
+        "surface": surface.astype(np.uint8),
+        "material": mat.astype(np.uint8),
+        "uv": np.stack([f16(u), f16(v)], -1),
+        "light": f16(1.0 - 0.1 * d),
+    }
+
 
 def _add_enemy(surface, mat, u, v, d, H, W, dist=2.5):
     "An enemy `dist` cells ahead, drawn with the engine's silhouette (body ellipse, round head)."
-    hs = 0.8 * H / dist                                        # sprite height (0.8 cells) in pixels
+    hs = 0.8 * H / dist  # sprite height (0.8 cells) in pixels
     cols, r = (np.arange(W) + 0.5)[None, :], (np.arange(H) + 0.5)[:, None]
-    su, sv = (cols - (W / 2 - hs / 2)) / hs, (H / 2 + 0.5 * H / dist - r) / hs   # sprite-local uv, v up
+    # sprite-local uv, v up
+    su, sv = (cols - (W / 2 - hs / 2)) / hs, (H / 2 + 0.5 * H / dist - r) / hs
     body = ((su - 0.5) / 0.42) ** 2 + ((sv - 0.36) / 0.36) ** 2 <= 1
     head = ((su - 0.5) / 0.2) ** 2 + ((sv - 0.84) / 0.15) ** 2 <= 1
     e = (body | head) & (dist < d)
-    return (np.where(e, 3, surface), np.where(e, 255, mat), np.where(e, su, u), np.where(e, sv, v),
-            np.where(e, dist, d))
+    return (
+        np.where(e, 3, surface),
+        np.where(e, 255, mat),
+        np.where(e, su, u),
+        np.where(e, sv, v),
+        np.where(e, dist, d),
+    )
+
 
 # %% ../nbs/20_skinner.ipynb #c92cc381
 _M32 = 0xFFFFFFFF
+
 
 def _hash(i, j, salt):
     "32 well-mixed bits from lattice coordinates (ints or int64 arrays, 0 <= i, j < 2^20)."
@@ -97,14 +154,19 @@ def _hash(i, j, salt):
     h = ((h ^ (h >> 12)) * 0x297A2D39) & _M32
     return h ^ (h >> 15)
 
+
 def _uniform(i, j, salt):
     "A number in [0, 1) per lattice point, in steps of 2^-16 (exact in float32)."
     return (_hash(i, j, salt) & 0xFFFF) / 65536.0
 
+
 # %% ../nbs/20_skinner.ipynb #381a3770
 _TABLE = 256  # texels per unit; a power of two, so the kernel wraps with `& 255`
 
-def _smooth(t): return t * t * (3.0 - 2.0 * t)
+
+def _smooth(t):
+    return t * t * (3.0 - 2.0 * t)
+
 
 def _value_noise(n: int, cell: int, salt: int) -> np.ndarray:
     "Periodic value noise on an n × n texel grid, lattice every `cell` texels."
@@ -116,17 +178,25 @@ def _value_noise(n: int, cell: int, salt: int) -> np.ndarray:
     top, bot = a + (b - a) * s[None, :], c + (d - c) * s[None, :]
     return top + (bot - top) * s[:, None]
 
-_NOISE = (0.5 * _value_noise(_TABLE, 32, 1) + 0.3 * _value_noise(_TABLE, 16, 2)
-          + 0.2 * _value_noise(_TABLE, 8, 3)).astype(np.float32)
+
+_NOISE = (
+    0.5 * _value_noise(_TABLE, 32, 1)
+    + 0.3 * _value_noise(_TABLE, 16, 2)
+    + 0.2 * _value_noise(_TABLE, 8, 3)
+).astype(np.float32)
 _RAND = _uniform(np.arange(_TABLE)[None, :], np.arange(_TABLE)[:, None], 7).astype(np.float32)
+
 
 # %% ../nbs/20_skinner.ipynb #305cff79
 def _half_table() -> np.ndarray:
     x = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
-    with np.errstate(invalid="ignore"): ok = (x >= 0) & (x <= 1)
+    with np.errstate(invalid="ignore"):
+        ok = (x >= 0) & (x <= 1)
     return np.where(ok, x, np.float32(-1)).astype(np.float32)
 
+
 _HALF = _half_table()
+
 
 # %% ../nbs/20_skinner.ipynb #a031a034
 @njit(cache=True)
@@ -135,18 +205,23 @@ def _cell(x, P):
     i = int(x)
     return (i - P if i >= P else i), x - i
 
+
 @njit(cache=True)
-def _wrap(i, P): return i - P if i >= P else (i + P if i < 0 else i)
+def _wrap(i, P):
+    return i - P if i >= P else (i + P if i < 0 else i)
+
 
 @njit(cache=True)
 def _edge(f):
     "Distance from a fraction to the nearest cell border."
     return min(f, 1.0 - f)
 
+
 @njit(cache=True)
 def _bevel(e, half):
     "0 at a joint's edge, rising to 1 an eighth of a cell inside: rounded block edges."
     return min(1.0, (e - half) * 8.0)
+
 
 @njit(cache=True)
 def _rnd(i, j, salt, RT):
@@ -154,11 +229,13 @@ def _rnd(i, j, salt, RT):
     N = RT.shape[0]
     return float(RT[(j + 31 * salt) & (N - 1), (i + 17 * salt) & (N - 1)])
 
+
 @njit(cache=True)
 def _nz(u, v, a, b, off, NZ):
     "Noise at (u, v), the table repeated a × b times per unit and shifted by `off` texels."
     N = NZ.shape[0]
     return float(NZ[(int(v * b * N) + off) & (N - 1), (int(u * a * N) + 3 * off) & (N - 1)])
+
 
 # %% ../nbs/20_skinner.ipynb #450dd3e1
 @njit(cache=True)
@@ -167,8 +244,10 @@ def _brick(u, v, n, mortar, RT):
     r, fy = _cell(v * (2 * n), 2 * n)
     c, fx = _cell(u * n + 0.5 * (r & 1), n)
     e = min(_edge(fy), 2.0 * _edge(fx))  # distance to a joint, in course heights
-    if e < 0.5 * mortar: return 1.0, 0.95
+    if e < 0.5 * mortar:
+        return 1.0, 0.95
     return 0.0, (0.72 + 0.4 * _rnd(c, r, 1, RT)) * (0.85 + 0.15 * _bevel(e, 0.5 * mortar))
+
 
 @njit(cache=True)
 def _tile(u, v, n, mortar, RT):
@@ -176,9 +255,11 @@ def _tile(u, v, n, mortar, RT):
     i, fx = _cell(u * (2 * n), 2 * n)
     j, fy = _cell(v * (2 * n), 2 * n)
     e = min(_edge(fx), _edge(fy))
-    if e < 0.5 * mortar: return 1.0, 1.0
+    if e < 0.5 * mortar:
+        return 1.0, 1.0
     glaze = (0.9 + 0.16 * ((i + j) & 1)) * (0.94 + 0.12 * _rnd(i, j, 2, RT))
     return 0.0, glaze * (0.84 + 0.3 * fy) * (0.9 + 0.1 * _bevel(e, 0.5 * mortar))
+
 
 # %% ../nbs/20_skinner.ipynb #f99c79eb
 @njit(cache=True)
@@ -187,21 +268,30 @@ def _planks(u, v, n, mortar, grain, NZ, RT):
     r, fy = _cell(v * (3 * n), 3 * n)
     c, fx = _cell(u * n + 0.25 * int(4.0 * _rnd(r, 0, 3, RT)), n)
     e = min(_edge(fy), 3.0 * _edge(fx))  # a board is three rows long
-    if e < 0.5 * mortar: return 1.0, 0.55
+    if e < 0.5 * mortar:
+        return 1.0, 0.55
     w = 3.0 * fy + 1.5 * _nz(u, v, n, 3 * n, 7 * r, NZ)  # rings warped by noise
     ring = 2.0 * _edge(w - int(w))
-    return grain * ring * ring, (0.8 + 0.3 * _rnd(c, r, 4, RT)) * (0.85 + 0.15 * _bevel(e, 0.5 * mortar))
+    return grain * ring * ring, (0.8 + 0.3 * _rnd(c, r, 4, RT)) * (
+        0.85 + 0.15 * _bevel(e, 0.5 * mortar)
+    )
+
 
 @njit(cache=True)
-def _jitter(c, key, salt, RT): return 0.3 * (_rnd(c, key, salt, RT) - 0.5)
+def _jitter(c, key, salt, RT):
+    return 0.3 * (_rnd(c, key, salt, RT) - 0.5)
+
 
 @njit(cache=True)
 def _jittered(c, f, P, key, salt, RT):
     "A lattice whose border k sits at k + jitter: (cell index, distance to its nearest border)."
     j0, j1 = _jitter(c, key, salt, RT), 1.0 + _jitter(_wrap(c + 1, P), key, salt, RT)
-    if f < j0: return _wrap(c - 1, P), min(j0 - f, f + 1.0 - _jitter(_wrap(c - 1, P), key, salt, RT))
-    if f >= j1: return _wrap(c + 1, P), min(f - j1, 2.0 + _jitter(_wrap(c + 2, P), key, salt, RT) - f)
+    if f < j0:
+        return _wrap(c - 1, P), min(j0 - f, f + 1.0 - _jitter(_wrap(c - 1, P), key, salt, RT))
+    if f >= j1:
+        return _wrap(c + 1, P), min(f - j1, 2.0 + _jitter(_wrap(c + 2, P), key, salt, RT) - f)
     return c, min(f - j0, j1 - f)
+
 
 @njit(cache=True)
 def _stone(u, v, n, mortar, RT):
@@ -212,9 +302,11 @@ def _stone(u, v, n, mortar, RT):
     c0, fx = _cell(u * C, C)
     k, ex = _jittered(c0, fx, C, r, 6, RT)
     e = min(ey, ex * R / C)  # in course heights
-    if e < 0.5 * mortar: return 1.0, 0.85
+    if e < 0.5 * mortar:
+        return 1.0, 0.85
     h = _rnd(k, r, 7, RT)
     return 0.35 * h * h, (0.7 + 0.3 * _bevel(e, 0.5 * mortar)) * (0.78 + 0.4 * h)
+
 
 @njit(cache=True)
 def _metal(u, v, n, mortar, grain, NZ, RT):
@@ -222,11 +314,16 @@ def _metal(u, v, n, mortar, grain, NZ, RT):
     i, fx = _cell(u * n, n)
     j, fy = _cell(v * n, n)
     ex, ey = _edge(fx), _edge(fy)
-    if min(ex, ey) < 0.25 * mortar: return 1.0, 0.8
+    if min(ex, ey) < 0.25 * mortar:
+        return 1.0, 0.8
     d2 = (ex - 0.09) * (ex - 0.09) + (ey - 0.09) * (ey - 0.09)
-    if d2 < 0.0016: return 0.3, 1.4 - 150.0 * d2  # a rivet, lit on its crown
+    if d2 < 0.0016:
+        return 0.3, 1.4 - 150.0 * d2  # a rivet, lit on its crown
     streak = _nz(u, v, 1, 16, 40, NZ)
-    return 0.0, (0.85 + 0.15 * _rnd(i, j, 8, RT)) * (1.0 + grain * (streak - 0.5)) * (0.8 + 0.32 * fy)
+    return 0.0, (0.85 + 0.15 * _rnd(i, j, 8, RT)) * (1.0 + grain * (streak - 0.5)) * (
+        0.8 + 0.32 * fy
+    )
+
 
 # %% ../nbs/20_skinner.ipynb #8fd6f983
 @njit(cache=True)
@@ -235,56 +332,85 @@ def _floor(u, v, n, mortar, RT):
     i, fx = _cell(u * n, n)
     j, fy = _cell(v * n, n)
     e = min(_edge(fx), _edge(fy))
-    if e < 0.5 * mortar: return 1.0, 1.0
+    if e < 0.5 * mortar:
+        return 1.0, 1.0
     return 0.0, (0.8 + 0.35 * _rnd(i, j, 9, RT)) * (0.9 + 0.1 * _bevel(e, 0.5 * mortar))
+
 
 @njit(cache=True)
 def _ceiling(u, v, n, RT):
     "Beams every 1/n cell across u, boards (2n per cell) between."
     i, fx = _cell(u * n, n)
-    if _edge(fx) < 0.1: return 1.0, 1.0
+    if _edge(fx) < 0.1:
+        return 1.0, 1.0
     j, fy = _cell(v * (2 * n), 2 * n)
     return 0.0, (0.82 + 0.3 * _rnd(i, j, 10, RT)) * (0.8 + 0.2 * min(1.0, _edge(fy) * 12.0))
 
+
 @njit(cache=True)
 def _enemy(u, v):
-    "Sprite-local uv (the engine's silhouette: body ellipse, head above) -> (mix, shade, glowing eye?)."
+    """Sprite-local uv (the engine's silhouette: body ellipse, head above) -> (mix, shade, glowing
+    eye?)."""
     dy, dl, dr = v - 0.86, u - 0.42, u - 0.58
-    if min(dl * dl, dr * dr) + dy * dy < 0.0022: return 0.0, 1.0, True
+    if min(dl * dl, dr * dr) + dy * dy < 0.0022:
+        return 0.0, 1.0, True
     fb = v * 6.0 - int(v * 6.0)
     band = 0.6 if (v < 0.62 and _edge(fb) < 0.14) else 0.0
     return band, 0.5 + 2.4 * u * (1.0 - u), False
 
+
 # %% ../nbs/20_skinner.ipynb #11543dd1
 _SLOT, _EYE, _PAT = 6, 48, 51  # floats per colour slot; where the eye colour and the pattern start
+
 
 def repeats(scale: float) -> int:
     "Whole texture repeats per wall cell for a theme's `scale` (so every period divides 1)."
     return max(1, int(scale + 0.5))
 
+
 def _theme_params(theme: dict) -> np.ndarray:
     p, pat = theme["palette"], theme["pattern"]
     rgb = lambda c, f=1.0: [x * f / 255 for x in c]
-    slots = [rgb(p["ceiling"]) + rgb(p["ceiling"], 0.5), rgb(p["floor"]) + rgb(p["floor"], 0.5),
-             rgb(p["enemy"]) + rgb(p["enemy"], 0.4)] + [rgb(m["base"]) + rgb(m["accent"]) for m in p["materials"]]
+    slots = [
+        rgb(p["ceiling"]) + rgb(p["ceiling"], 0.5),
+        rgb(p["floor"]) + rgb(p["floor"], 0.5),
+        rgb(p["enemy"]) + rgb(p["enemy"], 0.4),
+    ] + [rgb(m["base"]) + rgb(m["accent"]) for m in p["materials"]]
     eye = [1.0 - 0.5 * x / 255 for x in p["enemy"]]
-    return np.array(sum(slots, []) + eye + [repeats(pat["scale"]), pat["mortar"], pat["grain"], pat["noise"]])
+    return np.array(
+        sum(slots, []) + eye + [repeats(pat["scale"]), pat["mortar"], pat["grain"], pat["noise"]]
+    )
+
 
 def _lighting_params(lighting: dict) -> np.ndarray:
     fog = lighting["fog"]
-    return np.array([*light_colour(lighting), lighting["ambient"], lighting["falloff"],
-                     *(np.asarray(fog["colour"]) / 255), fog["density"]], dtype=np.float64)
+    return np.array(
+        [
+            *light_colour(lighting),
+            lighting["ambient"],
+            lighting["falloff"],
+            *(np.asarray(fog["colour"]) / 255),
+            fog["density"],
+        ],
+        dtype=np.float64,
+    )
+
 
 # %% ../nbs/20_skinner.ipynb #949f986e
 @njit(cache=True, inline="always")
 def _surface_paint(s, m, u, v, n, mortar, grain, NZ, RT):
     "(colour slot, mix, shade, glow) for one pixel of class s (material m on walls)."
     if s == 1:
-        if m == 0: mix, shade = _brick(u, v, n, mortar, RT)
-        elif m == 1: mix, shade = _tile(u, v, n, mortar, RT)
-        elif m == 2: mix, shade = _planks(u, v, n, mortar, grain, NZ, RT)
-        elif m == 3: mix, shade = _stone(u, v, n, mortar, RT)
-        else: mix, shade = _metal(u, v, n, mortar, grain, NZ, RT)
+        if m == 0:
+            mix, shade = _brick(u, v, n, mortar, RT)
+        elif m == 1:
+            mix, shade = _tile(u, v, n, mortar, RT)
+        elif m == 2:
+            mix, shade = _planks(u, v, n, mortar, grain, NZ, RT)
+        elif m == 3:
+            mix, shade = _stone(u, v, n, mortar, RT)
+        else:
+            mix, shade = _metal(u, v, n, mortar, grain, NZ, RT)
         return 3 + m, mix, shade, False
     if s == 0:
         mix, shade = _ceiling(u, v, n, RT)
@@ -295,10 +421,12 @@ def _surface_paint(s, m, u, v, n, mortar, grain, NZ, RT):
     mix, shade, glow = _enemy(u, v)
     return 2, mix, shade, glow
 
+
 # %% ../nbs/20_skinner.ipynb #d6bb560a
 @njit(cache=True)
 def _skin_kernel(surface, material, uv, light, depth, T, Lg, HALF, NZ, RT, out):
-    "Paint P pixels: surface/material uint8 [P], uv uint16 [P, 2], light/depth uint16 [P] -> out uint8 [P, 3]."
+    """Paint P pixels: surface/material uint8 [P], uv uint16 [P, 2], light/depth uint16 [P] -> out
+    uint8 [P, 3]."""
     n, mortar, grain, noise = int(T[_PAT]), T[_PAT + 1], T[_PAT + 2], T[_PAT + 3]
     bad = 0
     for p in range(surface.shape[0]):
@@ -313,7 +441,8 @@ def _skin_kernel(surface, material, uv, light, depth, T, Lg, HALF, NZ, RT, out):
         lit = shade * (Lg[3] + (1.0 - Lg[3]) * (L + (L * L - L) * Lg[4]))
         fog = Lg[8] * D
         for k in range(3):
-            if glow: c = T[_EYE + k]
+            if glow:
+                c = T[_EYE + k]
             else:
                 base = T[_SLOT * slot + k]
                 c = (base + (T[_SLOT * slot + 3 + k] - base) * mix) * lit * Lg[k]
@@ -321,43 +450,61 @@ def _skin_kernel(surface, material, uv, light, depth, T, Lg, HALF, NZ, RT, out):
             out[p, k] = int(min(max(c * 255.0 + 0.5, 0.0), 255.0))
     return bad
 
+
 # %% ../nbs/20_skinner.ipynb #9ef29e7e
 def _check_channels(channels: dict) -> tuple:
     "Cheap structural checks; returns the leading (batch) shape."
     spec = _spec()
-    if not isinstance(channels, dict): raise TypeError(f"channels are a dict of arrays, got {type(channels).__name__}")
+    if not isinstance(channels, dict):
+        raise TypeError(f"channels are a dict of arrays, got {type(channels).__name__}")
     for name in ("surface", "material", "uv", "light", "depth"):
-        if name not in channels: raise ChannelError(name, "present", f"missing (the frame has {sorted(channels)})", spec)
+        if name not in channels:
+            raise ChannelError(name, "present", f"missing (the frame has {sorted(channels)})", spec)
     lead = np.shape(channels["surface"])[:-2]
     for name in ("surface", "material", "uv", "light", "depth"):
         x, want = channels[name], lead + spec.shape(name)
-        if not isinstance(x, np.ndarray): raise ChannelError(name, "type", f"expected a numpy array, got {type(x).__name__}", spec)
-        if x.dtype != spec.dtype(name): raise ChannelError(name, "dtype", f"expected {spec.dtype(name)}, got {x.dtype}", spec)
-        if x.shape != want: raise ChannelError(name, "shape", f"expected {want}, got {x.shape}", spec)
-    if len(lead) > 1: raise ChannelError("surface", "shape", f"at most one batch axis, got {lead}", spec)
+        if not isinstance(x, np.ndarray):
+            raise ChannelError(
+                name, "type", f"expected a numpy array, got {type(x).__name__}", spec
+            )
+        if x.dtype != spec.dtype(name):
+            raise ChannelError(name, "dtype", f"expected {spec.dtype(name)}, got {x.dtype}", spec)
+        if x.shape != want:
+            raise ChannelError(name, "shape", f"expected {want}, got {x.shape}", spec)
+    if len(lead) > 1:
+        raise ChannelError("surface", "shape", f"at most one batch axis, got {lead}", spec)
     return lead
+
 
 def _pixels(x: np.ndarray, per_pixel: int = 1) -> np.ndarray:
     "A contiguous flat view of a channel (float16 as its uint16 bits): [P] or [P, per_pixel]."
     x = np.ascontiguousarray(x)
-    if x.dtype == np.float16: x = x.view(np.uint16)
+    if x.dtype == np.float16:
+        x = x.view(np.uint16)
     return x.reshape((-1, per_pixel) if per_pixel > 1 else -1)
+
 
 @functools.lru_cache(maxsize=256)
 def _params_of(theme_json: str, lighting_json: str) -> tuple[np.ndarray, np.ndarray]:
     theme, lighting = json.loads(theme_json), json.loads(lighting_json)
-    validate_theme(theme, load_theme_schema()); validate_lighting(lighting)
+    validate_theme(theme, load_theme_schema())
+    validate_lighting(lighting)
     T, Lg = _theme_params(theme), _lighting_params(lighting)
-    T.setflags(write=False); Lg.setflags(write=False)
+    T.setflags(write=False)
+    Lg.setflags(write=False)
     return T, Lg
+
 
 def skin_params(theme: dict, lighting: dict) -> tuple[np.ndarray, np.ndarray]:
     "The validated kernel parameters of (theme, lighting); memoised on the records' canonical JSON."
-    try: key = json.dumps(theme, sort_keys=True), json.dumps(lighting, sort_keys=True)
+    try:
+        key = json.dumps(theme, sort_keys=True), json.dumps(lighting, sort_keys=True)
     except TypeError:  # not plain JSON (numpy scalars, ...): validate and convert without the memo
-        validate_theme(theme, load_theme_schema()); validate_lighting(lighting)
+        validate_theme(theme, load_theme_schema())
+        validate_lighting(lighting)
         return _theme_params(theme), _lighting_params(lighting)
     return _params_of(*key)
+
 
 def skin(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     "Paint the frame for `theme` and `lighting`: uint8 RGB [H, W, 3], or [B, H, W, 3] for a batch."
@@ -365,41 +512,74 @@ def skin(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     lead = _check_channels(channels)
     out = np.empty(lead + _spec().size + (3,), np.uint8)
     c = channels
-    bad = _skin_kernel(_pixels(c["surface"]), _pixels(c["material"]), _pixels(c["uv"], 2), _pixels(c["light"]),
-                       _pixels(c["depth"]), T, Lg, _HALF, _NOISE, _RAND, out.reshape(-1, 3))
+    bad = _skin_kernel(
+        _pixels(c["surface"]),
+        _pixels(c["material"]),
+        _pixels(c["uv"], 2),
+        _pixels(c["light"]),
+        _pixels(c["depth"]),
+        T,
+        Lg,
+        _HALF,
+        _NOISE,
+        _RAND,
+        out.reshape(-1, 3),
+    )
     if bad:
         validate(channels, _spec(), batch=bool(lead))  # names the channel and the rule
         raise ChannelError("surface", "paintable", f"{bad} pixels could not be painted", _spec())
     return out
 
+
 def skin_batch(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     "`skin` for a batch: every channel has a leading batch axis; returns uint8 [B, H, W, 3]."
     if np.ndim(channels.get("surface")) != 3:
-        raise ChannelError("surface", "shape", f"skin_batch wants [B, H, W], got {np.shape(channels.get('surface'))}",
-                           _spec())
+        raise ChannelError(
+            "surface",
+            "shape",
+            f"skin_batch wants [B, H, W], got {np.shape(channels.get('surface'))}",
+            _spec(),
+        )
     return skin(channels, theme, lighting)
+
 
 def stack_frames(frames) -> dict[str, np.ndarray]:
     "A list of frames (dicts of channels) as one batch (a dict of stacked channels)."
     frames = list(frames)
     return {k: np.stack([f[k] for f in frames]) for k in frames[0]}
 
+
 # %% ../nbs/20_skinner.ipynb #61c85475
-def wall_frame(material: int, u0: float = 0.0, span: float = 1.0, v0: float = 0.0, vspan: float = 1.0,
-               light: float = 1.0, depth: float = 0.1, size: tuple[int, int] = (64, 64)) -> dict[str, np.ndarray]:
+def wall_frame(
+    material: int,
+    u0: float = 0.0,
+    span: float = 1.0,
+    v0: float = 0.0,
+    vspan: float = 1.0,
+    light: float = 1.0,
+    depth: float = 0.1,
+    size: tuple[int, int] = (64, 64),
+) -> dict[str, np.ndarray]:
     "A flat wall of `material` facing the camera (a swatch); uv wraps into [0, 1)."
     H, W = size
     u = (u0 + span * (np.arange(W) + 0.5) / W) % 1.0
     v = (v0 + vspan * (1.0 - (np.arange(H) + 0.5) / H)) % 1.0
     uu, vv = np.meshgrid(u, v)
     full = lambda x, dt: np.full((H, W), x, dt)
-    return {"depth": full(depth, np.float16), "surface": full(1, np.uint8), "material": full(material, np.uint8),
-            "uv": np.stack([uu, vv], -1).astype(np.float16), "light": full(light, np.float16)}
+    return {
+        "depth": full(depth, np.float16),
+        "surface": full(1, np.uint8),
+        "material": full(material, np.uint8),
+        "uv": np.stack([uu, vv], -1).astype(np.float16),
+        "light": full(light, np.float16),
+    }
+
 
 # %% ../nbs/20_skinner.ipynb #54dbc936
 def column_steps(rgb: np.ndarray) -> np.ndarray:
     "Mean absolute difference between neighbouring columns of an image, [W - 1]."
     return np.abs(np.diff(rgb.astype(np.int16), axis=1)).mean(axis=(0, 2))
+
 
 # %% ../nbs/20_skinner.ipynb #7eb1906d
 def with_material(channels: dict, material: int) -> dict:
@@ -407,30 +587,47 @@ def with_material(channels: dict, material: int) -> dict:
     walls = channels["surface"] == SURFACES.index("wall")
     return {**channels, "material": np.where(walls, np.uint8(material), channels["material"])}
 
+
 def cell_grid(channels: dict, material: int, grid: FactorGrid | None = None) -> np.ndarray:
-    "One frame skinned for every (theme, lighting), walls of `material`: uint8 mosaic, rows themes, columns lights."
+    """One frame skinned for every (theme, lighting), walls of `material`: uint8 mosaic, rows
+    themes, columns lights."""
     grid = grid or load_grid()
     ch = with_material(channels, material)
     return mosaic([[skin(ch, t, l) for l in grid.lightings] for t in grid.themes])
 
+
 def swatch_grid(lighting: dict, grid: FactorGrid | None = None, **wall) -> np.ndarray:
     "Flat walls of every material (columns) in every theme (rows) under `lighting`."
     grid = grid or load_grid()
-    return mosaic([[skin(wall_frame(m, **wall), t, lighting) for m in range(len(grid.materials))] for t in grid.themes])
+    return mosaic(
+        [
+            [skin(wall_frame(m, **wall), t, lighting) for m in range(len(grid.materials))]
+            for t in grid.themes
+        ]
+    )
+
 
 # %% ../nbs/20_skinner.ipynb #d0bee6fe
 MIN_CELL_DISTANCE = 10.0  # uint8 levels, mean over wall pixels and channels
+
 
 def cell_distances(channels: dict, grid: FactorGrid | None = None) -> tuple[list, np.ndarray]:
     "(cells, D): D[i, j] = mean |difference| of wall pixels between cells i and j on `channels`."
     grid = grid or load_grid()
     walls = channels["surface"] == SURFACES.index("wall")
-    if not walls.any(): raise ValueError("the frame shows no wall; pick one with wall pixels")
+    if not walls.any():
+        raise ValueError("the frame shows no wall; pick one with wall pixels")
     cells = grid.cells()
-    X = np.stack([skin(with_material(channels, m), grid.theme(t), grid.lighting(l))[walls] for t, m, l in cells])
+    X = np.stack(
+        [
+            skin(with_material(channels, m), grid.theme(t), grid.lighting(l))[walls]
+            for t, m, l in cells
+        ]
+    )
     X = X.reshape(len(cells), -1).astype(np.float32)
     D = np.stack([np.abs(X - x).mean(axis=1) for x in X])
     return cells, D
+
 
 # %% ../nbs/20_skinner.ipynb #8d95a9b8
 def materials_present(channels: dict) -> np.ndarray:
@@ -440,86 +637,149 @@ def materials_present(channels: dict) -> np.ndarray:
     lead, M = surf.shape[:-2], spec.n_materials
     walls = surf == SURFACES.index("wall")
     if (mat[walls] >= M).any():
-        raise ChannelError("material", "applies_to", f"wall pixels must carry a material id 0..{M - 1}, found "
-                           f"{sorted(set(np.unique(mat[walls]).tolist()) - set(range(M)))}", spec)
+        raise ChannelError(
+            "material",
+            "applies_to",
+            f"wall pixels must carry a material id 0..{M - 1}, found "
+            f"{sorted(set(np.unique(mat[walls]).tolist()) - set(range(M)))}",
+            spec,
+        )
     B = int(np.prod(lead, dtype=np.int64))
     ids = np.where(walls, mat, M).reshape(B, -1).astype(np.int64) + (M + 1) * np.arange(B)[:, None]
     counts = np.bincount(ids.ravel(), minlength=B * (M + 1)).reshape(B, M + 1)
     return (counts[:, :M] > 0).reshape(*lead, M)
 
+
 # %% ../nbs/20_skinner.ipynb #d84c2ed6
-def frame_cells(channels: dict, theme_id: int, lighting_id: int) -> tuple[tuple[int, int, int], ...]:
-    "The (theme, material, light) cells whose pixels appear in one frame skinned with (theme_id, lighting_id)."
+def frame_cells(
+    channels: dict, theme_id: int, lighting_id: int
+) -> tuple[tuple[int, int, int], ...]:
+    """The (theme, material, light) cells whose pixels appear in one frame skinned with (theme_id,
+    lighting_id)."""
     present = materials_present(channels)
-    if present.ndim != 1: raise ValueError(f"one frame expected, got a batch of {present.shape[0]}: use frame_cells_batch")
+    if present.ndim != 1:
+        raise ValueError(
+            f"one frame expected, got a batch of {present.shape[0]}: use frame_cells_batch"
+        )
     return tuple((int(theme_id), int(m), int(lighting_id)) for m in np.flatnonzero(present))
 
-def frame_cells_batch(channels: dict, theme_ids, lighting_ids) -> list[tuple[tuple[int, int, int], ...]]:
+
+def frame_cells_batch(
+    channels: dict, theme_ids, lighting_ids
+) -> list[tuple[tuple[int, int, int], ...]]:
     "`frame_cells` for a batch; `theme_ids`/`lighting_ids` are one id per frame (or one for all)."
     present = materials_present(channels)
     B = present.shape[0]
     t, l = np.broadcast_to(theme_ids, (B,)), np.broadcast_to(lighting_ids, (B,))
-    return [tuple((int(t[b]), int(m), int(l[b])) for m in np.flatnonzero(present[b])) for b in range(B)]
+    return [
+        tuple((int(t[b]), int(m), int(l[b])) for m in np.flatnonzero(present[b])) for b in range(B)
+    ]
 
-def cell_mask(channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] | None = None) -> np.ndarray:
-    "Cells present as a bool [B, T·M·L] mask (or [T·M·L] for one frame), index (t·M + m)·L + l; `shape`: (T, M, L), default the grid file's."
+
+def cell_mask(
+    channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] | None = None
+) -> np.ndarray:
+    """Cells present as a bool [B, T·M·L] mask (or [T·M·L] for one frame), index (t·M + m)·L + l;
+    `shape`: (T, M, L), default the grid file's."""
     present = materials_present(channels)
     one = present.ndim == 1
     present = present.reshape(-1, present.shape[-1])
     T, M, L = shape or load_grid().shape
     B = present.shape[0]
-    t, l = np.broadcast_to(theme_ids, (B,)).astype(np.int64), np.broadcast_to(lighting_ids, (B,)).astype(np.int64)
+    t, l = (
+        np.broadcast_to(theme_ids, (B,)).astype(np.int64),
+        np.broadcast_to(lighting_ids, (B,)).astype(np.int64),
+    )
     out = np.zeros((B, T * M * L), bool)
     b, m = np.nonzero(present)
     out[b, (t[b] * M + m) * L + l[b]] = True
     return out[0] if one else out
 
+
 # %% ../nbs/20_skinner.ipynb #42978a7a
 _PAIRS = tuple(itertools.combinations(range(5), 2))
 
+
 def episode_materials(seed: int, n_materials: int = 5) -> list[int]:
-    "The wall materials episode `seed` is rendered with: 50 of every 60 seeds one material, 10 a pair."
-    if n_materials != 5: raise ValueError(f"the policy is written for 5 materials, not {n_materials}")
+    """The wall materials episode `seed` is rendered with: 50 of every 60 seeds one material, 10 a
+    pair."""
+    if n_materials != 5:
+        raise ValueError(f"the policy is written for 5 materials, not {n_materials}")
     k = int(seed) % 60
     return [k % n_materials] if k < 50 else list(_PAIRS[k - 50])
 
+
 # %% ../nbs/20_skinner.ipynb #f0d0c0eb
-def explorer_view(seed: int, frame: int, theme, material, lighting, grid: FactorGrid | None = None) -> np.ndarray:
-    "Channels and skinned frame of (seed, frame), walls of `material` (None: the map's own), as one uint8 strip."
+def explorer_view(
+    seed: int, frame: int, theme, material, lighting, grid: FactorGrid | None = None
+) -> np.ndarray:
+    """Channels and skinned frame of (seed, frame), walls of `material` (None: the map's own), as
+    one uint8 strip."""
     grid = grid or load_grid()
     ch = engine_frame(seed, frame, None if material is None else [int(material)])
     return channel_strip(ch, skin(ch, grid.theme(theme), grid.lighting(lighting)))
+
 
 # %% ../nbs/20_skinner.ipynb #645b388d
 def explore(grid: FactorGrid | None = None):
     "Interactive explorer: sliders and menus for seed, frame, theme, material and light."
     import ipywidgets as w
+
     grid = grid or load_grid()
-    def view(seed, frame, theme, material, light):      # interact displays the figure it returns
-        return figure_of(explorer_view(seed, frame, theme, material, light, grid), size=2.2,
-                         title="depth · surface · material · u · v · light · skinned")
-    return w.interactive(view, seed=w.IntSlider(0, 0, 999), frame=w.IntSlider(0, 0, 199),   # a widget: it displays as controls
-                      theme=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.theme_names)]),
-                      material=w.Dropdown(options=[("map's own", None)] + [(n, i) for i, n in enumerate(grid.materials)]),
-                      light=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.lighting_names)]))
+
+    def view(seed, frame, theme, material, light):  # interact displays the figure it returns
+        return figure_of(
+            explorer_view(seed, frame, theme, material, light, grid),
+            size=2.2,
+            title="depth · surface · material · u · v · light · skinned",
+        )
+
+    # a widget: it displays as controls
+    return w.interactive(
+        view,
+        seed=w.IntSlider(0, 0, 999),
+        frame=w.IntSlider(0, 0, 199),
+        theme=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.theme_names)]),
+        material=w.Dropdown(
+            options=[("map's own", None)] + [(n, i) for i, n in enumerate(grid.materials)]
+        ),
+        light=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.lighting_names)]),
+    )
+
 
 # %% ../nbs/20_skinner.ipynb #86111637
 def _frames(frames):
     "Frames as an iterator of one-frame dicts (accepts an iterable of frames or one batch dict)."
     if isinstance(frames, dict):
-        if np.ndim(frames["surface"]) == 2: yield frames
+        if np.ndim(frames["surface"]) == 2:
+            yield frames
         else:
-            for i in range(len(frames["surface"])): yield {k: v[i] for k, v in frames.items()}
-    else: yield from frames
+            for i in range(len(frames["surface"])):
+                yield {k: v[i] for k, v in frames.items()}
+    else:
+        yield from frames
 
-def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | None = None,
-               strip: bool = False, start: int = 0, scale: int = 1, labels: bool = False) -> list[Path]:
-    """Skin `frames` with (theme, lighting) and write `out_dir/frame_NNNNN.png` per frame (the engine's strips' names); returns the paths.
-    With `strip`, each PNG is the frame's `channel_strip` (upscaled by `scale`, panels named when `labels`) ending in the skinned frame."""
+
+def write_pngs(
+    frames,
+    out_dir: str | Path,
+    theme,
+    lighting,
+    grid: FactorGrid | None = None,
+    strip: bool = False,
+    start: int = 0,
+    scale: int = 1,
+    labels: bool = False,
+) -> list[Path]:
+    """Skin `frames` with (theme, lighting) and write `out_dir/frame_NNNNN.png` per frame (the
+    engine's strips' names); returns the paths. With `strip`, each PNG is the frame's
+    `channel_strip` (upscaled by `scale`, panels named when `labels`) ending in the skinned frame.
+    """
     grid = grid or load_grid()
     th = theme if isinstance(theme, dict) else grid.theme(theme)
     li = lighting if isinstance(lighting, dict) else grid.lighting(lighting)
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for i, ch in enumerate(_frames(frames), start):
         rgb = skin(ch, th, li)
@@ -527,67 +787,122 @@ def write_pngs(frames, out_dir: str | Path, theme, lighting, grid: FactorGrid | 
         save_image(channel_strip(ch, rgb, scale=scale, labels=labels) if strip else rgb, paths[-1])
     return paths
 
+
 # %% ../nbs/20_skinner.ipynb #855ff1ef
 def render_main(argv: list[str] | None = None) -> int:
-    "`qmind render --seed S --frames N --out DIR [--theme T] [--lighting L]`; returns the exit status."
+    """`qmind render --seed S --frames N --out DIR [--theme T] [--lighting L]`; returns the exit
+    status."""
     import sys
 
     from qmind_render.episode import render_episode
     from qmind_render.game import render_parser, write_episode
+
     p = render_parser()
-    p.add_argument("--theme", default=None, help="theme name or id: also write skinned strips to OUT/skinned/")
-    p.add_argument("--lighting", default="daylight", help="lighting setup name or id (default: daylight)")
-    try: a = p.parse_args(argv)
-    except SystemExit as e: return int(e.code or 0)
+    p.add_argument(
+        "--theme", default=None, help="theme name or id: also write skinned strips to OUT/skinned/"
+    )
+    p.add_argument(
+        "--lighting", default="daylight", help="lighting setup name or id (default: daylight)"
+    )
+    try:
+        a = p.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
     try:
         n = write_episode(a)
         if a.theme is not None:
             grid = load_grid()
             th, li = grid.theme(a.theme), grid.lighting(a.lighting)
             mats = None if a.materials is None else [int(m) for m in a.materials.split(",")]
-            for i, f in enumerate(render_episode(a.seed, a.frames, mats)):   # same frames as the strips, same numbers
-                if i % a.every == 0: write_pngs([f], a.out / "skinned", th, li, grid, strip=True, start=i, scale=a.scale, labels=True)
+            # same frames as the strips, same numbers
+            for i, f in enumerate(render_episode(a.seed, a.frames, mats)):
+                if i % a.every == 0:
+                    write_pngs(
+                        [f],
+                        a.out / "skinned",
+                        th,
+                        li,
+                        grid,
+                        strip=True,
+                        start=i,
+                        scale=a.scale,
+                        labels=True,
+                    )
     except (ValueError, KeyError) as e:
-        print(f"qmind render: error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        print(
+            f"qmind render: error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr
+        )
         return 2
-    print(f"wrote {n} frame strips and map.png to {a.out}" + (f"; skinned strips ({a.theme}, {a.lighting}) in {a.out / 'skinned'}" if a.theme is not None else ""))
+    print(
+        f"wrote {n} frame strips and map.png to {a.out}"
+        + (
+            f"; skinned strips ({a.theme}, {a.lighting}) in {a.out / 'skinned'}"
+            if a.theme is not None
+            else ""
+        )
+    )
     return 0
+
 
 # %% ../nbs/20_skinner.ipynb #ba31c362
 def _bench_frames(n: int, source: str) -> dict[str, np.ndarray]:
     if source == "corridor":
-        return stack_frames(corridor_frame(shift=0.37 * i, materials=[(i + k) % 5 for k in range(5)]) for i in range(n))
+        return stack_frames(
+            corridor_frame(shift=0.37 * i, materials=[(i + k) % 5 for k in range(5)])
+            for i in range(n)
+        )
     if source == "engine":
         from qmind_render.episode import render_batch
+
         per = 64
-        frames = list(render_batch(list(range(-(-n // per))), per))   # [n_seeds, ...] per step
+        frames = list(render_batch(list(range(-(-n // per))), per))  # [n_seeds, ...] per step
         return {k: np.concatenate([f[k] for f in frames])[:n] for k in frames[0]}
     raise ValueError(f"source must be 'corridor' or 'engine', got {source!r}")
+
 
 # %% ../nbs/20_skinner.ipynb #d8ed2860
 def _pin(core):
     "Pin this process to one core; returns the previous affinity (None when not pinned)."
-    if core is None or not hasattr(os, "sched_setaffinity"): return None
+    if core is None or not hasattr(os, "sched_setaffinity"):
+        return None
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {sorted(before)[int(core) % len(before)]})
     return before
 
-def bench_skinner(frames: int = 1024, repeats: int = 7, source: str = "corridor", core: int | None = 0) -> dict:
-    "Frames/s of `skin` on one core (64×64): median of `repeats` runs over a batch of `frames` frames."
+
+def bench_skinner(
+    frames: int = 1024, repeats: int = 7, source: str = "corridor", core: int | None = 0
+) -> dict:
+    """Frames/s of `skin` on one core (64×64): median of `repeats` runs over a batch of `frames`
+    frames."""
     import numba
+
     batch, grid = _bench_frames(int(frames), source), load_grid()
     pairs = [(t, l) for t in grid.themes for l in grid.lightings]
     before = _pin(core)
     try:
-        skin({k: v[:2] for k, v in batch.items()}, *pairs[0])   # compile or load the cached kernel
+        skin({k: v[:2] for k, v in batch.items()}, *pairs[0])  # compile or load the cached kernel
         secs = []
         for r in range(int(repeats)):
-            t0 = time.perf_counter(); skin(batch, *pairs[r % len(pairs)]); secs.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            skin(batch, *pairs[r % len(pairs)])
+            secs.append(time.perf_counter() - t0)
     finally:
-        if before is not None: os.sched_setaffinity(0, before)
+        if before is not None:
+            os.sched_setaffinity(0, before)
     fps = [len(batch["surface"]) / s for s in secs]
-    return {"frames_per_s": float(statistics.median(fps)), "us_per_frame": 1e6 * statistics.median(secs) / frames,
-            "frames": int(frames), "repeats": int(repeats), "runs_frames_per_s": [round(x) for x in fps],
-            "source": source, "pinned_to_one_core": before is not None, "load_avg_1m": os.getloadavg()[0],
-            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "numba": numba.__version__, "numpy": np.__version__, "skinner_version": SKINNER_VERSION}
+    return {
+        "frames_per_s": float(statistics.median(fps)),
+        "us_per_frame": 1e6 * statistics.median(secs) / frames,
+        "frames": int(frames),
+        "repeats": int(repeats),
+        "runs_frames_per_s": [round(x) for x in fps],
+        "source": source,
+        "pinned_to_one_core": before is not None,
+        "load_avg_1m": os.getloadavg()[0],
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "numba": numba.__version__,
+        "numpy": np.__version__,
+        "skinner_version": SKINNER_VERSION,
+    }

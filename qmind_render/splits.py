@@ -1,4 +1,4 @@
-"""Holdout schemes: which factor cells training never sees, written as small files versioned with the experiments, and the leak check that keeps them unseen.
+"""Holdout schemes: which factor cells training never sees, and the leak check that keeps it so.
 
 Docs: https://qmind.github.io/qmind-render/splits.html.md"""
 
@@ -17,102 +17,205 @@ from .data import Grid
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['SPLIT_SCHEMA', 'Split', 'make_split', 'split_path', 'save_split', 'find_split', 'SplitError', 'split_problem',
-           'load_split', 'LeakError', 'assert_no_leak', 'apply_split']
+__all__ = [
+    "SPLIT_SCHEMA",
+    "Split",
+    "make_split",
+    "split_path",
+    "save_split",
+    "find_split",
+    "SplitError",
+    "split_problem",
+    "load_split",
+    "LeakError",
+    "assert_no_leak",
+    "apply_split",
+]
+
 
 # %% ../nbs/31_splits.ipynb #b699474b
 @dataclass(frozen=True)
 class Split:
     "A holdout scheme: the held-out cells of a grid."
+
     name: str
     grid: Grid
     held_out: tuple[tuple[int, int, int], ...]
     seed: int = 0
     version: int = 1
+
     def mask(self) -> np.ndarray:
         "Boolean [n_cells]: True for held-out cells."
         m = np.zeros(self.grid.n_cells, bool)
         m[[self.grid.index(*c) for c in self.held_out]] = True
         return m
 
+
 # %% ../nbs/31_splits.ipynb #fd3a1db5
 def _n_held_out(name: str, grid: Grid) -> int:
     scheme, _, num = name.rpartition("_")
     if not num.isdigit() or scheme not in ("random", "coverage"):
-        raise ValueError(f"unknown split scheme {name!r}: use random_K (K cells held out) or coverage_P (P% seen in training)")
+        raise ValueError(
+            f"unknown split scheme {name!r}: use random_K (K cells held out) or "
+            "coverage_P (P% seen in training)"
+        )
     k = int(num) if scheme == "random" else grid.n_cells - round(grid.n_cells * int(num) / 100)
-    if not 0 < k < grid.n_cells: raise ValueError(f"split {name!r} would hold out {k} of {grid.n_cells} cells")
+    if not 0 < k < grid.n_cells:
+        raise ValueError(f"split {name!r} would hold out {k} of {grid.n_cells} cells")
     return k
 
+
 def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
-    "Draw the held-out cells of `name` (on the grid file's shape, `Grid.of()`, unless `grid` is given), keeping every factor value present in training."
+    """Draw the held-out cells of `name` (on the grid file's shape, `Grid.of()`, unless `grid` is
+    given), keeping every factor value present in training."""
     grid = grid or Grid.of()
     k, rng = _n_held_out(name, grid), np.random.default_rng([seed, grid.n_cells])
     for _ in range(10_000):
         held = np.sort(rng.choice(grid.n_cells, size=k, replace=False))
         train = np.array([grid.cell(i) for i in range(grid.n_cells) if i not in set(held.tolist())])
-        if all(len(np.unique(train[:, j])) == n for j, n in enumerate((grid.theme, grid.material, grid.light))):
+        if all(
+            len(np.unique(train[:, j])) == n
+            for j, n in enumerate((grid.theme, grid.material, grid.light))
+        ):
             return Split(name, grid, tuple(grid.cell(int(i)) for i in held), seed)
     raise ValueError(f"split {name!r}: could not keep every factor value in training")
 
+
 # %% ../nbs/31_splits.ipynb #8291111b
-def split_path(name: str, root: Path | str = ".") -> Path: return Path(root) / "sweeps" / "splits" / f"{name}.yaml"
+def split_path(name: str, root: Path | str = ".") -> Path:
+    return Path(root) / "sweeps" / "splits" / f"{name}.yaml"
+
 
 def save_split(split: Split, root: Path | str = ".") -> Path:
     import yaml
-    d = {"name": split.name, "version": split.version, "seed": split.seed, "grid": asdict(split.grid),
-         "held_out": [list(c) for c in split.held_out]}
+
+    d = {
+        "name": split.name,
+        "version": split.version,
+        "seed": split.seed,
+        "grid": asdict(split.grid),
+        "held_out": [list(c) for c in split.held_out],
+    }
     path = split_path(split.name, root)
-    atomic_write(path, ("# held-out (theme, material, light) cells; made by `qmind data split`\n"
-                        + yaml.safe_dump(d, sort_keys=False, default_flow_style=None)).encode())
+    atomic_write(
+        path,
+        (
+            "# held-out (theme, material, light) cells; made by `qmind data split`\n"
+            + yaml.safe_dump(d, sort_keys=False, default_flow_style=None)
+        ).encode(),
+    )
     return path
 
+
 def find_split(name: str, root: Path | str | None = None) -> Path:
-    "A split file: `name` itself if it is a path, else `sweeps/splits/<name>.yaml` in the first of `project_dirs(root)` that has it."
-    if name.endswith((".yaml", ".yml")) or "/" in name: return Path(name)
+    """A split file: `name` itself if it is a path, else `sweeps/splits/<name>.yaml` in the first of
+    `project_dirs(root)` that has it."""
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        return Path(name)
     dirs = project_dirs(root)
-    return next((split_path(name, d) for d in dirs if split_path(name, d).is_file()), split_path(name, dirs[0]))
+    return next(
+        (split_path(name, d) for d in dirs if split_path(name, d).is_file()),
+        split_path(name, dirs[0]),
+    )
+
 
 class SplitError(UserError, ValueError):
     "A split file that is not a split; the message names the file and what is wrong with it."
 
+
 _CELLS = ("theme", "material", "light")
-SPLIT_SCHEMA = {"type": "object", "required": ["name", "grid", "held_out"], "properties": {
-    "name": {"type": "string", "minLength": 1}, "version": {"type": "integer", "minimum": 1}, "seed": {"type": "integer", "minimum": 0},
-    "grid": {"type": "object", "required": list(_CELLS), "additionalProperties": False,
-             "properties": {k: {"type": "integer", "minimum": 1} for k in _CELLS}},
-    "held_out": {"type": "array", "items": {"type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "integer", "minimum": 0}}}}}
+SPLIT_SCHEMA = {
+    "type": "object",
+    "required": ["name", "grid", "held_out"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "version": {"type": "integer", "minimum": 1},
+        "seed": {"type": "integer", "minimum": 0},
+        "grid": {
+            "type": "object",
+            "required": list(_CELLS),
+            "additionalProperties": False,
+            "properties": {k: {"type": "integer", "minimum": 1} for k in _CELLS},
+        },
+        "held_out": {
+            "type": "array",
+            "items": {
+                "type": "array",
+                "minItems": 3,
+                "maxItems": 3,
+                "items": {"type": "integer", "minimum": 0},
+            },
+        },
+    },
+}
+
 
 def split_problem(d) -> str | None:
-    "What makes `d` (a split file's YAML) not a split: its shape (`SPLIT_SCHEMA`), or a held-out cell outside its grid; None: nothing."
+    """What makes `d` (a split file's YAML) not a split: its shape (`SPLIT_SCHEMA`), or a held-out
+    cell outside its grid; None: nothing."""
     from qmind_render.contracts import jsonschema
-    if not isinstance(d, dict): return f"it holds {type(d).__name__} {str(d)[:40]!r}, not a mapping"
-    err = jsonschema().exceptions.best_match(jsonschema().Draft202012Validator(SPLIT_SCHEMA).iter_errors(d))
-    if err is not None: return f"{'.'.join(map(str, err.absolute_path)) or 'the file'}: {err.message[:120]}"
+
+    if not isinstance(d, dict):
+        return f"it holds {type(d).__name__} {str(d)[:40]!r}, not a mapping"
+    err = jsonschema().exceptions.best_match(
+        jsonschema().Draft202012Validator(SPLIT_SCHEMA).iter_errors(d)
+    )
+    if err is not None:
+        return f"{'.'.join(map(str, err.absolute_path)) or 'the file'}: {err.message[:120]}"
     sizes = [d["grid"][k] for k in _CELLS]
-    bad = next((i for i, c in enumerate(d["held_out"]) if any(v >= n for v, n in zip(c, sizes))), None)
-    if bad is not None: return f"held_out.{bad}: cell {d['held_out'][bad]} is outside the grid {dict(zip(_CELLS, sizes))}"
+    bad = next(
+        (i for i, c in enumerate(d["held_out"]) if any(v >= n for v, n in zip(c, sizes))), None
+    )
+    if bad is not None:
+        return (
+            f"held_out.{bad}: cell {d['held_out'][bad]} is outside the grid "
+            f"{dict(zip(_CELLS, sizes))}"
+        )
     return None
 
+
 def load_split(name: str, root: Path | str | None = None) -> Split:
-    """Read a split by name (`sweeps/splits/<name>.yaml`) or path. A missing file names the path and how to make it; a file
-    that is not a split (not YAML, another shape, a cell outside its grid) is a `SplitError` naming the file and the problem."""
+    """Read a split by name (`sweeps/splits/<name>.yaml`) or path. A missing file names the path and
+    how to make it; a file that is not a split (not YAML, another shape, a cell outside its grid) is
+    a `SplitError` naming the file and the problem."""
     import yaml
+
     path = find_split(name, root)
-    if not path.is_file(): raise FileNotFoundError(f"split file {path} not found (make it with `qmind data split {name}`)")
-    try: d = yaml.safe_load(path.read_text())
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"split file {path} not found (make it with `qmind data split {name}`)"
+        )
+    try:
+        d = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         at = getattr(e, "problem_mark", None)
-        why = f"not YAML ({getattr(e, 'problem', None) or type(e).__name__}{f' at line {at.line + 1}' if at else ''})"
+        why = (
+            "not YAML "
+            f"({getattr(e, 'problem', None) or type(e).__name__}"
+            f"{f' at line {at.line + 1}' if at else ''})"
+        )
         d = None
-    else: why = split_problem(d)
-    if why: raise SplitError(f"split file {path} is not a split: {why}. A split is name, grid {{theme, material, light}} and "
-                             f"held_out [[t, m, l], ...]; `qmind data split NAME` writes one")
-    return Split(d["name"], Grid(**d["grid"]), tuple(tuple(int(v) for v in c) for c in d["held_out"]), d.get("seed", 0), d.get("version", 1))
+    else:
+        why = split_problem(d)
+    if why:
+        raise SplitError(
+            f"split file {path} is not a split: {why}. A split is name, grid "
+            f"{{theme, material, light}} and "
+            f"held_out [[t, m, l], ...]; `qmind data split NAME` writes one"
+        )
+    return Split(
+        d["name"],
+        Grid(**d["grid"]),
+        tuple(tuple(int(v) for v in c) for c in d["held_out"]),
+        d.get("seed", 0),
+        d.get("version", 1),
+    )
+
 
 # %% ../nbs/31_splits.ipynb #8c3613d1
 class LeakError(UserError, AssertionError):
     "A training sample contains a pixel of a held-out cell."
+
 
 def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data") -> None:
     "Fail if any row of `cells` (bool [N, n_cells]) touches a held-out cell."
@@ -122,10 +225,15 @@ def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data"
         c = split.grid.cell(int(np.flatnonzero(cells[i] & split.mask())[0]))
         raise LeakError(f"{where}: sample {i} shows held-out cell {c} of split {split.name}")
 
+
 def apply_split(cells: np.ndarray, split: Split) -> dict[str, np.ndarray]:
     "Indices of samples for training, held-out evaluation, and the mixed ones dropped."
     held = cells[:, split.mask()].any(axis=1)
     seen = cells[:, ~split.mask()].any(axis=1)
-    parts = {"train": np.flatnonzero(~held), "heldout": np.flatnonzero(held & ~seen), "dropped": np.flatnonzero(held & seen)}
+    parts = {
+        "train": np.flatnonzero(~held),
+        "heldout": np.flatnonzero(held & ~seen),
+        "dropped": np.flatnonzero(held & seen),
+    }
     assert_no_leak(cells[parts["train"]], split)
     return parts

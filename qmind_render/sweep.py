@@ -1,4 +1,4 @@
-"""Sweep files and `-m` lines expanded into named runs; each run's directory and papermill job; the backends that run them here, N at a time (`LocalBackend`), and on a cluster as a Slurm job array (`SlurmBackend`).
+"""Sweeps expanded into named runs, each a papermill job, run locally or as a Slurm array.
 
 Docs: https://qmind.github.io/qmind-render/sweep.html.md"""
 
@@ -23,35 +23,72 @@ from fastcore.basics import patch
 
 from .checkpoint import checkpoint_name
 from .cloud import Backend, RunSpec
-from .config import config_from_dict, config_to_dict, find_config, load_config, save_config
+from qmind_render.config import (
+    config_from_dict,
+    config_to_dict,
+    find_config,
+    load_config,
+    save_config,
+)
 from .util import atomic_write, process_pool
 
 # %% auto #0
-__all__ = ['SLURM_RESOURCES', 'SLURM_STATES', 'load_sweep', 'multirun', 'expand_sweep', 'run_finished', 'read_json', 'write_json',
-           'eval_psnr', 'job_record', 'write_run_dir', 'kernel_manager_class', 'execute_run', 'LocalBackend',
-           'prepare_datasets', 'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend']
+__all__ = [
+    "SLURM_RESOURCES",
+    "SLURM_STATES",
+    "load_sweep",
+    "multirun",
+    "expand_sweep",
+    "run_finished",
+    "read_json",
+    "write_json",
+    "eval_psnr",
+    "job_record",
+    "write_run_dir",
+    "kernel_manager_class",
+    "execute_run",
+    "LocalBackend",
+    "prepare_datasets",
+    "sbatch_script",
+    "slurm",
+    "slurm_states",
+    "SlurmBackend",
+]
 
 # %% ../nbs/86_sweep.ipynb #20491db6
-SLURM_RESOURCES = ("partition", "gpus", "time", "cpus", "mem")   # a sweep file's optional `slurm:` section
+# a sweep file's optional `slurm:` section
+SLURM_RESOURCES = ("partition", "gpus", "time", "cpus", "mem")
+
 
 def _short(key: str, v) -> str:
     last = key.rsplit(".", 1)[-1]
     s = f"{last}{v}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
     return re.sub(r"[^A-Za-z0-9._]", "_", s)
 
+
 def load_sweep(sweep: str | Path | dict) -> dict:
-    "A sweep file (or dict) checked: `base`, `grid` (key -> non-empty list), optional `overrides`, `name` (default: file stem)."
+    """A sweep file (or dict) checked: `base`, `grid` (key -> non-empty list), optional `overrides`,
+    `name` (default: file stem)."""
     d = dict(sweep) if isinstance(sweep, dict) else yaml.safe_load(Path(sweep).read_text())
     src = "the given dict" if isinstance(sweep, dict) else str(sweep)
-    if not isinstance(d, dict) or "base" not in d: raise ValueError(f"{src}: a sweep needs `base:` (an experiment name or path)")
+    if not isinstance(d, dict) or "base" not in d:
+        raise ValueError(f"{src}: a sweep needs `base:` (an experiment name or path)")
     grid = d.get("grid") or {}
     for k, v in grid.items():
-        if not isinstance(v, list) or not v: raise ValueError(f"{src}: grid.{k} must be a non-empty list, got {v!r}")
+        if not isinstance(v, list) or not v:
+            raise ValueError(f"{src}: grid.{k} must be a non-empty list, got {v!r}")
     d.setdefault("name", "sweep" if isinstance(sweep, dict) else Path(sweep).stem)
     slurm = d.get("slurm") or {}
     if not isinstance(slurm, dict) or set(slurm) - set(SLURM_RESOURCES):
         raise ValueError(f"{src}: `slurm:` takes {', '.join(SLURM_RESOURCES)}; got {slurm!r}")
-    return {"name": d["name"], "base": d["base"], "grid": grid, "overrides": list(d.get("overrides") or []), "slurm": slurm}
+    return {
+        "name": d["name"],
+        "base": d["base"],
+        "grid": grid,
+        "overrides": list(d.get("overrides") or []),
+        "slurm": slurm,
+    }
+
 
 def _values(v: str) -> list[str]:
     "Split `a,b,[1,2],'c,d'` at the commas that are not inside brackets or quotes."
@@ -59,27 +96,51 @@ def _values(v: str) -> list[str]:
     for ch in v:
         if quote:
             quote = None if ch == quote else quote
-        elif ch in "\"'": quote = ch
-        elif ch in "[{(": depth += 1
-        elif ch in "]})": depth -= 1
-        elif ch == "," and depth == 0: out.append(cur); cur = ""; continue
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
         cur += ch
     return out + [cur]
 
+
 def multirun(base: str, args: list[str], name: str | None = None) -> dict:
-    "`qmind sweep BASE -m k=a,b k2=c ...` as a sweep dict: each comma list is a grid axis, every other key=value an override."
+    """`qmind sweep BASE -m k=a,b k2=c ...` as a sweep dict: each comma list is a grid axis, every
+    other key=value an override."""
     grid, overrides = {}, []
     for a in args:
         k, eq, v = a.partition("=")
-        if not eq or not k: raise ValueError(f"'{a}' is not key=value (a sweep axis is key=a,b,c)")
+        if not eq or not k:
+            raise ValueError(f"'{a}' is not key=value (a sweep axis is key=a,b,c)")
         vals = _values(v)
-        if len(vals) > 1: grid[k] = [yaml.safe_load(x) if x.strip() else x for x in vals]
-        else: overrides.append(a)
-    if not grid: raise ValueError(f"-m needs at least one key with a comma list to sweep, e.g. seed=1,2,3 (got {' '.join(args) or 'nothing'})")
-    return {"name": name or Path(str(base)).stem, "base": str(base), "grid": grid, "overrides": overrides}
+        if len(vals) > 1:
+            grid[k] = [yaml.safe_load(x) if x.strip() else x for x in vals]
+        else:
+            overrides.append(a)
+    if not grid:
+        raise ValueError(
+            "-m needs at least one key with a comma list to sweep, e.g. seed=1,2,3 (got "
+            f"{' '.join(args) or 'nothing'})"
+        )
+    return {
+        "name": name or Path(str(base)).stem,
+        "base": str(base),
+        "grid": grid,
+        "overrides": overrides,
+    }
 
-def expand_sweep(sweep: str | Path | dict, overrides: list[str] = (), root: str | Path | None = None) -> list[RunSpec]:
-    "One `RunSpec` per grid point: the resolved config of base <- sweep overrides <- `overrides` <- the point."
+
+def expand_sweep(
+    sweep: str | Path | dict, overrides: list[str] = (), root: str | Path | None = None
+) -> list[RunSpec]:
+    """One `RunSpec` per grid point: the resolved config of base <- sweep overrides <- `overrides`
+    <- the point."""
     s = load_sweep(sweep)
     base = find_config(s["base"], root)
     keys, runs = list(s["grid"]), []
@@ -90,264 +151,468 @@ def expand_sweep(sweep: str | Path | dict, overrides: list[str] = (), root: str 
         runs.append(RunSpec(name, config_to_dict(cfg), point=dict(zip(keys, vals))))
     return runs
 
+
 # %% ../nbs/86_sweep.ipynb #22516196
 def run_finished(run_dir: Path, steps: int) -> bool:
     "True when `run_dir/eval/eval.json` evaluates the checkpoint of the final step."
     p = Path(run_dir) / "eval" / "eval.json"
-    if not p.is_file(): return False
-    try: return Path(json.loads(p.read_text())["checkpoint"]).name == checkpoint_name(steps)
-    except (ValueError, KeyError): return False
+    if not p.is_file():
+        return False
+    try:
+        return Path(json.loads(p.read_text())["checkpoint"]).name == checkpoint_name(steps)
+    except (ValueError, KeyError):
+        return False
+
 
 def read_json(p: str | Path) -> dict | None:
-    "A run dir's JSON record (`job.json`, `eval/eval.json`) as a dict; None when it is missing or half-written."
-    try: return json.loads(Path(p).read_text()) if Path(p).is_file() else None
-    except ValueError: return None
+    """A run dir's JSON record (`job.json`, `eval/eval.json`) as a dict; None when it is missing or
+    half-written."""
+    try:
+        return json.loads(Path(p).read_text()) if Path(p).is_file() else None
+    except ValueError:
+        return None
+
 
 def write_json(path: str | Path, d: dict) -> None:
     "Write a JSON record whole or not at all (a reader never sees half of it)."
     atomic_write(path, json.dumps(d, indent=1))
 
+
 def eval_psnr(ev: dict | None, part: str) -> float | None:
-    "PSNR of one part (`heldout`, `train`) of an eval.json at its largest DDIM step count; None without an eval."
-    if not ev: return None
+    """PSNR of one part (`heldout`, `train`) of an eval.json at its largest DDIM step count; None
+    without an eval."""
+    if not ev:
+        return None
     k = max(ev["ddim_steps"])
     return ev["parts"][part][f"ddim_{k}"]["psnr"]
 
+
 # %% ../nbs/86_sweep.ipynb #bd7766c0
 def job_record(backend: str, run: RunSpec, runs: Path, cwd: Path) -> dict:
-    "What a run on a backend that shares this filesystem (local, Slurm) executes: notebook, parameters, run dir."
+    """What a run on a backend that shares this filesystem (local, Slurm) executes: notebook,
+    parameters, run dir."""
     rd = Path(runs) / run.name
-    params = {"config": str(rd / "config.yaml"), "overrides": [], "seed": int(run.config.get("seed", 0)),
-              "run_name": run.name, "runs": str(runs)}
-    return {"backend": backend, "run": run.name, "run_dir": str(rd), "notebook": str((Path(cwd) / run.notebook).resolve()),
-            "cwd": str(cwd), "parameters": params, "steps": run.config["train"]["steps"], "estimate_usd": run.estimate_usd}
+    params = {
+        "config": str(rd / "config.yaml"),
+        "overrides": [],
+        "seed": int(run.config.get("seed", 0)),
+        "run_name": run.name,
+        "runs": str(runs),
+    }
+    return {
+        "backend": backend,
+        "run": run.name,
+        "run_dir": str(rd),
+        "notebook": str((Path(cwd) / run.notebook).resolve()),
+        "cwd": str(cwd),
+        "parameters": params,
+        "steps": run.config["train"]["steps"],
+        "estimate_usd": run.estimate_usd,
+    }
+
 
 def write_run_dir(run: RunSpec, job: dict, state: str = "queued") -> dict:
-    "Write the run dir's `config.yaml`, papermill `params.yaml` and `job.json` (in `state`); return the record."
-    rd = Path(job["run_dir"]); rd.mkdir(parents=True, exist_ok=True)
+    """Write the run dir's `config.yaml`, papermill `params.yaml` and `job.json` (in `state`);
+    return the record."""
+    rd = Path(job["run_dir"])
+    rd.mkdir(parents=True, exist_ok=True)
     save_config(run.config, rd / "config.yaml")
     atomic_write(rd / "params.yaml", yaml.safe_dump(job["parameters"], sort_keys=False))
     job = job | {"state": state, "submitted": time.time()}
     write_json(rd / "job.json", job)
     return job
 
+
 @functools.cache
 def kernel_manager_class():
-    """The kernel manager each run's kernel starts under: on POSIX one whose kernel talks over Unix sockets in the temp folder,
-    not TCP ports, so kernels started together (`--jobs N`, or beside servers that pick free ports) can't both pick a port
-    and one lose it ("Address already in use", seen in the sweep test); elsewhere Jupyter's own."""
+    """The kernel manager each run's kernel starts under: on POSIX one whose kernel talks over Unix
+    sockets in the temp folder, not TCP ports, so kernels started together (`--jobs N`, or beside
+    servers that pick free ports) can't both pick a port and one lose it ("Address already in use",
+    seen in the sweep test); elsewhere Jupyter's own."""
     from jupyter_client.manager import AsyncKernelManager
-    if os.name != "posix": return AsyncKernelManager
+
+    if os.name != "posix":
+        return AsyncKernelManager
+
     class IPCKernelManager(AsyncKernelManager):
         def __init__(self, **kw):
             kw.setdefault("transport", "ipc")
-            kw.setdefault("ip", os.path.join(tempfile.gettempdir(), f"qmind-kernel-{uuid.uuid4().hex[:12]}"))  # its sockets: ip-1 ... ip-5
+            # its sockets: ip-1 ... ip-5
+            kw.setdefault(
+                "ip", os.path.join(tempfile.gettempdir(), f"qmind-kernel-{uuid.uuid4().hex[:12]}")
+            )
             super().__init__(**kw)
+
     return IPCKernelManager
 
+
 def execute_run(job: dict, kernel: str = "python3") -> str:
-    "Run one job's notebook with papermill (in a worker process); records running/done/failed in its `job.json`."
+    """Run one job's notebook with papermill (in a worker process); records running/done/failed in
+    its `job.json`."""
     import papermill as pm
-    rd = Path(job["run_dir"]); jp = rd / "job.json"
-    os.environ["QMIND_RUN"] = job["run"]   # the kernel inherits it: `ps e`, logs and tests can tell runs apart
-    if job.get("threads") and "OMP_NUM_THREADS" not in os.environ:   # N runs share the cores instead of oversubscribing them
+
+    rd = Path(job["run_dir"])
+    jp = rd / "job.json"
+    # the kernel inherits it: `ps e`, logs and tests can tell runs apart
+    os.environ["QMIND_RUN"] = job["run"]
+    # N runs share the cores instead of oversubscribing them
+    if job.get("threads") and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(job["threads"])
-    job = job | {"started": time.time()}   # kept in the final record: a run's wall time is finished - started
+    # kept in the final record: a run's wall time is finished - started
+    job = job | {"started": time.time()}
     write_json(jp, job | {"state": "running"})
-    saved = os.dup(2)                      # the kernel's own stderr (its start-up notes) goes to the run dir, not the terminal
+    # the kernel's own stderr (its start-up notes) goes to the run dir, not the terminal
+    saved = os.dup(2)
     with open(rd / "kernel.log", "ab") as klog:
         os.dup2(klog.fileno(), 2)
         try:
-            pm.execute_notebook(job["notebook"], str(rd / Path(job["notebook"]).name), parameters=job["parameters"],
-                                kernel_name=kernel, cwd=job["cwd"], progress_bar=False, log_output=False,
-                                kernel_manager_class=kernel_manager_class())
+            pm.execute_notebook(
+                job["notebook"],
+                str(rd / Path(job["notebook"]).name),
+                parameters=job["parameters"],
+                kernel_name=kernel,
+                cwd=job["cwd"],
+                progress_bar=False,
+                log_output=False,
+                kernel_manager_class=kernel_manager_class(),
+            )
             state, err = "done", None
         except Exception as e:  # noqa: BLE001 - the job record carries the failure
             state, err = "failed", f"{type(e).__name__}: {str(e)[-2000:]}"
-        finally: os.dup2(saved, 2); os.close(saved)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
     write_json(jp, job | {"state": state, "error": err, "finished": time.time()})
     return state
+
 
 # %% ../nbs/86_sweep.ipynb #17e6ee4d
 class LocalBackend:
     "Runs each `RunSpec`'s notebook here with papermill, `jobs` at a time."
+
     name = "local"
-    def __init__(self, runs: str | Path | None = None, jobs: int = 1, cwd: str | Path = ".", kernel: str = "python3"):
+
+    def __init__(
+        self,
+        runs: str | Path | None = None,
+        jobs: int = 1,
+        cwd: str | Path = ".",
+        kernel: str = "python3",
+    ):
         from qmind_render.train import runs_root
+
         self.runs, self.cwd = runs_root(runs).resolve(), Path(cwd).resolve()
         self.jobs, self.kernel, self._pool, self._futures = jobs, kernel, None, {}
 
-    def run_dir(self, run: RunSpec) -> Path: return self.runs / run.name
+    def run_dir(self, run: RunSpec) -> Path:
+        return self.runs / run.name
 
     def submit(self, run: RunSpec, dry_run: bool = False) -> dict:
-        job = job_record(self.name, run, self.runs, self.cwd) | {"threads": max(1, (os.cpu_count() or 1) // self.jobs)}
-        if dry_run: return job | {"state": "dry-run"}
-        if run_finished(job["run_dir"], job["steps"]): return job | {"state": "done", "skipped": True}
+        job = job_record(self.name, run, self.runs, self.cwd) | {
+            "threads": max(1, (os.cpu_count() or 1) // self.jobs)
+        }
+        if dry_run:
+            return job | {"state": "dry-run"}
+        if run_finished(job["run_dir"], job["steps"]):
+            return job | {"state": "done", "skipped": True}
         job = write_run_dir(run, job)
-        if self._pool is None: self._pool = process_pool(self.jobs, start="spawn")    # why spawn: see above
+        # why spawn: see above
+        if self._pool is None:
+            self._pool = process_pool(self.jobs, start="spawn")
         self._futures[run.name] = self._pool.submit(execute_run, job, self.kernel)
         return job | {"state": "queued"}
 
     def status(self, job: dict) -> str:
-        if run_finished(Path(job["run_dir"]), job["steps"]): return "done"
+        if run_finished(Path(job["run_dir"]), job["steps"]):
+            return "done"
         p = Path(job["run_dir"]) / "job.json"
         state = json.loads(p.read_text()).get("state", "queued") if p.is_file() else "queued"
-        return "failed" if state == "done" else state   # notebook ran, but no eval for the final step
+        # notebook ran, but no eval for the final step
+        return "failed" if state == "done" else state
 
     def cancel(self, job: dict) -> None:
         f = self._futures.get(job["run"])
-        if f is not None: f.cancel()
+        if f is not None:
+            f.cancel()
 
     def wait(self) -> None:
         "Block until every submitted run has finished, then release the workers."
-        for f in list(self._futures.values()): f.exception()
-        if self._pool is not None: self._pool.shutdown(); self._pool = None
+        for f in list(self._futures.values()):
+            f.exception()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
 
 assert isinstance(LocalBackend(), Backend)
+
 
 # %% ../nbs/86_sweep.ipynb #612a18ca
 def prepare_datasets(runs: list[RunSpec], workers: int | None = None, log=print) -> None:
     "Generate each dataset the runs need and the store lacks, once, before any run starts."
     from qmind_render.data import list_datasets, open_store
     from qmind_render.generate import generate
+
     done = set()
     for r in runs:
         cfg = config_from_dict(r.config)
         key = (cfg.data.store, cfg.data.dataset)
-        if key in done: continue
+        if key in done:
+            continue
         done.add(key)
         if cfg.data.dataset not in list_datasets(open_store(cfg.data.store)):
             log(f"dataset {cfg.data.dataset}: not in {cfg.data.store}, generating it for the sweep")
             generate(cfg.data, workers=workers, progress=False)
 
-# %% ../nbs/86_sweep.ipynb #36159ac4
-def _sbatch_line(flag: str, v) -> str: return f"#SBATCH --{flag}={v}"
 
-def sbatch_script(jobs: list[dict], name: str, resources: dict | None = None, log_dir: str | Path = "slurm",
-                  throttle: int | None = None, python: str | None = None) -> str:
-    "A job-array script running `jobs` (records from `job_record`), one array task per run, through papermill."
+# %% ../nbs/86_sweep.ipynb #36159ac4
+def _sbatch_line(flag: str, v) -> str:
+    return f"#SBATCH --{flag}={v}"
+
+
+def sbatch_script(
+    jobs: list[dict],
+    name: str,
+    resources: dict | None = None,
+    log_dir: str | Path = "slurm",
+    throttle: int | None = None,
+    python: str | None = None,
+) -> str:
+    """A job-array script running `jobs` (records from `job_record`), one array task per run,
+    through papermill."""
     import shlex
     import sys
+
     r = {k: v for k, v in (resources or {}).items() if v not in (None, "", 0)}
-    if set(r) - set(SLURM_RESOURCES): raise ValueError(f"Slurm resources: unknown {sorted(set(r) - set(SLURM_RESOURCES))}; use {SLURM_RESOURCES}")
-    if not jobs: raise ValueError("sbatch_script: no runs to submit")
+    if set(r) - set(SLURM_RESOURCES):
+        raise ValueError(
+            f"Slurm resources: unknown {sorted(set(r) - set(SLURM_RESOURCES))}; use "
+            f"{SLURM_RESOURCES}"
+        )
+    if not jobs:
+        raise ValueError("sbatch_script: no runs to submit")
     cwds = {j["cwd"] for j in jobs}
-    if len(cwds) != 1: raise ValueError(f"sbatch_script: runs from several working dirs {sorted(cwds)}")
+    if len(cwds) != 1:
+        raise ValueError(f"sbatch_script: runs from several working dirs {sorted(cwds)}")
     arr = f"0-{len(jobs) - 1}" + (f"%{throttle}" if throttle else "")
-    head = ["#!/bin/bash", _sbatch_line("job-name", f"qmind-{name}"), _sbatch_line("array", arr),
-            _sbatch_line("output", f"{Path(log_dir).resolve()}/{name}-%A_%a.out"), _sbatch_line("export", "ALL")]
-    flags = {"partition": "partition", "gpus": "gres", "cpus": "cpus-per-task", "time": "time", "mem": "mem"}
+    head = [
+        "#!/bin/bash",
+        _sbatch_line("job-name", f"qmind-{name}"),
+        _sbatch_line("array", arr),
+        _sbatch_line("output", f"{Path(log_dir).resolve()}/{name}-%A_%a.out"),
+        _sbatch_line("export", "ALL"),
+    ]
+    flags = {
+        "partition": "partition",
+        "gpus": "gres",
+        "cpus": "cpus-per-task",
+        "time": "time",
+        "mem": "mem",
+    }
     head += [_sbatch_line(flags[k], f"gpu:{v}" if k == "gpus" else v) for k, v in r.items()]
     q = shlex.quote
-    body = ["set -euo pipefail", "# one line per array task: run dir, notebook",
-            "RUNS=(" + " ".join(q(j["run_dir"]) for j in jobs) + ")",
-            "NOTEBOOKS=(" + " ".join(q(j["notebook"]) for j in jobs) + ")",
-            'RUN_DIR="${RUNS[$SLURM_ARRAY_TASK_ID]}"', 'NB="${NOTEBOOKS[$SLURM_ARRAY_TASK_ID]}"',
-            'export QMIND_RUN="$(basename "$RUN_DIR")"',
-            'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-${OMP_NUM_THREADS:-1}}"',
-            f"cd {q(next(iter(cwds)))}",
-            'echo "qmind: array task $SLURM_ARRAY_TASK_ID (job ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}) on $(hostname): $RUN_DIR"',
-            f'exec {q(python or sys.executable)} -m papermill "$NB" "$RUN_DIR/$(basename "$NB")" -f "$RUN_DIR/params.yaml" '
-            '--cwd "$PWD" -k python3 --no-progress-bar --log-output']
+    body = [
+        "set -euo pipefail",
+        "# one line per array task: run dir, notebook",
+        "RUNS=(" + " ".join(q(j["run_dir"]) for j in jobs) + ")",
+        "NOTEBOOKS=(" + " ".join(q(j["notebook"]) for j in jobs) + ")",
+        'RUN_DIR="${RUNS[$SLURM_ARRAY_TASK_ID]}"',
+        'NB="${NOTEBOOKS[$SLURM_ARRAY_TASK_ID]}"',
+        'export QMIND_RUN="$(basename "$RUN_DIR")"',
+        'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-${OMP_NUM_THREADS:-1}}"',
+        f"cd {q(next(iter(cwds)))}",
+        'echo "qmind: array task $SLURM_ARRAY_TASK_ID (job '
+        '${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}) on $(hostname): $RUN_DIR"',
+        f'exec {q(python or sys.executable)} -m papermill "$NB" "$RUN_DIR/$(basename '
+        '"$NB")" -f "$RUN_DIR/params.yaml" '
+        '--cwd "$PWD" -k python3 --no-progress-bar --log-output',
+    ]
     return "\n".join(head + [""] + body) + "\n"
 
+
 # %% ../nbs/86_sweep.ipynb #87318bb2
-SLURM_STATES = {"PENDING": "queued", "REQUEUED": "queued", "CONFIGURING": "queued", "REQUEUE_HOLD": "queued",
-                "RUNNING": "running", "COMPLETING": "running", "SUSPENDED": "running", "STAGE_OUT": "running",
-                "SIGNALING": "running", "RESIZING": "running"}   # everything else has ended: done or failed
+SLURM_STATES = {
+    "PENDING": "queued",
+    "REQUEUED": "queued",
+    "CONFIGURING": "queued",
+    "REQUEUE_HOLD": "queued",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "SUSPENDED": "running",
+    "STAGE_OUT": "running",
+    # everything else has ended: done or failed
+    "SIGNALING": "running",
+    "RESIZING": "running",
+}
+
 
 def slurm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    "Run a Slurm command; a missing binary or a failure is an error that says which command and why."
+    """Run a Slurm command; a missing binary or a failure is an error that says which command and
+    why."""
     import shutil
+
     if shutil.which(args[0]) is None:
-        raise RuntimeError(f"{args[0]} not found on PATH: run `qmind sweep --backend slurm` on the cluster's login node "
-                           "(or `module load slurm` first)")
+        raise RuntimeError(
+            f"{args[0]} not found on PATH: run `qmind sweep --backend slurm` on the "
+            "cluster's login node "
+            "(or `module load slurm` first)"
+        )
     p = subprocess.run(list(args), capture_output=True, text=True, timeout=60)
     if check and p.returncode != 0:
-        raise RuntimeError(f"`{' '.join(args)}` failed (exit {p.returncode}): {(p.stderr or p.stdout).strip()}")
+        raise RuntimeError(
+            f"`{' '.join(args)}` failed (exit {p.returncode}): {(p.stderr or p.stdout).strip()}"
+        )
     return p
 
+
 def slurm_states(ids: list[str]) -> dict[str, str]:
-    "Slurm's state (PENDING, RUNNING, COMPLETED, FAILED, ...) of array tasks `<array>_<index>`: squeue, then sacct or scontrol."
+    """Slurm's state (PENDING, RUNNING, COMPLETED, FAILED, ...) of array tasks `<array>_<index>`:
+    squeue, then sacct or scontrol."""
     arrays = sorted({i.split("_")[0] for i in ids})
-    if not arrays: return {}
+    if not arrays:
+        return {}
     out = {}
-    for line in slurm("squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(arrays), check=False).stdout.splitlines():
-        jid, _, st = line.partition("|"); out[jid.strip()] = st.strip()
+    for line in slurm(
+        "squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(arrays), check=False
+    ).stdout.splitlines():
+        jid, _, st = line.partition("|")
+        out[jid.strip()] = st.strip()
     rest = [a for a in arrays if any(i.startswith(a + "_") and i not in out for i in ids)]
-    if not rest: return out
+    if not rest:
+        return out
     acct = slurm("sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(rest), check=False)
     if acct.returncode == 0:
         for line in acct.stdout.splitlines():
             jid, _, st = line.partition("|")
-            if jid and jid not in out: out[jid] = st.split()[0] if st else st
-    else:   # no accounting storage: scontrol remembers finished jobs for MinJobAge (default 5 minutes)
+            if jid and jid not in out:
+                out[jid] = st.split()[0] if st else st
+    # no accounting storage: scontrol remembers finished jobs for MinJobAge (default 5 minutes)
+    else:
         for a in rest:
             for line in slurm("scontrol", "-o", "show", "job", a, check=False).stdout.splitlines():
                 f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-                if "ArrayTaskId" in f: out.setdefault(f"{f['ArrayJobId']}_{f['ArrayTaskId']}", f.get("JobState", ""))
+                if "ArrayTaskId" in f:
+                    out.setdefault(f"{f['ArrayJobId']}_{f['ArrayTaskId']}", f.get("JobState", ""))
     return out
+
 
 # %% ../nbs/86_sweep.ipynb #8aa234f7
 class SlurmBackend:
-    "Every run of a sweep as one task of a Slurm job array, each running the papermill notebook on the shared filesystem."
+    """Every run of a sweep as one task of a Slurm job array, each running the papermill notebook on
+    the shared filesystem."""
+
     name = "slurm"
-    def __init__(self, runs: str | Path | None = None, cwd: str | Path = ".", resources: dict | None = None,
-                 throttle: int | None = None, sweep: str = "sweep", python: str | None = None, poll_s: float = 10):
+
+    def __init__(
+        self,
+        runs: str | Path | None = None,
+        cwd: str | Path = ".",
+        resources: dict | None = None,
+        throttle: int | None = None,
+        sweep: str = "sweep",
+        python: str | None = None,
+        poll_s: float = 10,
+    ):
         from qmind_render.train import runs_root
+
         self.runs, self.cwd = runs_root(runs).resolve(), Path(cwd).resolve()
-        self.resources, self.throttle, self.sweep, self.python, self.poll_s = dict(resources or {}), throttle, sweep, python, poll_s
+        self.resources, self.throttle, self.sweep, self.python, self.poll_s = (
+            dict(resources or {}),
+            throttle,
+            sweep,
+            python,
+            poll_s,
+        )
         self.submitted: list[dict] = []
 
-    def run_dir(self, run: RunSpec) -> Path: return self.runs / run.name
-    def submit(self, run: RunSpec, dry_run: bool = False) -> dict: return self.submit_many([run], dry_run)[0]
+    def run_dir(self, run: RunSpec) -> Path:
+        return self.runs / run.name
+
+    def submit(self, run: RunSpec, dry_run: bool = False) -> dict:
+        return self.submit_many([run], dry_run)[0]
 
     def _in_queue(self, run: RunSpec) -> dict | None:
-        "The run's earlier record when its array task is still queued or running (a rerun leaves it alone)."
+        """The run's earlier record when its array task is still queued or running (a rerun leaves
+        it alone)."""
         p = self.run_dir(run) / "job.json"
         prev = json.loads(p.read_text()) if p.is_file() else None
-        if not prev or prev.get("backend") != self.name or not prev.get("slurm_job_id"): return None
+        if not prev or prev.get("backend") != self.name or not prev.get("slurm_job_id"):
+            return None
         st = self.status(prev)
         return prev | {"state": st, "skipped": True} if st in ("queued", "running") else None
+
 
 # %% ../nbs/86_sweep.ipynb #fa87f7e1
 @patch
 def submit_many(self: SlurmBackend, runs: list[RunSpec], dry_run: bool = False) -> list[dict]:
-    "Write one array script for the runs that are neither finished nor in the queue, submit it, record the task ids."
+    """Write one array script for the runs that are neither finished nor in the queue, submit it,
+    record the task ids."""
     out, todo = [], []
     for run in runs:
         job = job_record(self.name, run, self.runs, self.cwd)
-        if dry_run: out.append(job | {"state": "dry-run"}); continue
-        if run_finished(job["run_dir"], job["steps"]): out.append(job | {"state": "done", "skipped": True}); continue
-        if (prev := self._in_queue(run)) is not None: out.append(prev); continue
-        job = write_run_dir(run, job, "submitting"); todo.append(job); out.append(job)
-    if not todo: return out
-    logs = self.runs / "slurm"; logs.mkdir(parents=True, exist_ok=True)
+        if dry_run:
+            out.append(job | {"state": "dry-run"})
+            continue
+        if run_finished(job["run_dir"], job["steps"]):
+            out.append(job | {"state": "done", "skipped": True})
+            continue
+        if (prev := self._in_queue(run)) is not None:
+            out.append(prev)
+            continue
+        job = write_run_dir(run, job, "submitting")
+        todo.append(job)
+        out.append(job)
+    if not todo:
+        return out
+    logs = self.runs / "slurm"
+    logs.mkdir(parents=True, exist_ok=True)
     path = logs / f"{self.sweep}-{len(list(logs.glob(f'{self.sweep}-*.sbatch'))):03d}.sbatch"
-    atomic_write(path, sbatch_script(todo, self.sweep, self.resources, logs, self.throttle, self.python))
+    atomic_write(
+        path, sbatch_script(todo, self.sweep, self.resources, logs, self.throttle, self.python)
+    )
     array = slurm("sbatch", "--parsable", str(path)).stdout.strip().split(";")[0]
     for i, job in enumerate(todo):
-        job.update(state="queued", slurm_job_id=f"{array}_{i}", script=str(path), log=str(logs / f"{self.sweep}-{array}_{i}.out"))
+        job.update(
+            state="queued",
+            slurm_job_id=f"{array}_{i}",
+            script=str(path),
+            log=str(logs / f"{self.sweep}-{array}_{i}.out"),
+        )
         write_json(Path(job["run_dir"]) / "job.json", job)
     self.submitted += todo
     return out
 
+
 @patch
 def status(self: SlurmBackend, job: dict) -> str:
     "done (the run dir has the final eval) | queued | running | failed, from squeue/sacct/scontrol."
-    if run_finished(Path(job["run_dir"]), job["steps"]): return "done"
-    if not job.get("slurm_job_id"): return job.get("state", "queued")
-    return SLURM_STATES.get(slurm_states([job["slurm_job_id"]]).get(job["slurm_job_id"], ""), "failed")
+    if run_finished(Path(job["run_dir"]), job["steps"]):
+        return "done"
+    if not job.get("slurm_job_id"):
+        return job.get("state", "queued")
+    return SLURM_STATES.get(
+        slurm_states([job["slurm_job_id"]]).get(job["slurm_job_id"], ""), "failed"
+    )
+
 
 @patch
 def cancel(self: SlurmBackend, job: dict) -> None:
-    "scancel the run's array task: Slurm sends SIGTERM (the trainer checkpoints), SIGKILL after its KillWait."
-    if job.get("slurm_job_id"): slurm("scancel", job["slurm_job_id"])
+    """scancel the run's array task: Slurm sends SIGTERM (the trainer checkpoints), SIGKILL after
+    its KillWait."""
+    if job.get("slurm_job_id"):
+        slurm("scancel", job["slurm_job_id"])
+
 
 @patch
-def wait(self: SlurmBackend, jobs: list[dict] | None = None, timeout_s: float | None = None) -> None:
+def wait(
+    self: SlurmBackend, jobs: list[dict] | None = None, timeout_s: float | None = None
+) -> None:
     "Poll until none of `jobs` (default: those submitted here) is queued or running."
-    jobs, end = jobs if jobs is not None else self.submitted, None if timeout_s is None else time.monotonic() + timeout_s
+    jobs, end = (
+        jobs if jobs is not None else self.submitted,
+        None if timeout_s is None else time.monotonic() + timeout_s,
+    )
     while any(self.status(j) in ("queued", "running") for j in jobs):
-        if end is not None and time.monotonic() > end: raise TimeoutError(f"Slurm jobs still running after {timeout_s} s")
+        if end is not None and time.monotonic() > end:
+            raise TimeoutError(f"Slurm jobs still running after {timeout_s} s")
         time.sleep(self.poll_s)

@@ -1,4 +1,4 @@
-"""The command line over sweeps: a sweep file (or an experiment and `-m` comma lists) into runs, priced, run on the local, Slurm, EC2 or SageMaker backend and watched; `--status` and `--report` read what the runs left.
+"""`qmind sweep`: a sweep file into runs, priced, run on a backend and watched; status, report.
 
 Docs: https://qmind.github.io/qmind-render/sweep_cli.html.md"""
 
@@ -15,37 +15,86 @@ from pathlib import Path
 from .cloud import RunSpec
 from .config import config_from_dict
 from .cost import estimate_wall, plan_cost, sweep_cost
-from .sweep import (SLURM_RESOURCES, LocalBackend, SlurmBackend, eval_psnr, expand_sweep, load_sweep, multirun,
-                                prepare_datasets, read_json, write_json)
+from qmind_render.sweep import (
+    SLURM_RESOURCES,
+    LocalBackend,
+    SlurmBackend,
+    eval_psnr,
+    expand_sweep,
+    load_sweep,
+    multirun,
+    prepare_datasets,
+    read_json,
+    write_json,
+)
 from .sweep_report import METRICS, md_table, write_report
 from .util import format_table
 
 # %% auto #0
-__all__ = ['CLOUD', 'SWEEP_HELP', 'make_backend', 'record_backend', 'watch', 'read_metrics_tail', 'sweep_summary', 'sweep_main']
+__all__ = [
+    "CLOUD",
+    "SWEEP_HELP",
+    "make_backend",
+    "record_backend",
+    "watch",
+    "read_metrics_tail",
+    "sweep_summary",
+    "sweep_main",
+]
 
 # %% ../nbs/88_sweep_cli.ipynb #f8789f98
 CLOUD = {"ec2": "EC2Backend", "sagemaker": "SageMakerBackend"}
 
-def make_backend(name: str, runs=None, jobs: int | None = None, sweep: str = "sweep", resources: dict | None = None, **kw):
-    "`local`, `slurm`, or a cloud backend from `qmind_render.cloud_jobs` (keyword arguments go to its constructor)."
-    if name == "local": return LocalBackend(runs, jobs or 1)
-    if name == "slurm": return SlurmBackend(runs, resources=resources, throttle=jobs, sweep=sweep, **kw)
-    if name not in CLOUD: raise ValueError(f"backend {name!r}: use local, slurm, ec2 or sagemaker")
+
+def make_backend(
+    name: str,
+    runs=None,
+    jobs: int | None = None,
+    sweep: str = "sweep",
+    resources: dict | None = None,
+    **kw,
+):
+    """`local`, `slurm`, or a cloud backend from `qmind_render.cloud_jobs` (keyword arguments go to
+    its constructor)."""
+    if name == "local":
+        return LocalBackend(runs, jobs or 1)
+    if name == "slurm":
+        return SlurmBackend(runs, resources=resources, throttle=jobs, sweep=sweep, **kw)
+    if name not in CLOUD:
+        raise ValueError(f"backend {name!r}: use local, slurm, ec2 or sagemaker")
     from qmind_render import cloud_jobs
+
     return getattr(cloud_jobs, CLOUD[name])(**{k: v for k, v in kw.items() if v is not None})
+
 
 def record_backend(job: dict, runs=None):
     "The backend that can read a job record's status (`runs/<run>/job.json`)."
     b = job.get("backend")
-    if b == "local": return LocalBackend(runs)
-    if b == "slurm": return SlurmBackend(runs)
+    if b == "local":
+        return LocalBackend(runs)
+    if b == "slurm":
+        return SlurmBackend(runs)
     from qmind_render.cloud_cli import backend_for
+
     return backend_for(job)
+
 
 def _cloud_kw(a) -> dict:
     kw = {"max_hours": a.max_hours, "owner": a.owner, "region": a.region}
-    if a.backend == "ec2": return kw | {"instance": a.instance or "g6.xlarge", "market": a.market, "image_id": a.image_id, "allow_dirty": a.allow_dirty}
-    return kw | {"instance": a.instance or "ml.g5.xlarge", "spot": a.market == "spot", "image": a.image, "role_arn": a.role_arn}
+    if a.backend == "ec2":
+        return kw | {
+            "instance": a.instance or "g6.xlarge",
+            "market": a.market,
+            "image_id": a.image_id,
+            "allow_dirty": a.allow_dirty,
+        }
+    return kw | {
+        "instance": a.instance or "ml.g5.xlarge",
+        "spot": a.market == "spot",
+        "image": a.image,
+        "role_arn": a.role_arn,
+    }
+
 
 # %% ../nbs/88_sweep_cli.ipynb #f0ca96af
 SWEEP_HELP = """\
@@ -56,7 +105,7 @@ a sweep file (YAML):
   grid:                        # the runs: every combination, the last key varying fastest
     data.holdout: [coverage_25, coverage_50, coverage_75]
     seed: [1, 2, 3]
-  slurm: {partition: gpu, gpus: 1, time: "4:00:00"}   # optional: what each Slurm array task asks for
+  slurm: {partition: gpu, gpus: 1, time: "4:00:00"}   # optional: each Slurm array task's ask
 
 or the same from the command line (-m, as Hydra's multirun): every key=a,b,c is a grid axis, every
 other key=value applies to every run:
@@ -65,79 +114,171 @@ other key=value applies to every run:
 each run is named <name>-<NNN>-<values> and lives in runs/<run name>/ (its config.yaml, checkpoints,
 eval/, and the executed notebook); a rerun skips finished runs and resumes interrupted ones."""
 
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="qmind sweep", description="Expand a sweep into runs and execute each through papermill.",
-                                 epilog=SWEEP_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sweep", help="a sweep file, e.g. sweeps/coverage.yaml; with -m, an experiment (quickstart) or config path")
-    ap.add_argument("overrides", nargs="*", help="key=value overrides applied to every run; with -m, key=a,b,c sweeps the key")
-    ap.add_argument("-m", "--multirun", action="store_true", help="sweep SWEEP (an experiment) over the comma lists in the overrides")
+    ap = argparse.ArgumentParser(
+        prog="qmind sweep",
+        description="Expand a sweep into runs and execute each through papermill.",
+        epilog=SWEEP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "sweep",
+        help="a sweep file, e.g. sweeps/coverage.yaml; with -m, an experiment (quickstart) or "
+        "config path",
+    )
+    ap.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value overrides applied to every run; with -m, key=a,b,c sweeps the key",
+    )
+    ap.add_argument(
+        "-m",
+        "--multirun",
+        action="store_true",
+        help="sweep SWEEP (an experiment) over the comma lists in the overrides",
+    )
     ap.add_argument("--backend", default="local", choices=["local", "slurm", *CLOUD])
-    ap.add_argument("--dry-run", action="store_true", help="print the runs, the cost estimate and the wall time on the backend; run nothing")
-    ap.add_argument("--status", action="store_true", help="print the runs' table from their job records; submit nothing")
-    ap.add_argument("--report", nargs="?", const="", default=None, metavar="DIR",
-                    help="write the sweep report (markdown + PNG) from the runs' eval.json to DIR (default runs/<sweep>-report); submit nothing")
-    ap.add_argument("--jobs", type=int, default=None, help="local: runs at a time (default 1); slurm: the array's %%N throttle")
-    ap.add_argument("--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)")
-    ap.add_argument("--utilisation", type=float, default=0.4, help="cost estimate: assumed fraction of peak bf16")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the runs, the cost estimate and the wall time on the backend; run nothing",
+    )
+    ap.add_argument(
+        "--status",
+        action="store_true",
+        help="print the runs' table from their job records; submit nothing",
+    )
+    ap.add_argument(
+        "--report",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="write the sweep report (markdown + PNG) from the runs' eval.json to DIR "
+        "(default runs/<sweep>-report); submit nothing",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="local: runs at a time (default 1); slurm: the array's %%N throttle",
+    )
+    ap.add_argument(
+        "--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)"
+    )
+    ap.add_argument(
+        "--utilisation",
+        type=float,
+        default=0.4,
+        help="cost estimate: assumed fraction of peak bf16",
+    )
     s = ap.add_argument_group("slurm (default: the sweep file's `slurm:` section)")
-    for k, h in (("partition", "partition"), ("gpus", "GPUs per run (--gres=gpu:N)"), ("time", "wall time per run, e.g. 4:00:00"),
-                 ("cpus", "CPUs per run"), ("mem", "memory per run, e.g. 32G")):
+    for k, h in (
+        ("partition", "partition"),
+        ("gpus", "GPUs per run (--gres=gpu:N)"),
+        ("time", "wall time per run, e.g. 4:00:00"),
+        ("cpus", "CPUs per run"),
+        ("mem", "memory per run, e.g. 32G"),
+    ):
         s.add_argument(f"--{k}", type=int if k in ("gpus", "cpus") else str, default=None, help=h)
-    s.add_argument("--wait", action="store_true", help="wait for the array to finish, then print the table")
-    s.add_argument("--poll", type=float, default=10.0, help="--wait: seconds between squeue polls (default 10)")
+    s.add_argument(
+        "--wait", action="store_true", help="wait for the array to finish, then print the table"
+    )
+    s.add_argument(
+        "--poll", type=float, default=10.0, help="--wait: seconds between squeue polls (default 10)"
+    )
     c = ap.add_argument_group("ec2 / sagemaker (as `qmind aws launch`)")
-    c.add_argument("--instance", default=None); c.add_argument("--market", choices=["spot", "on-demand"], default="spot")
-    c.add_argument("--max-hours", type=float, default=24.0); c.add_argument("--owner", default=None); c.add_argument("--region", default=None)
-    c.add_argument("--image-id", default=None, help="EC2 AMI"); c.add_argument("--image", default=None, help="SageMaker ECR image")
-    c.add_argument("--role-arn", default=None, help="SageMaker role"); c.add_argument("--allow-dirty", action="store_true")
+    c.add_argument("--instance", default=None)
+    c.add_argument("--market", choices=["spot", "on-demand"], default="spot")
+    c.add_argument("--max-hours", type=float, default=24.0)
+    c.add_argument("--owner", default=None)
+    c.add_argument("--region", default=None)
+    c.add_argument("--image-id", default=None, help="EC2 AMI")
+    c.add_argument("--image", default=None, help="SageMaker ECR image")
+    c.add_argument("--role-arn", default=None, help="SageMaker role")
+    c.add_argument("--allow-dirty", action="store_true")
     return ap
 
+
 # %% ../nbs/88_sweep_cli.ipynb #197503bb
-def _ago(s: float) -> str: return f"{int(s) // 60}m{int(s) % 60:02d}s"
+def _ago(s: float) -> str:
+    return f"{int(s) // 60}m{int(s) % 60:02d}s"
 
-def _point(r: RunSpec) -> str: return f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else ""
 
-def watch(be, runs: list[RunSpec], jobs: list[dict], log=print, poll: float = 2.0, every: float = 30.0) -> None:
-    """While local runs execute: a line when each starts (its run dir and grid values), a status line per running run every
-    `every` seconds (step, loss), and a line when each ends; then the workers are released."""
+def _point(r: RunSpec) -> str:
+    return f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else ""
+
+
+def watch(
+    be, runs: list[RunSpec], jobs: list[dict], log=print, poll: float = 2.0, every: float = 30.0
+) -> None:
+    """While local runs execute: a line when each starts (its run dir and grid values), a status
+    line per running run every `every` seconds (step, loss), and a line when each ends; then the
+    workers are released."""
     rec = {j["run"]: j for j in jobs}
     said, last, t_start = {}, 0.0, {}
+
     def state(r):
         p = Path(rec[r.name]["run_dir"]) / "job.json"
         return (read_json(p) or {}).get("state", "queued") if r.name in rec else "queued"
+
     while True:
         busy = any(not f.done() for f in getattr(be, "_futures", {}).values())
         now = time.monotonic()
         for r in runs:
             st, before = state(r), said.get(r.name)
-            if st == before or rec.get(r.name, {}).get("skipped"): continue
+            if st == before or rec.get(r.name, {}).get("skipped"):
+                continue
             said[r.name] = st
-            if st in ("running", "done", "failed") and r.name not in t_start:    # a short run may be done by the next look
+            # a short run may be done by the next look
+            if st in ("running", "done", "failed") and r.name not in t_start:
                 t_start[r.name] = now
                 log(f"{r.name}: started in {rec[r.name]['run_dir']}{_point(r)}")
             if st in ("done", "failed"):
                 ev = read_json(Path(rec[r.name]["run_dir"]) / "eval" / "eval.json")
-                how = f", held-out PSNR {eval_psnr(ev, 'heldout'):.2f} dB" if ev and be.status(rec[r.name]) == "done" else ""
-                log(f"{r.name}: {be.status(rec[r.name])} after {_ago(now - t_start.get(r.name, now))}{how}")
+                how = (
+                    f", held-out PSNR {eval_psnr(ev, 'heldout'):.2f} dB"
+                    if ev and be.status(rec[r.name]) == "done"
+                    else ""
+                )
+                log(
+                    f"{r.name}: {be.status(rec[r.name])} after "
+                    f"{_ago(now - t_start.get(r.name, now))}{how}"
+                )
         if now - last >= every:
             last = now
             for r in runs:
-                if said.get(r.name) != "running": continue
+                if said.get(r.name) != "running":
+                    continue
                 m = read_metrics_tail(Path(rec[r.name]["run_dir"]))
-                log(f"  {r.name}: " + (f"step {m['step']}/{rec[r.name]['steps']}, loss {m['loss']:.4f}" if m else "starting")
-                    + f", {_ago(now - t_start[r.name])}")
-        if not busy: break
+                log(
+                    f"  {r.name}: "
+                    + (
+                        f"step {m['step']}/{rec[r.name]['steps']}, loss {m['loss']:.4f}"
+                        if m
+                        else "starting"
+                    )
+                    + f", {_ago(now - t_start[r.name])}"
+                )
+        if not busy:
+            break
         time.sleep(poll)
     be.wait()
+
 
 def read_metrics_tail(run_dir: Path) -> dict | None:
     "The last logged metrics line of a run (None before the first)."
     p = Path(run_dir) / "metrics.jsonl"
     lines = p.read_text().splitlines() if p.is_file() else []
-    for line in reversed(lines[-2:]):                              # the last line may be half-written as we read it
-        try: return json.loads(line)
-        except ValueError: continue
+    # the last line may be half-written as we read it
+    for line in reversed(lines[-2:]):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
     return None
+
 
 # %% ../nbs/88_sweep_cli.ipynb #a52282e3
 def sweep_summary(runs: list[RunSpec], jobs: list[dict], backend) -> list[dict]:
@@ -146,95 +287,188 @@ def sweep_summary(runs: list[RunSpec], jobs: list[dict], backend) -> list[dict]:
     for r, j in zip(runs, jobs):
         p = Path(j.get("run_dir", "")) / "eval" / "eval.json"
         ev = json.loads(p.read_text()) if j.get("run_dir") and p.is_file() else None
-        rows.append({"run": r.name, "status": backend.status(j), "heldout_psnr": eval_psnr(ev, "heldout"), "in_dist_psnr": eval_psnr(ev, "train"),
-                     "ddim_steps": max(ev["ddim_steps"]) if ev else None})
+        rows.append(
+            {
+                "run": r.name,
+                "status": backend.status(j),
+                "heldout_psnr": eval_psnr(ev, "heldout"),
+                "in_dist_psnr": eval_psnr(ev, "train"),
+                "ddim_steps": max(ev["ddim_steps"]) if ev else None,
+            }
+        )
     return rows
+
+
+def _skipped(job: dict) -> str:
+    "What a submitted job's state line adds when the run was skipped."
+    if not job.get("skipped"):
+        return ""
+    return (
+        " (finished earlier, skipped)"
+        if job["state"] == "done"
+        else " (already submitted, skipped)"
+    )
+
 
 def _print_table(runs, jobs, be) -> list[dict]:
     rows = sweep_summary(runs, jobs, be)
     print("\n" + format_table(rows))
     return rows
 
+
 def _status(runs: list[RunSpec], root) -> int:
     from qmind_render.train import runs_root
-    recs = [read_json(runs_root(root) / r.name / "job.json") or {"run": r.name, "backend": None} for r in runs]
+
+    recs = [
+        read_json(runs_root(root) / r.name / "job.json") or {"run": r.name, "backend": None}
+        for r in runs
+    ]
     rows = []
     for r, j in zip(runs, recs):
         st = "unsubmitted" if j.get("backend") is None else record_backend(j, root).status(j)
         ev = read_json(runs_root(root) / r.name / "eval" / "eval.json") if st == "done" else None
-        rows.append({"run": r.name, "backend": j.get("backend"), "job": j.get("slurm_job_id") or j.get("instance_id") or j.get("training_job"),
-                     "status": st, "heldout_psnr": eval_psnr(ev, "heldout"), "in_dist_psnr": eval_psnr(ev, "train")})
+        rows.append(
+            {
+                "run": r.name,
+                "backend": j.get("backend"),
+                "job": j.get("slurm_job_id") or j.get("instance_id") or j.get("training_job"),
+                "status": st,
+                "heldout_psnr": eval_psnr(ev, "heldout"),
+                "in_dist_psnr": eval_psnr(ev, "train"),
+            }
+        )
     print(format_table(rows))
     return 0
 
+
 # %% ../nbs/88_sweep_cli.ipynb #927aef3b
 def _submit_cloud(be, runs: list[RunSpec], a) -> list[dict]:
-    "Refuse the whole sweep up front when over budget; skip runs whose recorded job is live or done; record each job."
+    """Refuse the whole sweep up front when over budget; skip runs whose recorded job is live or
+    done; record each job."""
     from qmind_render.cloud_guard import BudgetGuard, check_sweep
     from qmind_render.train import runs_root
-    for r in runs:   # the planner's estimate on the backend's own instance, when the menu has one
-        row = plan_cost(config_from_dict(r.config), instance=be.instance, utilisation=a.utilisation)["instances"][0]
-        r.estimate_usd = row["usd_spot"] if a.market == "spot" and row["usd_spot"] is not None else row["usd_on_demand"]
+
+    for r in runs:  # the planner's estimate on the backend's own instance, when the menu has one
+        row = plan_cost(
+            config_from_dict(r.config), instance=be.instance, utilisation=a.utilisation
+        )["instances"][0]
+        r.estimate_usd = (
+            row["usd_spot"]
+            if a.market == "spot" and row["usd_spot"] is not None
+            else row["usd_on_demand"]
+        )
     todo, jobs = [], {}
     for r in runs:
         prev = read_json(runs_root(a.runs) / r.name / "job.json")
-        if prev and prev.get("backend") == be.name and (st := be.status(prev)) in ("queued", "running", "done"):
+        if (
+            prev
+            and prev.get("backend") == be.name
+            and (st := be.status(prev)) in ("queued", "running", "done")
+        ):
             jobs[r.name] = prev | {"state": st, "skipped": True}
-        else: todo.append(r)
-    if todo and be.budget: check_sweep(be, todo, BudgetGuard(be.budget, be.get_session()), f"sweep {a.sweep}")
+        else:
+            todo.append(r)
+    if todo and be.budget:
+        check_sweep(be, todo, BudgetGuard(be.budget, be.get_session()), f"sweep {a.sweep}")
     for r in todo:
         jobs[r.name] = be.submit(r) | {"state": "queued"}
-        p = runs_root(a.runs) / r.name / "job.json"; p.parent.mkdir(parents=True, exist_ok=True); write_json(p, jobs[r.name])
+        p = runs_root(a.runs) / r.name / "job.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        write_json(p, jobs[r.name])
     return [jobs[r.name] for r in runs]
+
 
 # %% ../nbs/88_sweep_cli.ipynb #eab5aebd
 def _sweep(a) -> dict:
     "The sweep a command line names: a sweep file, or (-m) an experiment and its comma lists."
-    if a.multirun: return multirun(a.sweep, a.overrides)
+    if a.multirun:
+        return multirun(a.sweep, a.overrides)
     if not Path(a.sweep).is_file():
-        raise ValueError(f"{a.sweep}: no such sweep file; to sweep an experiment from the command line add -m, e.g. "
-                         f"qmind sweep {a.sweep} -m seed=1,2,3")
+        raise ValueError(
+            f"{a.sweep}: no such sweep file; to sweep an experiment from the command line "
+            "add -m, e.g. "
+            f"qmind sweep {a.sweep} -m seed=1,2,3"
+        )
     s = load_sweep(a.sweep)
     return s | {"overrides": [*s["overrides"], *a.overrides]}
 
+
 def _print_dry_run(runs: list[RunSpec], a) -> None:
     print(f"{len(runs)} runs:\n" + "\n".join(f"  {r.name}{_point(r)}" for r in runs))
-    print(f"\ntotal estimate, {len(runs)} runs at {a.utilisation:.0%} of peak bf16:\n" + format_table(sweep_cost(runs, a.utilisation)))
+    print(
+        f"\ntotal estimate, {len(runs)} runs at {a.utilisation:.0%} of peak bf16:\n"
+        + format_table(sweep_cost(runs, a.utilisation))
+    )
     w = estimate_wall(runs, a.backend, a.jobs, a.instance, a.utilisation)
     per = [r["minutes"] for r in w["runs"]]
-    print(f"\nwall time on the {a.backend} backend: " + (f"about {_ago(60 * w['wall_minutes'])} for the sweep "
-          f"({min(per):g}-{max(per):g} min a run)" if w["wall_minutes"] is not None else "unknown (no bf16 peak for the instance)")
-          + f"; {w['basis']}")
-    if a.backend in CLOUD:                                 # what the budget guard will charge before the first launch
+    print(
+        f"\nwall time on the {a.backend} backend: "
+        + (
+            f"about {_ago(60 * w['wall_minutes'])} for the sweep "
+            f"({min(per):g}-{max(per):g} min a run)"
+            if w["wall_minutes"] is not None
+            else "unknown (no bf16 peak for the instance)"
+        )
+        + f"; {w['basis']}"
+    )
+    # what the budget guard will charge before the first launch
+    if a.backend in CLOUD:
         be = make_backend(a.backend, **_cloud_kw(a))
-        print(f"\nbudget guard: charges the cap, ${sum(be.max_usd(r) for r in runs):,.2f} = {len(runs)} runs × "
-              f"{be.cap_basis()} (--max-hours), not the estimate; lower --max-hours if that is more than you can spend")
+        print(
+            f"\nbudget guard: charges the cap, ${sum(be.max_usd(r) for r in runs):,.2f} = "
+            f"{len(runs)} runs × "
+            f"{be.cap_basis()} (--max-hours), not the estimate; lower --max-hours if that "
+            "is more than you can spend"
+        )
+
 
 def sweep_main(argv: list[str]) -> int:
-    "`qmind sweep SWEEP.yaml | EXPERIMENT -m [key=value ...] [--backend local|slurm|ec2|sagemaker] [--dry-run|--status|--report] [--jobs N]`"
-    a = _parser().parse_intermixed_args(argv)                    # flags anywhere: `qmind sweep quickstart -m seed=1,2 --dry-run`
+    """`qmind sweep SWEEP.yaml | EXPERIMENT -m [key=value ...] [--backend local|slurm|ec2|sagemaker]
+    [--dry-run|--status|--report] [--jobs N]`"""
+    # flags anywhere: `qmind sweep quickstart -m seed=1,2 --dry-run`
+    a = _parser().parse_intermixed_args(argv)
     s = _sweep(a)
     runs = expand_sweep(s)
-    again = "qmind sweep " + " ".join([a.sweep, *(["-m", *a.overrides] if a.multirun else a.overrides)])
-    if a.dry_run: _print_dry_run(runs, a); return 0
-    if a.status: return _status(runs, a.runs)
+    again = "qmind sweep " + " ".join(
+        [a.sweep, *(["-m", *a.overrides] if a.multirun else a.overrides)]
+    )
+    if a.dry_run:
+        _print_dry_run(runs, a)
+        return 0
+    if a.status:
+        return _status(runs, a.runs)
     if a.report is not None:
         rep = write_report(s, a.report or None, a.runs)
-        print(md_table(rep["groups"], [k for k in s["grid"] if k != "seed"] + ["seeds", *METRICS]) if rep["groups"] else "no finished runs yet")
+        print(
+            md_table(rep["groups"], [k for k in s["grid"] if k != "seed"] + ["seeds", *METRICS])
+            if rep["groups"]
+            else "no finished runs yet"
+        )
         print(f"\nreport: {rep['report']}" + (f"  (figure {rep['png']})" if rep["png"] else ""))
         return 0
     res = {k: getattr(a, k) for k in SLURM_RESOURCES if getattr(a, k) is not None}
     kw = _cloud_kw(a) if a.backend in CLOUD else {"poll_s": a.poll} if a.backend == "slurm" else {}
     be = make_backend(a.backend, a.runs, a.jobs, s["name"], s["slurm"] | res, **kw)
-    if a.backend in CLOUD: jobs = _submit_cloud(be, runs, a)
+    if a.backend in CLOUD:
+        jobs = _submit_cloud(be, runs, a)
     else:
-        prepare_datasets(runs)   # once, here: parallel runs (local workers, array tasks) never race to write a dataset
+        # once, here: parallel runs (local workers, array tasks) never race to write a dataset
+        prepare_datasets(runs)
         jobs = be.submit_many(runs) if hasattr(be, "submit_many") else [be.submit(r) for r in runs]
-    for j in jobs: print(f"{j['run']}: {j['state']}{' (finished earlier, skipped)' if j.get('skipped') and j['state'] == 'done' else ''}"
-                         f"{' (already submitted, skipped)' if j.get('skipped') and j['state'] != 'done' else ''}"
-                         f"{'  ' + j['slurm_job_id'] if j.get('slurm_job_id') else ''}", flush=True)
-    if a.backend == "local": watch(be, runs, jobs, lambda m: print(m, flush=True))
-    if a.backend == "slurm" and a.wait: be.wait(jobs)
+    for j in jobs:
+        print(
+            f"{j['run']}: "
+            f"{j['state']}{_skipped(j)}"
+            f"{'  ' + j['slurm_job_id'] if j.get('slurm_job_id') else ''}",
+            flush=True,
+        )
+    if a.backend == "local":
+        watch(be, runs, jobs, lambda m: print(m, flush=True))
+    if a.backend == "slurm" and a.wait:
+        be.wait(jobs)
     rows = _print_table(runs, jobs, be)
-    if a.backend == "local" or a.wait: print(f"report: {again} --report")
-    return 0 if all(r["status"] == "done" for r in rows) or not (a.backend == "local" or a.wait) else 1
+    if a.backend == "local" or a.wait:
+        print(f"report: {again} --report")
+    return (
+        0 if all(r["status"] == "done" for r in rows) or not (a.backend == "local" or a.wait) else 1
+    )

@@ -1,4 +1,4 @@
-"""A sweep's results from its runs' `eval.json`: grouped over seeds, drawn against the grid (PSNR against coverage, or one bar per encoding), and written as `report.md`, `psnr.png` and `results.json`.
+"""A sweep's results from its runs' `eval.json`: grouped over seeds, drawn and written.
 
 Docs: https://qmind.github.io/qmind-render/sweep_report.html.md"""
 
@@ -11,145 +11,298 @@ import re
 from pathlib import Path
 
 from .cloud import RunSpec
-from .sweep import eval_psnr, expand_sweep, load_sweep, read_json, run_finished, write_json
+from qmind_render.sweep import (
+    eval_psnr,
+    expand_sweep,
+    load_sweep,
+    read_json,
+    run_finished,
+    write_json,
+)
 from .util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = ['METRICS', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results',
-           'separation', 'separation_table']
+__all__ = [
+    "METRICS",
+    "sweep_results",
+    "aggregate",
+    "plot_sweep",
+    "md_table",
+    "group_table",
+    "write_report",
+    "read_results",
+    "separation",
+    "separation_table",
+]
 
 # %% ../nbs/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
 
+
 def _get(d: dict, key: str):
-    for k in key.split("."): d = d[k]
+    for k in key.split("."):
+        d = d[k]
     return d
 
-def sweep_results(runs: list[RunSpec], grid: dict | list, root: str | Path | None = None) -> list[dict]:
-    "One row per run from its run dir: status, the grid values, PSNR held-out / in-distribution / baseline, step."
+
+def sweep_results(
+    runs: list[RunSpec], grid: dict | list, root: str | Path | None = None
+) -> list[dict]:
+    """One row per run from its run dir: status, the grid values, PSNR held-out / in-distribution /
+    baseline, step."""
     from qmind_render.train import runs_root
+
     rows = []
     for r in runs:
         rd = runs_root(root) / r.name
-        ev, job, done = read_json(rd / "eval" / "eval.json"), read_json(rd / "job.json"), run_finished(rd, r.config["train"]["steps"])
+        ev, job, done = (
+            read_json(rd / "eval" / "eval.json"),
+            read_json(rd / "job.json"),
+            run_finished(rd, r.config["train"]["steps"]),
+        )
         state = "done" if done else (job or {}).get("state", "unsubmitted")
-        row = {"run": r.name, "status": "failed" if state == "done" and not done else state, **{k: _get(r.config, k) for k in grid}}
+        row = {
+            "run": r.name,
+            "status": "failed" if state == "done" and not done else state,
+            **{k: _get(r.config, k) for k in grid},
+        }
         if done:
-            row |= {"heldout_psnr": eval_psnr(ev, "heldout"), "in_dist_psnr": eval_psnr(ev, "train"),
-                    "baseline_psnr": ev["parts"]["heldout"]["baseline"]["psnr"], "ddim_steps": max(ev["ddim_steps"]), "step": ev.get("step")}
+            row |= {
+                "heldout_psnr": eval_psnr(ev, "heldout"),
+                "in_dist_psnr": eval_psnr(ev, "train"),
+                "baseline_psnr": ev["parts"]["heldout"]["baseline"]["psnr"],
+                "ddim_steps": max(ev["ddim_steps"]),
+                "step": ev.get("step"),
+            }
         rows.append(row)
     return rows
 
+
 def aggregate(rows: list[dict], by: list[str], metrics: tuple = METRICS) -> list[dict]:
-    "Finished runs grouped by the values of `by` (grid order): seeds, and mean/std/min/max of each metric."
+    """Finished runs grouped by the values of `by` (grid order): seeds, and mean/std/min/max of each
+    metric."""
     import numpy as np
+
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r.get(metrics[0]) is not None: groups.setdefault(tuple(r[k] for k in by), []).append(r)
+        if r.get(metrics[0]) is not None:
+            groups.setdefault(tuple(r[k] for k in by), []).append(r)
     out = []
     for key, rs in groups.items():
         a = {**dict(zip(by, key)), "seeds": len(rs)}
         for m in metrics:
             v = np.array([r[m] for r in rs], dtype=float)
-            a |= {m: float(v.mean()), f"{m}_std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-                  f"{m}_min": float(v.min()), f"{m}_max": float(v.max())}
+            a |= {
+                m: float(v.mean()),
+                f"{m}_std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+                f"{m}_min": float(v.min()),
+                f"{m}_max": float(v.max()),
+            }
         out.append(a)
     return out
+
 
 # %% ../nbs/87_sweep_report.ipynb #ae329702
 def _number(v) -> float | None:
     "A grid value as a number: itself, or the number that ends a name (coverage_25 -> 25)."
-    if isinstance(v, (int, float)) and not isinstance(v, bool): return float(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
     m = re.search(r"(\d+(?:\.\d+)?)$", str(v))
     return float(m.group(1)) if m else None
 
+
 def _xlabel(key: str, values: list) -> str:
-    if all(str(v).startswith("coverage_") for v in values): return "coverage: % of factor cells seen in training"
+    if all(str(v).startswith("coverage_") for v in values):
+        return "coverage: % of factor cells seen in training"
     return key
 
+
 def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], title: str = ""):
-    "PSNR against the one numeric grid key (line, seeds as error bars), else one bar per grid combination: a matplotlib `Figure`."
+    """PSNR against the one numeric grid key (line, seeds as error bars), else one bar per grid
+    combination: a matplotlib `Figure`."""
     import numpy as np
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(max(6.4, 1.1 * len(agg)), 3.8)); ax = fig.subplots()
+
+    fig = Figure(figsize=(max(6.4, 1.1 * len(agg)), 3.8))
+    ax = fig.subplots()
     m = lambda k: np.array([a[k] for a in agg])  # noqa: E731
     done = [r for r in rows if r.get("heldout_psnr") is not None]
     if len(by) == 1 and all(_number(a[by[0]]) is not None for a in agg):
         x, k = np.array([_number(a[by[0]]) for a in agg]), by[0]
-        ax.errorbar(x, m("heldout_psnr"), m("heldout_psnr_std"), fmt="o-", capsize=4, label="held-out cells")
-        ax.errorbar(x, m("in_dist_psnr"), m("in_dist_psnr_std"), fmt="s--", capsize=4, label="training cells")
+        ax.errorbar(
+            x, m("heldout_psnr"), m("heldout_psnr_std"), fmt="o-", capsize=4, label="held-out cells"
+        )
+        ax.errorbar(
+            x,
+            m("in_dist_psnr"),
+            m("in_dist_psnr_std"),
+            fmt="s--",
+            capsize=4,
+            label="training cells",
+        )
         ax.plot(x, m("baseline_psnr"), ":", color="grey", label="mean-colour baseline (held-out)")
-        ax.scatter([_number(r[k]) for r in done], [r["heldout_psnr"] for r in done], s=12, color="C0", alpha=0.5, zorder=3)
-        ax.set_xticks(x); ax.set_xlabel(_xlabel(k, [a[k] for a in agg]))
+        ax.scatter(
+            [_number(r[k]) for r in done],
+            [r["heldout_psnr"] for r in done],
+            s=12,
+            color="C0",
+            alpha=0.5,
+            zorder=3,
+        )
+        ax.set_xticks(x)
+        ax.set_xlabel(_xlabel(k, [a[k] for a in agg]))
     else:
         x, w = np.arange(len(agg)), 0.38
         labels = ["\n".join(str(a[k]) for k in by) or "all runs" for a in agg]
         err = lambda k: m(k) if any(a["seeds"] > 1 for a in agg) else None  # noqa: E731
-        ax.bar(x - w / 2, m("heldout_psnr"), w, yerr=err("heldout_psnr_std"), capsize=3, label="held-out cells")
-        ax.bar(x + w / 2, m("in_dist_psnr"), w, yerr=err("in_dist_psnr_std"), capsize=3, label="training cells", alpha=0.7)
-        ax.scatter(x - w / 2, m("baseline_psnr"), marker="_", s=300, color="k", zorder=3, label="mean-colour baseline (held-out)")
+        ax.bar(
+            x - w / 2,
+            m("heldout_psnr"),
+            w,
+            yerr=err("heldout_psnr_std"),
+            capsize=3,
+            label="held-out cells",
+        )
+        ax.bar(
+            x + w / 2,
+            m("in_dist_psnr"),
+            w,
+            yerr=err("in_dist_psnr_std"),
+            capsize=3,
+            label="training cells",
+            alpha=0.7,
+        )
+        ax.scatter(
+            x - w / 2,
+            m("baseline_psnr"),
+            marker="_",
+            s=300,
+            color="k",
+            zorder=3,
+            label="mean-colour baseline (held-out)",
+        )
         pos = {tuple(a[k] for k in by): i for i, a in enumerate(agg)}
-        ax.scatter([pos[tuple(r[k] for k in by)] - w / 2 for r in done], [r["heldout_psnr"] for r in done], s=12, color="k", alpha=0.5, zorder=4)
-        ax.set_xticks(x, labels, fontsize=8); ax.set_xlabel(" / ".join(by) or "")
+        ax.scatter(
+            [pos[tuple(r[k] for k in by)] - w / 2 for r in done],
+            [r["heldout_psnr"] for r in done],
+            s=12,
+            color="k",
+            alpha=0.5,
+            zorder=4,
+        )
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_xlabel(" / ".join(by) or "")
         lo = min(m("baseline_psnr").min(), (m("heldout_psnr") - m("heldout_psnr_std")).min())
         ax.set_ylim(max(0.0, lo - 2))
     n = sorted({a["seeds"] for a in agg})
-    ax.set_ylabel("PSNR (dB)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
-    ax.set_title(f"{title}: mean ± std over {'/'.join(map(str, n))} seed(s); dots: single runs", fontsize=9)
+    ax.set_ylabel("PSNR (dB)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(
+        f"{title}: mean ± std over {'/'.join(map(str, n))} seed(s); dots: single runs", fontsize=9
+    )
     return fig
 
+
 # %% ../nbs/87_sweep_report.ipynb #1a74d6a3
-def _report_cell(v) -> str: return f"{v:.2f}" if isinstance(v, float) else format_cell(v)
+def _report_cell(v) -> str:
+    return f"{v:.2f}" if isinstance(v, float) else format_cell(v)
+
 
 def md_table(rows: list[dict], cols: list[str]) -> str:
     "Rows as a markdown table, numbers to two decimals (dB)."
     return format_table(rows, cols, markdown=True, cell=_report_cell)
 
+
 def _pm(a: dict, m: str) -> str:
-    return f"{a[m]:.2f}" if a["seeds"] == 1 else f"{a[m]:.2f} ± {a[m + '_std']:.2f} [{a[m + '_min']:.2f}, {a[m + '_max']:.2f}]"
+    return (
+        f"{a[m]:.2f}"
+        if a["seeds"] == 1
+        else f"{a[m]:.2f} ± {a[m + '_std']:.2f} [{a[m + '_min']:.2f}, {a[m + '_max']:.2f}]"
+    )
+
 
 def group_table(agg: list[dict], by: list[str]) -> str:
-    "The groups as Markdown: grid values, seeds, and each metric as mean ± sample std [min, max] over seeds."
-    rows = [{**{g: a[g] for g in by}, "seeds": a["seeds"], **{m: _pm(a, m) for m in METRICS}} for a in agg]
+    """The groups as Markdown: grid values, seeds, and each metric as mean ± sample std [min, max]
+    over seeds."""
+    rows = [
+        {**{g: a[g] for g in by}, "seeds": a["seeds"], **{m: _pm(a, m) for m in METRICS}}
+        for a in agg
+    ]
     return md_table(rows, [*by, "seeds", *METRICS])
 
-def write_report(sweep: str | Path | dict, out: str | Path | None = None, root: str | Path | None = None,
-                 overrides: list[str] = (), sweep_root: str | Path | None = None) -> dict:
-    "The sweep's report from its runs' eval.json: `report.md`, `psnr.png` and `results.json` in `out`, each written whole or not at all."
+
+def write_report(
+    sweep: str | Path | dict,
+    out: str | Path | None = None,
+    root: str | Path | None = None,
+    overrides: list[str] = (),
+    sweep_root: str | Path | None = None,
+) -> dict:
+    """The sweep's report from its runs' eval.json: `report.md`, `psnr.png` and `results.json` in
+    `out`, each written whole or not at all."""
     from qmind_render.train import runs_root
+
     s, runs = load_sweep(sweep), expand_sweep(sweep, overrides, sweep_root)
     by = [k for k in s["grid"] if k != "seed"]
     rows = sweep_results(runs, s["grid"], root)
     agg = aggregate(rows, by)
-    out = Path(out or runs_root(root) / f"{s['name']}-report"); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out or runs_root(root) / f"{s['name']}-report")
+    out.mkdir(parents=True, exist_ok=True)
     fig = plot_sweep(agg, rows, by, s["name"]) if agg else None
-    png = save_figure(fig, out / "psnr.png", dpi=110, bbox_inches="tight", metadata={"Software": None}) if fig else None
+    png = (
+        save_figure(
+            fig, out / "psnr.png", dpi=110, bbox_inches="tight", metadata={"Software": None}
+        )
+        if fig
+        else None
+    )
     k = next((r["ddim_steps"] for r in rows if r.get("ddim_steps")), None)
-    lines = [f"# Sweep {s['name']}", "", f"Base `{s['base']}`, grid " + ", ".join(f"`{g}` {v}" for g, v in s["grid"].items()) +
-             f"; {sum(r['status'] == 'done' for r in rows)} of {len(rows)} runs done. PSNR at {k} DDIM steps, "
-             "mean ± sample std [min, max] over seeds.", ""]
-    if png: lines += [f"![PSNR]({png.name})", ""]
+    lines = [
+        f"# Sweep {s['name']}",
+        "",
+        f"Base `{s['base']}`, grid "
+        + ", ".join(f"`{g}` {v}" for g, v in s["grid"].items())
+        + f"; {sum(r['status'] == 'done' for r in rows)} of {len(rows)} runs done. PSNR at "
+        f"{k} DDIM steps, "
+        "mean ± sample std [min, max] over seeds.",
+        "",
+    ]
+    if png:
+        lines += [f"![PSNR]({png.name})", ""]
     lines += [group_table(agg, by), ""]
     if len(agg) > 1:
-        lines += ["## Differences against the seeds' spread", "", "Held-out PSNR; `separated`: no seed of one group "
-                  "reaches the other's range.", "", separation_table(agg, by), ""]
+        lines += [
+            "## Differences against the seeds' spread",
+            "",
+            "Held-out PSNR; `separated`: no seed of one group reaches the other's range.",
+            "",
+            separation_table(agg, by),
+            "",
+        ]
     lines += ["## Runs", "", md_table(rows, ["run", "status", *s["grid"], *METRICS, "step"]), ""]
     atomic_write(out / "report.md", "\n".join(lines))
     write_json(out / "results.json", {"sweep": s, "runs": rows, "groups": agg})
     return {"report": out / "report.md", "png": png, "figure": fig, "rows": rows, "groups": agg}
 
+
 # %% ../nbs/87_sweep_report.ipynb #10a0eead
 def read_results(dest: str | Path, sweep_root: str | Path | None = None) -> dict:
-    "A committed sweep (`dest/sweep.yaml`, `dest/runs/RUN/eval/eval.json`): its sweep, rows, grid keys and groups."
+    """A committed sweep (`dest/sweep.yaml`, `dest/runs/RUN/eval/eval.json`): its sweep, rows, grid
+    keys and groups."""
     dest = Path(dest)
     s = load_sweep(dest / "sweep.yaml")
-    rows = sweep_results(expand_sweep(dest / "sweep.yaml", (), sweep_root), s["grid"], dest / "runs")
+    rows = sweep_results(
+        expand_sweep(dest / "sweep.yaml", (), sweep_root), s["grid"], dest / "runs"
+    )
     by = [k for k in s["grid"] if k != "seed"]
     return {"sweep": s, "rows": rows, "by": by, "groups": aggregate(rows, by)}
 
+
 # %% ../nbs/87_sweep_report.ipynb #13371da6
 def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> list[dict]:
-    "Each group beside the next (numeric grids) or the best (categorical): difference, spreads, overlap."
+    """Each group beside the next (numeric grids) or the best (categorical): difference, spreads,
+    overlap."""
     label = lambda a: " / ".join(str(a[k]) for k in by)  # noqa: E731
     numeric = len(by) == 1 and all(_number(a[by[0]]) is not None for a in agg)
     if numeric:
@@ -160,16 +313,21 @@ def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> 
         pairs = [(best, a) for a in sorted(agg, key=lambda a: -a[metric]) if a is not best]
     rows = []
     for a, b in pairs:
-        overlap = a[f"{metric}_min"] <= b[f"{metric}_max"] and b[f"{metric}_min"] <= a[f"{metric}_max"]
-        rows.append({
-            "group": label(a),
-            "against": label(b),
-            "difference": a[metric] - b[metric],
-            "std": max(a[f"{metric}_std"], b[f"{metric}_std"]),
-            "seeds": f"{a['seeds']}/{b['seeds']}",
-            "verdict": "overlapping" if overlap else "separated",
-        })
+        overlap = (
+            a[f"{metric}_min"] <= b[f"{metric}_max"] and b[f"{metric}_min"] <= a[f"{metric}_max"]
+        )
+        rows.append(
+            {
+                "group": label(a),
+                "against": label(b),
+                "difference": a[metric] - b[metric],
+                "std": max(a[f"{metric}_std"], b[f"{metric}_std"]),
+                "seeds": f"{a['seeds']}/{b['seeds']}",
+                "verdict": "overlapping" if overlap else "separated",
+            }
+        )
     return rows
+
 
 def separation_table(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> str:
     "`separation` as Markdown, differences and spreads in dB."

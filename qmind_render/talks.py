@@ -1,4 +1,4 @@
-"""The five-minute talks in `nbs/talks/` rendered as reveal.js slides that work offline: `build_talks` and `qmind talks`.
+"""The five-minute talks in `nbs/talks/` as reveal.js slides that work offline: `qmind talks`.
 
 Docs: https://qmind.github.io/qmind-render/talks.html.md"""
 
@@ -31,32 +31,81 @@ from .contracts import UserError
 from .util import atomic_dir, atomic_write
 
 # %% auto #0
-__all__ = ['DECK_TOPICS', 'WHY', 'NPM_PACKAGES', 'ASSET_FILES', 'TALK_ASSETS', 'TALK_RUNNER', 'talks_dir', 'talk_slug', 'Talk',
-           'find_talks', 'Topic', 'lineup', 'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError',
-           'npm_cache_dir', 'ensure_npm_packages', 'copy_assets', 'talk_asset', 'slides_exporter', 'OfflineError',
-           'remote_refs', 'check_offline', 'prepare', 'has_outputs', 'TalkRunError', 'run_talk_job', 'execute_talk',
-           'render_talk', 'index_html', 'write_index', 'build_talks', 'talks_main']
+__all__ = [
+    "DECK_TOPICS",
+    "WHY",
+    "NPM_PACKAGES",
+    "ASSET_FILES",
+    "TALK_ASSETS",
+    "TALK_RUNNER",
+    "talks_dir",
+    "talk_slug",
+    "Talk",
+    "find_talks",
+    "Topic",
+    "lineup",
+    "TalkFormatError",
+    "slide_type",
+    "directives",
+    "check_talk",
+    "AssetError",
+    "npm_cache_dir",
+    "ensure_npm_packages",
+    "copy_assets",
+    "talk_asset",
+    "slides_exporter",
+    "OfflineError",
+    "remote_refs",
+    "check_offline",
+    "prepare",
+    "has_outputs",
+    "TalkRunError",
+    "run_talk_job",
+    "execute_talk",
+    "render_talk",
+    "index_html",
+    "write_index",
+    "build_talks",
+    "talks_main",
+]
+
 
 # %% ../nbs/96_talks.ipynb #b6f1b060
 def talks_dir(root: str | Path | None = None) -> Path:
-    "`nbs/talks` under `root`, else under the working directory or its nearest parent that has one, else beside this package."
+    """`nbs/talks` under `root`, else under the working directory or its nearest parent that has
+    one, else beside this package."""
     import qmind_render
-    here = Path.cwd().resolve()
-    cands = [Path(root)] if root is not None else [here, *here.parents, Path(qmind_render.__file__).resolve().parents[1]]
-    for c in cands:
-        if (c / "nbs" / "talks").is_dir(): return c / "nbs" / "talks"
-    raise FileNotFoundError(f"no nbs/talks folder under {', '.join(map(str, cands[:3]))}{' or their parents' if root is None else ''}; "
-                            "run from a checkout of qmind-render or pass its root")
 
-def talk_slug(path: Path) -> str: return re.sub(r"^\d+_", "", Path(path).stem)
+    here = Path.cwd().resolve()
+    cands = (
+        [Path(root)]
+        if root is not None
+        else [here, *here.parents, Path(qmind_render.__file__).resolve().parents[1]]
+    )
+    for c in cands:
+        if (c / "nbs" / "talks").is_dir():
+            return c / "nbs" / "talks"
+    raise FileNotFoundError(
+        "no nbs/talks folder under "
+        f"{', '.join(map(str, cands[:3]))}{' or their parents' if root is None else ''}; "
+        "run from a checkout of qmind-render or pass its root"
+    )
+
+
+def talk_slug(path: Path) -> str:
+    return re.sub(r"^\d+_", "", Path(path).stem)
+
 
 @dataclass(frozen=True)
 class Talk:
-    "A talk notebook: where it is, its slug (file name of the slides) and the title and subtitle of its first cell."
+    """A talk notebook: where it is, its slug (file name of the slides) and the title and subtitle
+    of its first cell."""
+
     path: Path
     slug: str
     title: str
     subtitle: str
+
 
 def _heading(nb) -> tuple[str, str]:
     md = next((c.source for c in nb.cells if c.cell_type == "markdown"), "")
@@ -64,141 +113,226 @@ def _heading(nb) -> tuple[str, str]:
     sub = next((line[1:].strip() for line in md.splitlines() if line.startswith(">")), "")
     return title, sub
 
+
 def find_talks(folder: str | Path | None = None, only=None) -> list[Talk]:
-    "The talks in `folder` (default `talks_dir()`), in file-name order; `only`: slugs or stems to keep."
+    """The talks in `folder` (default `talks_dir()`), in file-name order; `only`: slugs or stems to
+    keep."""
     folder = Path(folder) if folder is not None else talks_dir()
     paths = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith(("_", ".")))
     talks = [Talk(p, talk_slug(p), *_heading(nbformat.read(p, as_version=4))) for p in paths]
     if only:
         known = {t.slug for t in talks} | {t.path.stem for t in talks}
         missing = [o for o in only if o not in known]
-        if missing: raise KeyError(f"no talk {missing} in {folder}: it has {[t.slug for t in talks]}")
+        if missing:
+            raise KeyError(f"no talk {missing} in {folder}: it has {[t.slug for t in talks]}")
         talks = [t for t in talks if t.slug in only or t.path.stem in only]
     return talks
+
 
 # %% ../nbs/96_talks.ipynb #637174ad
 @dataclass(frozen=True)
 class Topic:
-    "A topic the deck offers for a five-minute talk: its number in the deck's list, the deck it comes from, its name there, its talk's slug."
+    """A topic the deck offers for a five-minute talk: its number in the deck's list, the deck it
+    comes from, its name there, its talk's slug."""
+
     n: int
-    deck: str     # "2" ... "7", or "extra": the deck's suggestions beyond its twelve
+    deck: str  # "2" ... "7", or "extra": the deck's suggestions beyond its twelve
     title: str
     slug: str
 
     @property
-    def source(self) -> str: return "extra" if self.deck == "extra" else f"deck {self.deck}"
+    def source(self) -> str:
+        return "extra" if self.deck == "extra" else f"deck {self.deck}"
 
-DECK_TOPICS: tuple[Topic, ...] = tuple(Topic(i, deck, title, slug) for i, (deck, title, slug) in enumerate((
-    ("2", "Backprop & the chain rule", "backprop"),
-    ("2", "Gradient descent & learning rate", "learning_rate"),
-    ("3", "Attention: queries, keys, values", "attention"),
-    ("3", "The residual stream", "residual_stream"),
-    ("4", "KV cache & quadratic cost", "kv_cache"),
-    ("4", "Data, tensor, pipeline parallelism", "parallelism"),
-    ("4", "RLHF vs GRPO", "grpo"),
-    ("4", "Test-time compute", "test_time_compute"),
-    ("5", "The forward diffusion process", "forward_diffusion"),
-    ("5", "The U-Net", "unet"),
-    ("6", "Held-out compositions", "heldout"),
-    ("7", "Autograd: what backward() does", "autograd"),
-    ("extra", "bf16", "bf16"),
-    ("extra", "Renting GPUs on AWS", "aws"),
-    ("extra", "The failure points", "failure_points"),
-), 1))
+
+DECK_TOPICS: tuple[Topic, ...] = tuple(
+    Topic(i, deck, title, slug)
+    for i, (deck, title, slug) in enumerate(
+        (
+            ("2", "Backprop & the chain rule", "backprop"),
+            ("2", "Gradient descent & learning rate", "learning_rate"),
+            ("3", "Attention: queries, keys, values", "attention"),
+            ("3", "The residual stream", "residual_stream"),
+            ("4", "KV cache & quadratic cost", "kv_cache"),
+            ("4", "Data, tensor, pipeline parallelism", "parallelism"),
+            ("4", "RLHF vs GRPO", "grpo"),
+            ("4", "Test-time compute", "test_time_compute"),
+            ("5", "The forward diffusion process", "forward_diffusion"),
+            ("5", "The U-Net", "unet"),
+            ("6", "Held-out compositions", "heldout"),
+            ("7", "Autograd: what backward() does", "autograd"),
+            ("extra", "bf16", "bf16"),
+            ("extra", "Renting GPUs on AWS", "aws"),
+            ("extra", "The failure points", "failure_points"),
+        ),
+        1,
+    )
+)
+
 
 def lineup(talks: list, slug=lambda t: t.slug) -> tuple[list[tuple[Topic, object]], list]:
-    """The deck's topics in its order, each with its talk from `talks` (None: no talk yet), and the talks on no topic of the
-    deck, in their order. `slug(talk)` names a talk's topic (`Talk.slug`; the docs pass their pages)."""
+    """The deck's topics in its order, each with its talk from `talks` (None: no talk yet), and the
+    talks on no topic of the deck, in their order. `slug(talk)` names a talk's topic (`Talk.slug`;
+    the docs pass their pages)."""
     by_slug = {slug(t): t for t in talks}
     topics = [(topic, by_slug.pop(topic.slug, None)) for topic in DECK_TOPICS]
     return topics, [t for t in talks if slug(t) in by_slug]
 
+
 # %% ../nbs/96_talks.ipynb #ac510191
 class TalkFormatError(UserError, ValueError):
-    "A talk that isn't five minutes, three slides, one picture, one equation and why it matters; the message names the talk."
+    """A talk that isn't five minutes, three slides, one picture, one equation and why it matters;
+    the message names the talk."""
+
     def __init__(self, talk: str, detail: str):
         self.talk = talk
         super().__init__(f"talk {talk}: {detail}")
 
-def slide_type(cell) -> str: return cell.get("metadata", {}).get("slideshow", {}).get("slide_type", "-")
+
+def slide_type(cell) -> str:
+    return cell.get("metadata", {}).get("slideshow", {}).get("slide_type", "-")
+
 
 def directives(cell) -> dict[str, str]:
     "nbdev's `#| key: value` lines at the top of a code cell."
     out = {}
-    if cell.cell_type != "code": return out
+    if cell.cell_type != "code":
+        return out
     for line in cell.source.splitlines():
-        if not line.startswith("#|"): break
+        if not line.startswith("#|"):
+            break
         k, _, v = line[2:].strip().partition(":")
         out[k.strip()] = v.strip()
     return out
 
-def _shown(cell) -> bool: return slide_type(cell) not in ("skip", "notes") and "hide" not in directives(cell)
+
+def _shown(cell) -> bool:
+    return slide_type(cell) not in ("skip", "notes") and "hide" not in directives(cell)
+
 
 def _has_picture(cell) -> bool:
     return any(k.startswith("image/") for o in cell.get("outputs", []) for k in o.get("data", {}))
 
-WHY = "Why it matters for qmind-render"   # the last slide's heading, as the deck asks
+
+WHY = "Why it matters for qmind-render"  # the last slide's heading, as the deck asks
+
 
 def _heading_of(cell) -> str:
     "The text of a markdown cell's first line if it is a heading (`## Title` -> 'Title'), else ''."
     first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
-    return first.lstrip("#").strip() if cell.cell_type == "markdown" and first.startswith("#") else ""
+    return (
+        first.lstrip("#").strip() if cell.cell_type == "markdown" and first.startswith("#") else ""
+    )
+
 
 def check_talk(nb, name: str = "talk", executed: bool = False) -> None:
-    "Raise `TalkFormatError` unless `nb` has 3 slides, a display equation, a picture (once executed) and a last slide headed `WHY`."
+    """Raise `TalkFormatError` unless `nb` has 3 slides, a display equation, a picture (once
+    executed) and a last slide headed `WHY`."""
     shown = [c for c in nb.cells if _shown(c)]
     starts = [i for i, c in enumerate(shown) if slide_type(c) == "slide"]
     if len(starts) != 3 or starts[0] != 0:
-        raise TalkFormatError(name, f"needs exactly 3 cells with slideshow.slide_type 'slide', the first shown cell being one; "
-                                    f"found {len(starts)}" + ("" if not starts or starts[0] == 0 else " and content before the first"))
+        raise TalkFormatError(
+            name,
+            "needs exactly 3 cells with slideshow.slide_type 'slide', the first shown "
+            "cell being one; "
+            f"found {len(starts)}"
+            + ("" if not starts or starts[0] == 0 else " and content before the first"),
+        )
     if not any(c.cell_type == "markdown" and "$$" in c.source for c in shown):
-        raise TalkFormatError(name, "has no display equation ($$...$$ in a markdown cell on a slide)")
+        raise TalkFormatError(
+            name, "has no display equation ($$...$$ in a markdown cell on a slide)"
+        )
     head = shown[starts[2]]
     if _heading_of(head).lower() != WHY.lower():
         got = head.source.strip().splitlines()[0][:60] if head.source.strip() else "(empty)"
-        raise TalkFormatError(name, f"its last slide must be headed '{WHY}' (a markdown cell starting '## {WHY}'); it starts {got!r}")
+        raise TalkFormatError(
+            name,
+            f"its last slide must be headed '{WHY}' (a markdown cell starting '## "
+            f"{WHY}'); it starts {got!r}",
+        )
     if executed and not any(_has_picture(c) for c in shown):
         raise TalkFormatError(name, "shows no picture: no cell on a slide has an image output")
+
 
 # %% ../nbs/96_talks.ipynb #39b656e9
 NPM_PACKAGES: dict[str, str] = {"reveal.js": "5.2.1", "mathjax": "3.2.2"}
 
-ASSET_FILES: dict[str, tuple[str, ...]] = {   # what the slides load, relative to each package
-    "reveal.js": ("LICENSE", "dist/reset.css", "dist/reveal.css", "dist/reveal.js", "dist/theme/white.css",
-                  "dist/theme/fonts/source-sans-pro", "plugin/notes/notes.js"),
-    "mathjax": ("LICENSE", "es5/tex-chtml.js", "es5/input/tex/extensions", "es5/output/chtml/fonts/woff-v2",
-                "es5/ui", "es5/a11y/assistive-mml.js"),
+ASSET_FILES: dict[str, tuple[str, ...]] = {  # what the slides load, relative to each package
+    "reveal.js": (
+        "LICENSE",
+        "dist/reset.css",
+        "dist/reveal.css",
+        "dist/reveal.js",
+        "dist/theme/white.css",
+        "dist/theme/fonts/source-sans-pro",
+        "plugin/notes/notes.js",
+    ),
+    "mathjax": (
+        "LICENSE",
+        "es5/tex-chtml.js",
+        "es5/input/tex/extensions",
+        "es5/output/chtml/fonts/woff-v2",
+        "es5/ui",
+        "es5/a11y/assistive-mml.js",
+    ),
 }
 
+
 class AssetError(UserError, RuntimeError):
-    "The slides' JavaScript packages could not be fetched or found; the message says which and what to do."
+    """The slides' JavaScript packages could not be fetched or found; the message says which and
+    what to do."""
+
 
 def npm_cache_dir() -> Path:
     "`$QMIND_CACHE/npm`, else `~/.cache/qmind-render/npm`."
     return Path(os.environ.get("QMIND_CACHE") or Path.home() / ".cache" / "qmind-render") / "npm"
 
+
 def _installed(root: Path) -> bool:
     for pkg, ver in NPM_PACKAGES.items():
         meta = root / "node_modules" / pkg / "package.json"
-        if not meta.is_file() or json.loads(meta.read_text()).get("version") != ver: return False
+        if not meta.is_file() or json.loads(meta.read_text()).get("version") != ver:
+            return False
     return True
 
+
 def ensure_npm_packages(cache: str | Path | None = None) -> Path:
-    "The `node_modules` folder holding `NPM_PACKAGES`, installed from the npm registry on first use."
+    """The `node_modules` folder holding `NPM_PACKAGES`, installed from the npm registry on first
+    use."""
     key = "_".join(f"{p}-{v}" for p, v in NPM_PACKAGES.items())
     root = Path(cache or npm_cache_dir()) / key
-    if _installed(root): return root / "node_modules"
+    if _installed(root):
+        return root / "node_modules"
     npm = shutil.which("npm")
-    if npm is None: raise AssetError(f"npm not found: the slides need {NPM_PACKAGES} from the npm registry once "
-                                     f"(install Node.js and npm, e.g. `apt-get install -y npm`), or put them in {root}")
+    if npm is None:
+        raise AssetError(
+            f"npm not found: the slides need {NPM_PACKAGES} from the npm registry once "
+            f"(install Node.js and npm, e.g. `apt-get install -y npm`), or put them in {root}"
+        )
     specs = [f"{p}@{v}" for p, v in NPM_PACKAGES.items()]
-    with atomic_dir(root, replace=False) as tmp:                  # another process that finished first: its copy is kept
-        cmd = [npm, "install", "--prefix", str(tmp), "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error", *specs]
+    # another process that finished first: its copy is kept
+    with atomic_dir(root, replace=False) as tmp:
+        cmd = [
+            npm,
+            "install",
+            "--prefix",
+            str(tmp),
+            "--no-audit",
+            "--no-fund",
+            "--ignore-scripts",
+            "--loglevel=error",
+            *specs,
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode or not _installed(tmp):
-            raise AssetError(f"`npm install {' '.join(specs)}` failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
-    if not _installed(root): raise AssetError(f"{root} is incomplete: delete it and build again")
+            raise AssetError(
+                f"`npm install {' '.join(specs)}` failed (exit {r.returncode}): "
+                f"{(r.stderr or r.stdout).strip()[-800:]}"
+            )
+    if not _installed(root):
+        raise AssetError(f"{root} is incomplete: delete it and build again")
     return root / "node_modules"
+
 
 def copy_assets(out_dir: str | Path, cache: str | Path | None = None) -> Path:
     "Copy what the slides load into `out_dir/_assets/`; return that folder."
@@ -207,206 +341,373 @@ def copy_assets(out_dir: str | Path, cache: str | Path | None = None) -> Path:
         for f in files:
             src, dst = nm / pkg / f, dest / pkg / f.removeprefix("es5/")
             dst.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_dir(): shutil.copytree(src, dst, dirs_exist_ok=True)
-            else: shutil.copy2(src, dst)
+            if src.is_dir():
+                shutil.copytree(src, dst, dirs_exist_ok=True)
+            else:
+                shutil.copy2(src, dst)
     return dest
 
+
 # %% ../nbs/96_talks.ipynb #6aba6bf7
-TALK_ASSETS = ("talk.html.j2", "talks_index.html")   # in qmind_render/assets/, shipped as package data
+# in qmind_render/assets/, shipped as package data
+TALK_ASSETS = ("talk.html.j2", "talks_index.html")
+
 
 def talk_asset(name: str) -> str:
-    "The text of one of the talks' page files (`TALK_ASSETS`): the slides' template or the index page."
+    """The text of one of the talks' page files (`TALK_ASSETS`): the slides' template or the index
+    page."""
     import qmind_render
-    if name not in TALK_ASSETS: raise KeyError(f"{name[:40]!r} is not a file of the talks' pages ({', '.join(TALK_ASSETS)})")
+
+    if name not in TALK_ASSETS:
+        raise KeyError(
+            f"{name[:40]!r} is not a file of the talks' pages ({', '.join(TALK_ASSETS)})"
+        )
     return (Path(qmind_render.__file__).resolve().parent / "assets" / name).read_text()
 
+
 def slides_exporter(assets: str = "_assets"):
-    "nbconvert's `SlidesExporter` with the offline template; `assets` is the URL of the copied assets, relative to the slides."
+    """nbconvert's `SlidesExporter` with the offline template; `assets` is the URL of the copied
+    assets, relative to the slides."""
     from jinja2 import DictLoader
     from nbconvert import SlidesExporter
-    return SlidesExporter(extra_loaders=[DictLoader({"qmind_talk.html.j2": talk_asset("talk.html.j2")})], template_file="qmind_talk.html.j2",
-                          reveal_url_prefix=f"{assets}/reveal.js", mathjax_url=f"{assets}/mathjax/tex-chtml.js",
-                          reveal_theme="white", reveal_transition="none", reveal_number="c/t",
-                          reveal_width="1100", reveal_height="760")
+
+    return SlidesExporter(
+        extra_loaders=[DictLoader({"qmind_talk.html.j2": talk_asset("talk.html.j2")})],
+        template_file="qmind_talk.html.j2",
+        reveal_url_prefix=f"{assets}/reveal.js",
+        mathjax_url=f"{assets}/mathjax/tex-chtml.js",
+        reveal_theme="white",
+        reveal_transition="none",
+        reveal_number="c/t",
+        reveal_width="1100",
+        reveal_height="760",
+    )
+
 
 # %% ../nbs/96_talks.ipynb #ee4fdb64
 class OfflineError(UserError, AssertionError):
     "A rendered page would load something from the network."
 
-_FETCH = re.compile(r"""<(?:script|link|img|iframe|source|video|audio)\b[^>]*?\b(?:src|href)\s*=\s*["']?((?:[a-z][a-z0-9+.-]*:)?//[^"'\s>]+)"""
-                    r"""|url\(\s*["']?((?:https?:)?//[^)"'\s]+)|@import\s+["']((?:https?:)?//[^"']+)|\bfrom\s+["']((?:https?:)?//[^"']+)""", re.I)
-_CDNS = re.compile(r"(?:https?:)?//(?:[\w-]+\.)*(?:unpkg\.com|jsdelivr\.net|cdnjs\.cloudflare\.com|googleapis\.com|jquery\.com|cdn\.[\w.-]+)", re.I)
+
+_FETCH = re.compile(
+    r"""<(?:script|link|img|iframe|source|video|audio)\b[^>]*?\b(?:src|href)\s*=\s*["']?((?:[a-z][a-z0-9+.-]*:)?//[^"'\s>]+)"""
+    r"""|url\(\s*["']?((?:https?:)?//[^)"'\s]+)|@import\s+["']((?:https?:)?//[^"']+)|\bfrom\s+["']((?:https?:)?//[^"']+)""",
+    re.I,
+)
+_CDNS = re.compile(
+    r"(?:https?:)?//(?:[\w-]+\.)*(?:unpkg\.com|jsdelivr\.net|cdnjs\.cloudflare\.com|googleapis\.com|jquery\.com|cdn\.[\w.-]+)",
+    re.I,
+)
+
 
 def remote_refs(page: str) -> list[str]:
     "URLs a browser would fetch from the network when loading `page` (HTML)."
     refs = [next(g for g in m.groups() if g) for m in _FETCH.finditer(page)]
     return sorted(set(refs + [m.group(0) for m in _CDNS.finditer(page)]))
 
+
 def check_offline(path: str | Path) -> None:
-    "Raise `OfflineError` naming the file and the URLs if the page at `path` would load anything remote."
+    """Raise `OfflineError` naming the file and the URLs if the page at `path` would load anything
+    remote."""
     refs = remote_refs(Path(path).read_text(errors="replace"))
-    if refs: raise OfflineError(f"{path} would load {len(refs)} URL(s) from the network: {refs[:5]}")
+    if refs:
+        raise OfflineError(f"{path} would load {len(refs)} URL(s) from the network: {refs[:5]}")
+
 
 # %% ../nbs/96_talks.ipynb #d3c4f3ed
 def prepare(nb, slow: bool = False):
-    """A copy of `nb` for slides: `#| hide` cells skipped, `#| echo: false` inputs removed, `#| slow` cells dropped unless `slow`,
-    `#| eval: false` cells shown but not run (as nbdev-test skips them)."""
+    """A copy of `nb` for slides: `#| hide` cells skipped, `#| echo: false` inputs removed, `#|
+    slow` cells dropped unless `slow`, `#| eval: false` cells shown but not run (as nbdev-test skips
+    them)."""
     nb = copy.deepcopy(nb)
-    if not slow: nb.cells = [c for c in nb.cells if "slow" not in directives(c)]
+    if not slow:
+        nb.cells = [c for c in nb.cells if "slow" not in directives(c)]
     for c in nb.cells:
         d = directives(c)
-        if not d: continue
-        if "hide" in d or "export" in d or "exports" in d: c.metadata["slideshow"] = {"slide_type": "skip"}
-        if d.get("echo") == "false": c.metadata["transient"] = {"remove_source": True}
-        if d.get("eval") == "false": c.metadata["tags"] = [*c.metadata.get("tags", []), "skip-execution"]   # nbclient's tag; run_talk_job skips it too
+        if not d:
+            continue
+        if "hide" in d or "export" in d or "exports" in d:
+            c.metadata["slideshow"] = {"slide_type": "skip"}
+        if d.get("echo") == "false":
+            c.metadata["transient"] = {"remove_source": True}
+        # nbclient's tag; run_talk_job skips it too
+        if d.get("eval") == "false":
+            c.metadata["tags"] = [*c.metadata.get("tags", []), "skip-execution"]
         c.source = "\n".join(line for line in c.source.splitlines() if not line.startswith("#|"))
     return nb
 
-def has_outputs(nb) -> bool: return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+def has_outputs(nb) -> bool:
+    return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
 
 class TalkRunError(UserError, RuntimeError):
-    "A talk's cell raised (an assert, a bug); the message names the talk, its file and the error, the chained one has the cell."
+    """A talk's cell raised (an assert, a bug); the message names the talk, its file and the error,
+    the chained one has the cell."""
 
-TALK_RUNNER = "qmind_render.talks:run_talk_job"   # the `NotebookWorker` entry that runs a talk
+
+TALK_RUNNER = "qmind_render.talks:run_talk_job"  # the `NotebookWorker` entry that runs a talk
+
 
 def run_talk_job(job: dict) -> dict:
-    """Run the notebook at `job["src"]` in a fresh IPython shell (torch's generator at the worker's one seed) with `job["cwd"]` as
-    working directory, and write it with its outputs to `job["dst"]`. Runs in a worker process; returns {"error": None} or the
-    error and its traceback."""
+    """Run the notebook at `job["src"]` in a fresh IPython shell (torch's generator at the worker's
+    one seed) with `job["cwd"]` as working directory, and write it with its outputs to `job["dst"]`.
+    Runs in a worker process; returns {"error": None} or the error and its traceback."""
     from execnb.shell import CaptureShell
     from fastcore.nbio import read_nb, write_nb
 
     from qmind_render.docs import fresh_torch_rng, working_dir
+
     fresh_torch_rng()
-    nb, shell = read_nb(job["src"]), CaptureShell(job["cwd"], mpl_format="png")    # png, as a kernel's inline backend draws
+    # png, as a kernel's inline backend draws
+    nb, shell = read_nb(job["src"]), CaptureShell(job["cwd"], mpl_format="png")
     skip = lambda c: c.cell_type != "code" or "skip-execution" in c.metadata.get("tags", [])
     try:
-        with working_dir(job["cwd"]): shell.run_all(nb, exc_stop=True, preproc=skip, cell_timeout=job.get("timeout"))
+        with working_dir(job["cwd"]):
+            shell.run_all(nb, exc_stop=True, preproc=skip, cell_timeout=job.get("timeout"))
     except Exception as e:
-        return {"error": f"{type(e).__name__}: {str(e).strip()[:300]}", "traceback": shell.prettytb() or repr(e)}
+        return {
+            "error": f"{type(e).__name__}: {str(e).strip()[:300]}",
+            "traceback": shell.prettytb() or repr(e),
+        }
     write_nb(nb, job["dst"])
     return {"error": None}
 
+
 def execute_talk(nb, cwd: Path, timeout: int = 600, name: str = "talk", worker=None):
-    """Run `nb` (in place) with `cwd` as working directory, in `worker` (a `NotebookWorker` on `TALK_RUNNER`; default: a process
-    of its own); a cell that raises is a `TalkRunError` whose chained error holds the traceback."""
+    """Run `nb` (in place) with `cwd` as working directory, in `worker` (a `NotebookWorker` on
+    `TALK_RUNNER`; default: a process of its own); a cell that raises is a `TalkRunError` whose
+    chained error holds the traceback."""
     from qmind_render.docs import NotebookWorker
+
     own = worker is None
-    if own: worker = NotebookWorker(cwd, TALK_RUNNER)
+    if own:
+        worker = NotebookWorker(cwd, TALK_RUNNER)
     with tempfile.TemporaryDirectory(prefix="qmind-talk-") as tmp:
         src, dst = Path(tmp) / "talk.ipynb", Path(tmp) / "ran.ipynb"
         nbformat.write(nb, src)
-        try: r = worker.run({"src": str(src), "dst": str(dst), "cwd": str(Path(cwd).absolute()), "timeout": timeout})
+        try:
+            r = worker.run(
+                {
+                    "src": str(src),
+                    "dst": str(dst),
+                    "cwd": str(Path(cwd).absolute()),
+                    "timeout": timeout,
+                }
+            )
         finally:
-            if own: worker.close()
-        if r is None: raise TalkRunError(f"talk {name} (in {cwd}): {worker.died}")
-        if r["error"]: raise TalkRunError(f"talk {name} (in {cwd}): a cell raised {r['error']}") from RuntimeError(r["traceback"])
-        ran = rejoin_lines(nbformat.from_dict(json.loads(dst.read_text()))).cells    # text as strings, as nbformat.read gives it
-    for c, d in zip(nb.cells, ran, strict=True):   # outputs only: the shell's timing metadata is not nbformat's
-        if c.cell_type == "code": c.outputs, c.execution_count = d.get("outputs", []), d.get("execution_count")
+            if own:
+                worker.close()
+        if r is None:
+            raise TalkRunError(f"talk {name} (in {cwd}): {worker.died}")
+        if r["error"]:
+            raise TalkRunError(
+                f"talk {name} (in {cwd}): a cell raised {r['error']}"
+            ) from RuntimeError(r["traceback"])
+        # text as strings, as nbformat.read gives it
+        ran = rejoin_lines(nbformat.from_dict(json.loads(dst.read_text()))).cells
+    # outputs only: the shell's timing metadata is not nbformat's
+    for c, d in zip(nb.cells, ran, strict=True):
+        if c.cell_type == "code":
+            c.outputs, c.execution_count = d.get("outputs", []), d.get("execution_count")
     return nb
+
 
 # %% ../nbs/96_talks.ipynb #ae43cc57
 def _cached_slides(talk: Talk, cache: Path | None, slow: bool, assets: str) -> Path | None:
-    "Where the slides of this exact talk, library and settings are kept in `cache` (None: no cache, or no project to hash)."
-    if cache is None: return None
+    """Where the slides of this exact talk, library and settings are kept in `cache` (None: no
+    cache, or no project to hash)."""
+    if cache is None:
+        return None
     from qmind_render.docs import library_fingerprint
-    try: lib = library_fingerprint(talk.path.resolve().parents[2])      # nbs/talks/NN_x.ipynb -> the project's root
-    except Exception: return None
+
+    # nbs/talks/NN_x.ipynb -> the project's root
+    try:
+        lib = library_fingerprint(talk.path.resolve().parents[2])
+    except Exception:
+        return None
     h = hashlib.sha256(talk.path.read_bytes() + lib.encode() + f"{slow} {assets}".encode())
     return Path(cache) / f"{talk.slug}-{h.hexdigest()[:20]}.html"
 
-def render_talk(talk: Talk, out_dir: Path, execute: bool = False, slow: bool = False, assets: str = "_assets",
-                cache: Path | None = None, worker=None) -> Path:
-    """Check, run (if asked, or if it has no outputs; in `worker`, see `execute_talk`) and render one talk to `out_dir/<slug>.html`;
-    with `cache`, reuse the slides made from the same notebook, library and settings (`execute` renders anew)."""
+
+def render_talk(
+    talk: Talk,
+    out_dir: Path,
+    execute: bool = False,
+    slow: bool = False,
+    assets: str = "_assets",
+    cache: Path | None = None,
+    worker=None,
+) -> Path:
+    """Check, run (if asked, or if it has no outputs; in `worker`, see `execute_talk`) and render
+    one talk to `out_dir/<slug>.html`; with `cache`, reuse the slides made from the same notebook,
+    library and settings (`execute` renders anew)."""
     out, kept = Path(out_dir) / f"{talk.slug}.html", _cached_slides(talk, cache, slow, assets)
     if kept is not None and kept.is_file() and not execute:
         return atomic_write(out, src=kept)
     nb = nbformat.read(talk.path, as_version=4)
     check_talk(nb, talk.slug)
     nb = prepare(nb, slow)
-    if execute or not has_outputs(nb): execute_talk(nb, talk.path.parent, name=talk.slug, worker=worker)
+    if execute or not has_outputs(nb):
+        execute_talk(nb, talk.path.parent, name=talk.slug, worker=worker)
     check_talk(nb, talk.slug, executed=True)
     nb.metadata["title"] = talk.title
-    body, _ = slides_exporter(assets).from_notebook_node(nb, resources={"metadata": {"name": talk.slug}})
+    body, _ = slides_exporter(assets).from_notebook_node(
+        nb, resources={"metadata": {"name": talk.slug}}
+    )
     atomic_write(out, body)
     check_offline(out)
-    if kept is not None: atomic_write(kept, src=out)
+    if kept is not None:
+        atomic_write(kept, src=out)
     return out
+
 
 # %% ../nbs/96_talks.ipynb #ccc440b8
 def _item(topic: Topic | None, talk: Talk | None) -> str:
     e = html.escape
-    if talk is None: return f'<li value="{topic.n}" class="missing">{e(topic.title)} <span class="deck">({topic.source})</span>: no talk yet</li>'
+    if talk is None:
+        return (
+            f'<li value="{topic.n}" class="missing">{e(topic.title)} <span '
+            f'class="deck">({topic.source})</span>: no talk yet</li>'
+        )
     head = f'<a href="{talk.slug}.html">{e(topic.title if topic else talk.title)}</a>'
     sub = (f"{e(talk.title)}: " if topic and talk.title != topic.title else "") + e(talk.subtitle)
-    return (f'<li value="{topic.n}">' if topic else "<li>") + head + (f' <span class="deck">({topic.source})</span>' if topic else "") + \
-           f'<br><span class="sub">{sub}</span></li>'
+    return (
+        (f'<li value="{topic.n}">' if topic else "<li>")
+        + head
+        + (f' <span class="deck">({topic.source})</span>' if topic else "")
+        + f'<br><span class="sub">{sub}</span></li>'
+    )
+
 
 def index_html(talks: list[Talk], complete: bool = True) -> str:
-    "The index page: `talks` in the deck's order with topic and deck; with `complete`, the topics without a talk too; then the other talks."
+    """The index page: `talks` in the deck's order with topic and deck; with `complete`, the topics
+    without a talk too; then the other talks."""
     topics, extras = lineup(talks)
     rows = [(topic, talk) for topic, talk in topics if talk is not None or complete]
     missing = [topic.title for topic, talk in topics if talk is None]
     body = ["<h2>The deck's topics</h2>"]
-    if complete: body.append(f"<p>{len(topics) - len(missing)} of the deck's {len(topics)} topics have a talk"
-                             + (f"; no talk yet on {html.escape(', '.join(missing))}.</p>" if missing else ".</p>"))
+    if complete:
+        body.append(
+            f"<p>{len(topics) - len(missing)} of the deck's {len(topics)} topics have a talk"
+            + (f"; no talk yet on {html.escape(', '.join(missing))}.</p>" if missing else ".</p>")
+        )
     body += ["<ol>", *(_item(topic, talk) for topic, talk in rows), "</ol>"]
-    if extras: body += ["<h2>More talks</h2>", "<p>On topics the deck doesn't list.</p>", "<ul>", *(_item(None, t) for t in extras), "</ul>"]
+    if extras:
+        body += [
+            "<h2>More talks</h2>",
+            "<p>On topics the deck doesn't list.</p>",
+            "<ul>",
+            *(_item(None, t) for t in extras),
+            "</ul>",
+        ]
     return string.Template(talk_asset("talks_index.html")).substitute(body="\n".join(body))
+
 
 def write_index(talks: list[Talk], out_dir: Path, complete: bool = True) -> Path:
     "`out_dir/index.html` (see `index_html`)."
     return atomic_write(Path(out_dir) / "index.html", index_html(talks, complete))
 
-# %% ../nbs/96_talks.ipynb #2c250409
-def build_talks(out_dir: str | Path, execute: bool = False, only=None, slow: bool = False, folder: str | Path | None = None,
-                cache: str | Path | None = None, log=print, slides_cache: str | Path | None = None, jobs: int = 1) -> list[Path]:
-    """Render the talks in `folder` (default `nbs/talks`) as reveal.js slides in `out_dir`, with `index.html` and `_assets/`.
 
-    A talk is executed when `execute` is set or when it is stored without outputs (as notebooks are here), so every number is
-    fresh; `slow` also runs its `#| slow` cells. `only`: slugs to build. `cache`: where npm packages are kept; `slides_cache`: where
-    rendered slides are kept for reuse (the docs site passes its cache). `jobs`: talks rendered at once, each run in a fresh IPython
+# %% ../nbs/96_talks.ipynb #2c250409
+def build_talks(
+    out_dir: str | Path,
+    execute: bool = False,
+    only=None,
+    slow: bool = False,
+    folder: str | Path | None = None,
+    cache: str | Path | None = None,
+    log=print,
+    slides_cache: str | Path | None = None,
+    jobs: int = 1,
+) -> list[Path]:
+    """Render the talks in `folder` (default `nbs/talks`) as reveal.js slides in `out_dir`, with
+    `index.html` and `_assets/`.
+
+    A talk is executed when `execute` is set or when it is stored without outputs (as notebooks are
+    here), so every number is fresh; `slow` also runs its `#| slow` cells. `only`: slugs to build.
+    `cache`: where npm packages are kept; `slides_cache`: where rendered slides are kept for reuse
+    (the docs site passes its cache). `jobs`: talks rendered at once, each run in a fresh IPython
     shell in one of `jobs` worker processes (torch is imported once per worker, not once per talk).
     Returns the slide files, in talk order."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     talks = find_talks(folder, only)
-    if not talks: raise FileNotFoundError(f"no talks in {folder or talks_dir()}")
+    if not talks:
+        raise FileNotFoundError(f"no talks in {folder or talks_dir()}")
     copy_assets(out_dir, cache)
     from qmind_render.docs import NotebookWorker
+
     local, workers = threading.local(), []
+
     def one(t: Talk) -> Path:
         t0 = time.perf_counter()
-        if getattr(local, "w", None) is None or not local.w.alive:          # this thread's worker, started on first use
-            local.w = NotebookWorker(t.path.parent, TALK_RUNNER); workers.append(local.w)
+        # this thread's worker, started on first use
+        if getattr(local, "w", None) is None or not local.w.alive:
+            local.w = NotebookWorker(t.path.parent, TALK_RUNNER)
+            workers.append(local.w)
         p = render_talk(t, out_dir, execute, slow, cache=slides_cache, worker=local.w)
-        if log: log(f"{t.slug}: {p} ({time.perf_counter() - t0:.1f} s)")
+        if log:
+            log(f"{t.slug}: {p} ({time.perf_counter() - t0:.1f} s)")
         return p
+
     pool = ThreadPoolExecutor(max(1, jobs))
-    try: paths = list(pool.map(one, talks))
-    except BaseException:                            # a failed talk or Ctrl-C: start no more, stop the running ones
+    try:
+        paths = list(pool.map(one, talks))
+    # a failed talk or Ctrl-C: start no more, stop the running ones
+    except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
-        for w in workers: w.kill()
+        for w in workers:
+            w.kill()
         raise
     finally:
         pool.shutdown()
-        for w in workers: w.close()
+        for w in workers:
+            w.close()
     write_index(talks, out_dir, complete=not only)
     check_offline(out_dir / "index.html")
     return paths
 
+
 # %% ../nbs/96_talks.ipynb #1e1739fd
 def talks_main(argv: list[str]) -> int:
     "`qmind talks [OUT] [--only SLUG ...] [--execute] [--slow]`"
-    ap = argparse.ArgumentParser(prog="qmind talks", description="Render the five-minute talks (nbs/talks) as reveal.js slides that work offline.")
-    ap.add_argument("out", nargs="?", default="_talks", help="output folder (default _talks); open OUT/index.html")
-    ap.add_argument("--only", nargs="+", default=None, metavar="SLUG", help="just these talks, e.g. autograd unet")
-    ap.add_argument("--execute", action="store_true", help="re-run talks that hold stored outputs too")
-    ap.add_argument("--slow", action="store_true", help="also run cells flagged `#| slow` (e.g. the torch.compile measurement)")
-    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="talks rendered at once, each in its own worker process (default 1)")
-    ap.add_argument("--folder", default=None, help="talk notebooks (default: nbs/talks of this checkout)")
+    ap = argparse.ArgumentParser(
+        prog="qmind talks",
+        description="Render the five-minute talks (nbs/talks) as reveal.js slides that work "
+        "offline.",
+    )
+    ap.add_argument(
+        "out",
+        nargs="?",
+        default="_talks",
+        help="output folder (default _talks); open OUT/index.html",
+    )
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="SLUG",
+        help="just these talks, e.g. autograd unet",
+    )
+    ap.add_argument(
+        "--execute", action="store_true", help="re-run talks that hold stored outputs too"
+    )
+    ap.add_argument(
+        "--slow",
+        action="store_true",
+        help="also run cells flagged `#| slow` (e.g. the torch.compile measurement)",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="talks rendered at once, each in its own worker process (default 1)",
+    )
+    ap.add_argument(
+        "--folder", default=None, help="talk notebooks (default: nbs/talks of this checkout)"
+    )
     a = ap.parse_args(argv)
     paths = build_talks(a.out, a.execute, a.only, a.slow, a.folder, jobs=a.jobs)
     print(f"{len(paths)} talk(s); open {Path(a.out) / 'index.html'}")

@@ -1,4 +1,4 @@
-"""The training loop: AdamW with warm-up and cosine decay, bf16, torch.compile, full-state atomic checkpoints, exact resume, a finite-loss guard, tracking, and DDP under torchrun.
+"""The training loop: warm-up and cosine AdamW, bf16, compile, exact resume, tracking, DDP.
 
 Docs: https://qmind.github.io/qmind-render/train.html.md"""
 
@@ -21,201 +21,381 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .config import config_to_dict, load_config, precision_dtype, resolve_precision, save_config
-from .checkpoint import check_resume, checkpoint_name, pick_resume, restore_rng, rng_state, save_checkpoint, versions
+from qmind_render.config import (
+    config_to_dict,
+    load_config,
+    precision_dtype,
+    resolve_precision,
+    save_config,
+)
+from qmind_render.checkpoint import (
+    check_resume,
+    checkpoint_name,
+    pick_resume,
+    restore_rng,
+    rng_state,
+    save_checkpoint,
+    versions,
+)
 from .contracts import UserError
 from .data import fetch, git_commit, open_store
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid
-from .model import Diffusion, build_model, ddim_sample, diffusion_loss, prepare_batch, to_uint8
+from qmind_render.model import (
+    Diffusion,
+    build_model,
+    ddim_sample,
+    diffusion_loss,
+    prepare_batch,
+    to_uint8,
+)
 from .optim import make_ema, make_optimizer, masked_step
 from .util import atomic_write, save_image
 
 # %% auto #0
-__all__ = ['DEVICES', 'WANDB_MODES', 'RunsError', 'runs_root', 'make_runs_root', 'pick_device', 'Dist', 'dist_from_env',
-           'step_seed', 'seed_step', 'lr_factor', 'TrackerError', 'wandb_mode', 'Tracker', 'read_metrics', 'Progress',
-           'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'maybe_restore', 'NonFiniteError',
-           'draw_timesteps', 'sampler_timesteps', 'objective', 'train_step', 'batches', 'Meter', 'check_finite', 'save',
-           'sample', 'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main', 'overfit_one_batch',
-           'quick_train', 'bench_train']
+__all__ = [
+    "DEVICES",
+    "WANDB_MODES",
+    "RunsError",
+    "runs_root",
+    "make_runs_root",
+    "pick_device",
+    "Dist",
+    "dist_from_env",
+    "step_seed",
+    "seed_step",
+    "lr_factor",
+    "TrackerError",
+    "wandb_mode",
+    "Tracker",
+    "read_metrics",
+    "Progress",
+    "fixed_samples",
+    "Guard",
+    "Run",
+    "setup",
+    "state_dict",
+    "restore",
+    "maybe_restore",
+    "NonFiniteError",
+    "draw_timesteps",
+    "sampler_timesteps",
+    "objective",
+    "train_step",
+    "batches",
+    "Meter",
+    "check_finite",
+    "save",
+    "sample",
+    "stop_on_signals",
+    "OutOfMemory",
+    "loop_step",
+    "train",
+    "train_main",
+    "overfit_one_batch",
+    "quick_train",
+    "bench_train",
+]
+
 
 # %% ../nbs/50_train.ipynb #f3675302
 class RunsError(UserError, OSError):
-    "The folder run dirs go in can't be made or written; the message names where the folder came from."
+    """The folder run dirs go in can't be made or written; the message names where the folder came
+    from."""
+
 
 def runs_root(root: str | Path | None = None) -> Path:
     "Where run dirs live: `root`, else `$QMIND_RUNS`, else `./runs`."
     return Path(root or os.environ.get("QMIND_RUNS") or "runs")
 
+
 def make_runs_root(root: str | Path | None = None) -> Path:
-    "`runs_root(root)`, made if missing; a `RunsError` naming the option (`--runs`, `$QMIND_RUNS`) when it can't be made or written."
+    """`runs_root(root)`, made if missing; a `RunsError` naming the option (`--runs`, `$QMIND_RUNS`)
+    when it can't be made or written."""
     path = runs_root(root)
-    said = f"--runs {root}" if root else f"$QMIND_RUNS={path}" if os.environ.get("QMIND_RUNS") else f"the runs folder {path}"
-    try: path.mkdir(parents=True, exist_ok=True)
-    except OSError as e: raise RunsError(f"{said}: can't make it ({e.strerror or e}); pick a folder you can write with --runs DIR") from None
-    if not os.access(path, os.W_OK | os.X_OK): raise RunsError(f"{said}: not writable; pick a folder you can write with --runs DIR")
+    said = (
+        f"--runs {root}"
+        if root
+        else f"$QMIND_RUNS={path}"
+        if os.environ.get("QMIND_RUNS")
+        else f"the runs folder {path}"
+    )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunsError(
+            f"{said}: can't make it ({e.strerror or e}); pick a folder you can write with "
+            "--runs DIR"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RunsError(f"{said}: not writable; pick a folder you can write with --runs DIR")
     return path
 
-DEVICES = "auto, cpu, mps, cuda or cuda:N"           # what train.device, eval.device and --device take
+
+# what train.device, eval.device and --device take
+DEVICES = "auto, cpu, mps, cuda or cuda:N"
+
 
 def pick_device(name: str = "auto", local_rank: int = 0, key: str = "train.device") -> torch.device:
-    """`auto`: this rank's GPU when there is one, else the CPU. A device this machine lacks (CUDA, Apple's MPS, any other
-    accelerator torch knows) is a `ValueError` naming `key`, asked of its torch backend (`torch.cuda`, `torch.mps`, ...)."""
-    if name == "auto": return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    try: dev = torch.device(name)
-    except (RuntimeError, TypeError): raise ValueError(f"{key}={name!r} is not a device: use {DEVICES}") from None
-    if dev.type == "cpu": return dev
+    """`auto`: this rank's GPU when there is one, else the CPU. A device this machine lacks (CUDA,
+    Apple's MPS, any other accelerator torch knows) is a `ValueError` naming `key`, asked of its
+    torch backend (`torch.cuda`, `torch.mps`, ...)."""
+    if name == "auto":
+        return (
+            torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+        )
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{key}={name!r} is not a device: use {DEVICES}") from None
+    if dev.type == "cpu":
+        return dev
     backend = getattr(torch, dev.type, None)
     if not (hasattr(backend, "is_available") and hasattr(backend, "device_count")):
         raise ValueError(f"{key}={name}: not a device this project runs on; use {DEVICES}")
     kind = dev.type.upper()
     if not backend.is_available():
-        raise ValueError(f"{key}={name}, but this machine has no {kind} device (torch {torch.__version__}): "
-                         f"use {key}=auto (the GPU where there is one) or {key}=cpu")
+        raise ValueError(
+            f"{key}={name}, but this machine has no {kind} device (torch {torch.__version__}): "
+            f"use {key}=auto (the GPU where there is one) or {key}=cpu"
+        )
     n = backend.device_count()
     if (dev.index or 0) >= n:
-        raise ValueError(f"{key}={name}, but this machine has {n} {kind} device(s): use {dev.type}:0..{dev.type}:{n - 1}")
+        raise ValueError(
+            f"{key}={name}, but this machine has {n} {kind} device(s): use "
+            f"{dev.type}:0..{dev.type}:{n - 1}"
+        )
     return dev
+
 
 @dataclass(frozen=True)
 class Dist:
     "This process's place in a data-parallel job (rank 0 of 1 without torchrun)."
+
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+
     @property
-    def main(self) -> bool: return self.rank == 0
+    def main(self) -> bool:
+        return self.rank == 0
+
 
 def dist_from_env() -> Dist:
-    return Dist(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)))
+    return Dist(
+        int(os.environ.get("RANK", 0)),
+        int(os.environ.get("WORLD_SIZE", 1)),
+        int(os.environ.get("LOCAL_RANK", 0)),
+    )
+
 
 # %% ../nbs/50_train.ipynb #058ff4c8
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
     "A 63-bit seed for everything random in step `step` on rank `rank`."
-    return int(np.random.SeedSequence([seed, step, rank]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+    return int(
+        np.random.SeedSequence([seed, step, rank]).generate_state(2, np.uint64)[0] >> np.uint64(1)
+    )
+
 
 def seed_step(seed: int, step: int, rank: int, device: torch.device) -> torch.Generator:
-    "Seed torch's global RNG (dropout) for this step and return the generator for timesteps and noise."
+    """Seed torch's global RNG (dropout) for this step and return the generator for timesteps and
+    noise."""
     s = step_seed(seed, step, rank)
     torch.manual_seed(s)
     return torch.Generator(device).manual_seed(s)
 
+
 # %% ../nbs/50_train.ipynb #13d582f9
 def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
     "Multiplier of the base LR at `step`."
-    if step < warmup: return (step + 1) / warmup
+    if step < warmup:
+        return (step + 1) / warmup
     p = min(1.0, (step - warmup) / max(1, total - warmup))
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
 
-# %% ../nbs/50_train.ipynb #0c212414
-WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")   # the values wandb accepts
 
-class TrackerError(UserError, ValueError): pass
+# %% ../nbs/50_train.ipynb #0c212414
+# the values wandb accepts
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
+
+
+class TrackerError(UserError, ValueError):
+    pass
+
 
 def wandb_mode() -> str:
-    """`$WANDB_MODE`, else online when a key is configured, else offline (never a login prompt). A `$WANDB_MODE` wandb would
-    reject (deep inside `wandb.init`, even an empty one) is refused here, by name."""
+    """`$WANDB_MODE`, else online when a key is configured, else offline (never a login prompt). A
+    `$WANDB_MODE` wandb would reject (deep inside `wandb.init`, even an empty one) is refused here,
+    by name."""
     if "WANDB_MODE" in os.environ:
         mode = os.environ["WANDB_MODE"]
         if mode not in WANDB_MODES:
-            raise TrackerError(f"WANDB_MODE={mode!r} is not a wandb mode (one of {', '.join(WANDB_MODES)}); "
-                               "unset it, or set WANDB_MODE=offline (tracker=none turns wandb off)")
+            raise TrackerError(
+                f"WANDB_MODE={mode!r} is not a wandb mode (one of {', '.join(WANDB_MODES)}); "
+                "unset it, or set WANDB_MODE=offline (tracker=none turns wandb off)"
+            )
         return mode
-    if os.environ.get("WANDB_API_KEY"): return "online"
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
     netrc = Path.home() / ".netrc"
     return "online" if netrc.is_file() and "api.wandb.ai" in netrc.read_text() else "offline"
 
+
 class Tracker:
     "metrics.jsonl + PNGs in the run dir, and wandb when configured."
+
     def __init__(self, run_dir: Path, cfg, resume_step: int = 0):
         self.run_dir, self.wandb = Path(run_dir), None
         self.path = self.run_dir / "metrics.jsonl"
         self._truncate(resume_step)
-        if cfg.tracker == "wandb":                         # a str enum: == compares its value
+        if cfg.tracker == "wandb":  # a str enum: == compares its value
             import wandb
+
             run_id = self._run_id()
-            self.wandb = wandb.init(project="qmind-render", name=cfg.name, id=run_id, resume="allow", dir=str(self.run_dir),
-                                    config=config_to_dict(cfg), mode=wandb_mode(), settings=wandb.Settings(silent=True))
+            self.wandb = wandb.init(
+                project="qmind-render",
+                name=cfg.name,
+                id=run_id,
+                resume="allow",
+                dir=str(self.run_dir),
+                config=config_to_dict(cfg),
+                mode=wandb_mode(),
+                settings=wandb.Settings(silent=True),
+            )
+
 
 # %% ../nbs/50_train.ipynb #5cda3bde
 @patch
 def _truncate(self: Tracker, step: int) -> None:
-    "Drop lines logged after the checkpoint a run resumes from (the crashed run got further than it saved); the log is rewritten whole or not at all."
-    if not self.path.is_file(): return
-    keep = [l for l in self.path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= step]
+    """Drop lines logged after the checkpoint a run resumes from (the crashed run got further than
+    it saved); the log is rewritten whole or not at all."""
+    if not self.path.is_file():
+        return
+    keep = [
+        l for l in self.path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= step
+    ]
     atomic_write(self.path, "".join(l + "\n" for l in keep))
+
 
 @patch
 def _run_id(self: Tracker) -> str:
     p = self.run_dir / "wandb_id.txt"
-    if not p.is_file(): atomic_write(p, f"{self.run_dir.name}-{os.urandom(4).hex()}")
+    if not p.is_file():
+        atomic_write(p, f"{self.run_dir.name}-{os.urandom(4).hex()}")
     return p.read_text().strip()
+
 
 @patch
 def log(self: Tracker, step: int, metrics: dict) -> None:
-    with self.path.open("a") as f: f.write(json.dumps({"step": step, **metrics}) + "\n")
-    if self.wandb: self.wandb.log(metrics, step=step)
+    with self.path.open("a") as f:
+        f.write(json.dumps({"step": step, **metrics}) + "\n")
+    if self.wandb:
+        self.wandb.log(metrics, step=step)
+
 
 @patch
 def image(self: Tracker, step: int, name: str, path: Path) -> None:
     if self.wandb:
         import wandb
+
         self.wandb.log({name: wandb.Image(str(path))}, step=step)
+
 
 @patch
 def close(self: Tracker) -> None:
-    if self.wandb: self.wandb.finish()
+    if self.wandb:
+        self.wandb.finish()
+
 
 def read_metrics(run_dir: Path) -> list[dict]:
     "The logged metrics of a run."
     p = Path(run_dir) / "metrics.jsonl"
     return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.is_file() else []
 
+
 # %% ../nbs/50_train.ipynb #fa25a3df
 def _hms(s: float) -> str:
-    s = int(max(0, s)); return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+    s = int(max(0, s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
 
 class Progress:
-    "A run's progress: a tqdm bar (step, loss, samples/s, ETA) on a terminal, one line per logged step anywhere else."
+    """A run's progress: a tqdm bar (step, loss, samples/s, ETA) on a terminal, one line per logged
+    step anywhere else."""
+
     def __init__(self, total: int, start: int, name: str, stream=None):
         from tqdm import tqdm
+
         self.stream, self.total = stream or sys.stderr, total
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.bar = tqdm(total=total, initial=start, desc=f"training {name}", unit="step", file=self.stream, dynamic_ncols=True,
-                        disable=not self.tty, smoothing=0.05)
-    def update(self) -> None: self.bar.update(1)
+        self.bar = tqdm(
+            total=total,
+            initial=start,
+            desc=f"training {name}",
+            unit="step",
+            file=self.stream,
+            dynamic_ncols=True,
+            disable=not self.tty,
+            smoothing=0.05,
+        )
+
+    def update(self) -> None:
+        self.bar.update(1)
+
     def log(self, step: int, m: dict) -> None:
         "At a log step: the bar's figures, or a line."
-        if self.tty: self.bar.set_postfix_str(f"loss {m['loss']:.4f}, {m['samples_per_s']:.0f} samples/s", refresh=False)
-        else: print(f"  step {step}/{self.total}  loss {m['loss']:.4f}  {m['samples_per_s']:.0f} samples/s  {m['step_ms']:.0f} ms/step  "
-                    f"{_hms((self.total - step) * m['step_ms'] / 1e3)} left", file=self.stream, flush=True)
-    def close(self) -> None: self.bar.close()
+        if self.tty:
+            self.bar.set_postfix_str(
+                f"loss {m['loss']:.4f}, {m['samples_per_s']:.0f} samples/s", refresh=False
+            )
+        else:
+            print(
+                f"  step {step}/{self.total}  loss {m['loss']:.4f}  "
+                f"{m['samples_per_s']:.0f} samples/s  {m['step_ms']:.0f} ms/step  "
+                f"{_hms((self.total - step) * m['step_ms'] / 1e3)} left",
+                file=self.stream,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        self.bar.close()
+
 
 # %% ../nbs/50_train.ipynb #884090b1
 def fixed_samples(ds, split, n: int = 8) -> dict:
-    "The first `n` training and `n` held-out samples (in file order): the same frames at every step."
-    parts = [next(iter(make_loader(ds, split, part, batch=n, seed=0))) for part in ("train", "heldout")]
+    """The first `n` training and `n` held-out samples (in file order): the same frames at every
+    step."""
+    parts = [
+        next(iter(make_loader(ds, split, part, batch=n, seed=0))) for part in ("train", "heldout")
+    ]
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
 
 # %% ../nbs/50_train.ipynb #6ecb202a
 @dataclass
 class Guard:
-    "Non-finite steps, counted on the device: how many, and the first one's step, loss and grad norm (-1: none yet)."
+    """Non-finite steps, counted on the device: how many, and the first one's step, loss and grad
+    norm (-1: none yet)."""
+
     count: torch.Tensor
     first: torch.Tensor
     values: torch.Tensor
 
     @classmethod
     def on(cls, device) -> Guard:
-        return cls(torch.zeros((), dtype=torch.long, device=device), torch.full((), -1, dtype=torch.long, device=device),
-                   torch.zeros(2, device=device))
+        return cls(
+            torch.zeros((), dtype=torch.long, device=device),
+            torch.full((), -1, dtype=torch.long, device=device),
+            torch.zeros(2, device=device),
+        )
 
     def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor, finite: torch.Tensor) -> None:
         new = ~finite & (self.first < 0)
         self.first = torch.where(new, step, self.first)
         self.values = torch.where(new, torch.stack([loss, norm]).float(), self.values)
         self.count += (~finite).long()
+
 
 @dataclass
 class Run:
@@ -226,128 +406,199 @@ class Run:
     ds: object
     split: object
     model: torch.nn.Module
-    net: torch.nn.Module            # what the loop calls: the model, compiled and/or wrapped in DDP
+    net: torch.nn.Module  # what the loop calls: the model, compiled and/or wrapped in DDP
     ema: torch.nn.Module
     opt: torch.optim.Optimizer
     sched: torch.optim.lr_scheduler.LambdaLR
     diffusion: Diffusion
     step: int = 0
     epoch: int = 0
-    pos: int = 0                    # next plan batch of `epoch`
+    pos: int = 0  # next plan batch of `epoch`
     last_ckpt: Path | None = None
     stop_signal: int | None = None
-    guard: Guard | None = None      # non-finite steps, counted on the device
-    elapsed: float = 0.0            # seconds of training before this call (from the checkpoint)
+    guard: Guard | None = None  # non-finite steps, counted on the device
+    elapsed: float = 0.0  # seconds of training before this call (from the checkpoint)
     started: float = field(default_factory=time.monotonic)
     log: dict = field(default_factory=dict)
-    visit: torch.Tensor | None = None  # the timesteps train.sampler_share draws from, on the device (made once, not per step)
+    # the timesteps train.sampler_share draws from, on the device (made once, not per step)
+    visit: torch.Tensor | None = None
+
 
 # %% ../nbs/50_train.ipynb #04a0c962
 def _data(cfg):
-    "The split (a small file, checked first) and the fetched, verified dataset; their errors say what to do."
+    """The split (a small file, checked first) and the fetched, verified dataset; their errors say
+    what to do."""
     split = load_split(cfg.data.holdout)
     return fetch(open_store(cfg.data.store), cfg.data.dataset), split
 
+
 def _model(cfg, dist: Dist, device: torch.device):
     from qmind_render.grid import load_grid
-    torch.manual_seed(cfg.seed)                                  # initial weights: a function of the seed
+
+    # initial weights: a function of the seed
+    torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, grid=load_grid()).to(device)
     compile = cfg.train.compile if cfg.train.compile is not None else device.type == "cuda"
     net = torch.compile(model) if compile else model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
+
         net = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
     return model, net
+
 
 # %% ../nbs/50_train.ipynb #4681b7ef
 def setup(cfg, root: str | Path | None = None) -> Run:
     "Everything a run needs, from its config."
     dist = dist_from_env()
     device = pick_device(cfg.train.device, dist.local_rank)
-    if device.type == "cuda": torch.backends.cudnn.benchmark = True
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
     if dist.world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    run_dir = make_runs_root(root) / cfg.name              # nothing is written into the run dir before the resume check
+    # nothing is written into the run dir before the resume check
+    run_dir = make_runs_root(root) / cfg.name
     ds, split = _data(cfg)
     model, net = _model(cfg, dist, device)
     t = cfg.train
     opt = make_optimizer(model, t.lr, betas=(0.9, 0.99), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, t.warmup, t.steps))
-    ema = make_ema(model, t.ema, warmup=10)                       # decay min(ema, (1+n)/(10+n)): short runs still average
+    # decay min(ema, (1+n)/(10+n)): short runs still average
+    ema = make_ema(model, t.ema, warmup=10)
     diffusion = Diffusion.from_config(cfg.model)
     visit = torch.tensor(sampler_timesteps(diffusion, cfg.eval.ddim_steps), device=device)
-    return Run(cfg, run_dir, dist, device, ds, split, model, net, ema, opt, sched, diffusion, guard=Guard.on(device), visit=visit)
+    return Run(
+        cfg,
+        run_dir,
+        dist,
+        device,
+        ds,
+        split,
+        model,
+        net,
+        ema,
+        opt,
+        sched,
+        diffusion,
+        guard=Guard.on(device),
+        visit=visit,
+    )
+
 
 # %% ../nbs/50_train.ipynb #f38287aa
 def state_dict(run: Run) -> dict:
     "The checkpoint: everything a resumed run needs, as tensors and plain data."
-    return {"model": run.model.state_dict(), "ema": run.ema.state_dict(), "optimizer": run.opt.state_dict(),
-            "scheduler": run.sched.state_dict(), "step": run.step, "epoch": run.epoch, "pos": run.pos, "rng": rng_state(),
-            "config": config_to_dict(run.cfg), "git": git_commit(), "dataset": run.cfg.data.dataset,
-            "dataset_sha256": run.ds.manifest.content_sha256,                       # the exact content it trained on
-            "versions": versions(), "world": run.dist.world, "elapsed_s": run.elapsed + time.monotonic() - run.started,
-            "device": str(run.device)}
+    return {
+        "model": run.model.state_dict(),
+        "ema": run.ema.state_dict(),
+        "optimizer": run.opt.state_dict(),
+        "scheduler": run.sched.state_dict(),
+        "step": run.step,
+        "epoch": run.epoch,
+        "pos": run.pos,
+        "rng": rng_state(),
+        "config": config_to_dict(run.cfg),
+        "git": git_commit(),
+        "dataset": run.cfg.data.dataset,
+        # the exact content it trained on
+        "dataset_sha256": run.ds.manifest.content_sha256,
+        "versions": versions(),
+        "world": run.dist.world,
+        "elapsed_s": run.elapsed + time.monotonic() - run.started,
+        "device": str(run.device),
+    }
+
 
 def restore(run: Run, ckpt: dict, path: Path) -> None:
     "Load a checkpoint into a set-up run (after `check_resume`)."
-    run.model.load_state_dict(ckpt["model"]); run.ema.load_state_dict(ckpt["ema"])
-    run.opt.load_state_dict(ckpt["optimizer"]); run.sched.load_state_dict(ckpt["scheduler"])
+    run.model.load_state_dict(ckpt["model"])
+    run.ema.load_state_dict(ckpt["ema"])
+    run.opt.load_state_dict(ckpt["optimizer"])
+    run.sched.load_state_dict(ckpt["scheduler"])
     run.step, run.epoch, run.pos, run.last_ckpt = ckpt["step"], ckpt["epoch"], ckpt["pos"], path
     run.elapsed = float(ckpt.get("elapsed_s", 0.0))
     restore_rng(ckpt["rng"])
 
+
 # %% ../nbs/50_train.ipynb #00d4179a
 def maybe_restore(run: Run) -> None:
-    """Restore the checkpoint `train.resume` asks for (after `check_resume`); `latest` falls back past corrupt files.
-    A run asked for `train.precision=auto` is pinned here: to the checkpoint's precision when it resumes, else to this device's."""
+    """Restore the checkpoint `train.resume` asks for (after `check_resume`); `latest` falls back
+    past corrupt files. A run asked for `train.precision=auto` is pinned here: to the checkpoint's
+    precision when it resumes, else to this device's."""
     got = pick_resume(run.dir, run.cfg.train.resume, set_aside=run.dist.main)
     if run.cfg.train.precision == "auto":
-        pinned = got[1]["config"]["train"]["precision"] if got else resolve_precision("auto", run.device).value
+        pinned = (
+            got[1]["config"]["train"]["precision"]
+            if got
+            else resolve_precision("auto", run.device).value
+        )
         run.cfg = load_config(config_to_dict(run.cfg), [f"train.precision={pinned}"])
-    if got is None: return
+    if got is None:
+        return
     path, ckpt = got
-    check_resume(ckpt, run.cfg, path, run.ds.manifest.content_sha256)      # the same dataset *content*, too
+    # the same dataset *content*, too
+    check_resume(ckpt, run.cfg, path, run.ds.manifest.content_sha256)
     restore(run, ckpt, path)
+
 
 # %% ../nbs/50_train.ipynb #9413031d
 class NonFiniteError(UserError, FloatingPointError):
     "A NaN/Inf loss or gradient; the message names the step and the last good checkpoint."
 
+
 def _precision(run: Run):
     dtype = precision_dtype(run.cfg.train.precision, run.device)
     return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
 
-def draw_timesteps(diffusion: Diffusion, n: int, generator: torch.Generator | None = None, device=None,
-                   visit=(), share: float = 0.0) -> torch.Tensor:
-    "`n` timesteps, uniform over 0..T-1; with `share` > 0, each is instead (with that probability) one of `visit`."
+
+def draw_timesteps(
+    diffusion: Diffusion,
+    n: int,
+    generator: torch.Generator | None = None,
+    device=None,
+    visit=(),
+    share: float = 0.0,
+) -> torch.Tensor:
+    """`n` timesteps, uniform over 0..T-1; with `share` > 0, each is instead (with that probability)
+    one of `visit`."""
     g_dev = generator.device if generator is not None else torch.device(device or "cpu")
     t = torch.randint(0, diffusion.T, (n,), generator=generator, device=g_dev)
     if share > 0 and len(visit):
-        pick = torch.as_tensor(visit, device=g_dev)[torch.randint(0, len(visit), (n,), generator=generator, device=g_dev)]
+        pick = torch.as_tensor(visit, device=g_dev)[
+            torch.randint(0, len(visit), (n,), generator=generator, device=g_dev)
+        ]
         t = torch.where(torch.rand(n, generator=generator, device=g_dev) < share, pick, t)
     return t.to(device or g_dev)
+
 
 def sampler_timesteps(diffusion: Diffusion, step_counts) -> list[int]:
     "Every timestep that a K-step DDIM sample visits, for each K in `step_counts` (ascending)."
     return sorted({t for k in step_counts for t in diffusion.ddim_timesteps(int(k))})
 
-def objective(cfg, diffusion: Diffusion, step: int, n: int, g: torch.Generator, visit: torch.Tensor) -> tuple[torch.Tensor, str]:
-    """Step `step`'s `n` timesteps (on `g`'s device) and its loss: in the run's last `train.finetune_steps`, the one-step
-    fine-tune's (t = T-1, the x0 task loss); before, uniform t with a `train.sampler_share` at `visit` (the timesteps the
-    samplers of `eval.ddim_steps` visit, `Run.visit`), and `train.loss`."""
+
+def objective(
+    cfg, diffusion: Diffusion, step: int, n: int, g: torch.Generator, visit: torch.Tensor
+) -> tuple[torch.Tensor, str]:
+    """Step `step`'s `n` timesteps (on `g`'s device) and its loss: in the run's last
+    `train.finetune_steps`, the one-step fine-tune's (t = T-1, the x0 task loss); before, uniform t
+    with a `train.sampler_share` at `visit` (the timesteps the samplers of `eval.ddim_steps` visit,
+    `Run.visit`), and `train.loss`."""
     t = cfg.train
-    if step >= t.steps - t.finetune_steps: return torch.full((n,), diffusion.T - 1, device=g.device), "x0"
+    if step >= t.steps - t.finetune_steps:
+        return torch.full((n,), diffusion.T - 1, device=g.device), "x0"
     return draw_timesteps(diffusion, n, g, visit=visit, share=t.sampler_share), t.loss
 
+
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device: nothing here waits for it."
+    """One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device:
+    nothing here waits for it."""
     g = seed_step(run.cfg.seed, run.step, run.dist.rank, run.device)
     run.opt.zero_grad(set_to_none=True)
     total = torch.zeros((), device=run.device)
     for i, b in enumerate(micro):
         x0, cond = prepare_batch(b, run.device)
         sync = i == len(micro) - 1 or not hasattr(run.net, "no_sync")
-        with (run.net.no_sync() if not sync else contextlib.nullcontext()), _precision(run):
+        with run.net.no_sync() if not sync else contextlib.nullcontext(), _precision(run):
             t, kind = objective(run.cfg, run.diffusion, run.step, x0.shape[0], g, run.visit)
             loss = diffusion_loss(run.net, run.diffusion, x0, cond, g, t=t, loss=kind)
         (loss / len(micro)).backward()
@@ -359,114 +610,198 @@ def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
     run.sched.step()
     return total, norm, finite
 
+
 # %% ../nbs/50_train.ipynb #f4cf8544
 def batches(run: Run):
-    """This rank's plan batches from (run.epoch, run.pos) to the end of the run, from one loader whose workers prefetch
-    (pinned for a GPU) across epochs; advances run.pos and run.epoch."""
+    """This rank's plan batches from (run.epoch, run.pos) to the end of the run, from one loader
+    whose workers prefetch (pinned for a GPU) across epochs; advances run.pos and run.epoch."""
     t = run.cfg.train
-    loader = make_loader(run.ds, run.split, "train", batch=t.batch, seed=run.cfg.seed, epoch=run.epoch, start=run.pos,
-                         batches=max(0, t.steps - run.step) * t.grad_accum, workers=t.workers,
-                         pin_memory=run.device.type == "cuda", rank=run.dist.rank, world=run.dist.world)
+    loader = make_loader(
+        run.ds,
+        run.split,
+        "train",
+        batch=t.batch,
+        seed=run.cfg.seed,
+        epoch=run.epoch,
+        start=run.pos,
+        batches=max(0, t.steps - run.step) * t.grad_accum,
+        workers=t.workers,
+        pin_memory=run.device.type == "cuda",
+        rank=run.dist.rank,
+        world=run.dist.world,
+    )
     n = loader.dataset.plan.per_epoch
-    run.epoch, run.pos = divmod(run.epoch * n + run.pos, n)        # a checkpoint at an epoch's end may say pos == n
+    # a checkpoint at an epoch's end may say pos == n
+    run.epoch, run.pos = divmod(run.epoch * n + run.pos, n)
     for b in loader:
         run.pos += 1
-        if run.pos == n: run.epoch, run.pos = run.epoch + 1, 0
+        if run.pos == n:
+            run.epoch, run.pos = run.epoch + 1, 0
         yield b
+
 
 # %% ../nbs/50_train.ipynb #ea66e9c6
 @dataclass
 class Meter:
     "Sums over a logging interval, kept on the device until read (one host read per log line)."
-    loss: torch.Tensor | float = 0.0        # over the finite steps
+
+    loss: torch.Tensor | float = 0.0  # over the finite steps
     norm: torch.Tensor | float = 0.0
-    bad: torch.Tensor | float = 0.0         # non-finite steps
+    bad: torch.Tensor | float = 0.0  # non-finite steps
     steps: int = 0
     wait: float = 0.0
     t0: float = field(default_factory=time.perf_counter)
+
     def add(self, loss, norm, finite, wait):
-        self.loss, self.norm = self.loss + torch.where(finite, loss, 0.0), self.norm + torch.where(finite, norm, 0.0)
-        self.bad, self.steps, self.wait = self.bad + (~finite).float(), self.steps + 1, self.wait + wait
+        self.loss, self.norm = (
+            self.loss + torch.where(finite, loss, 0.0),
+            self.norm + torch.where(finite, norm, 0.0),
+        )
+        self.bad, self.steps, self.wait = (
+            self.bad + (~finite).float(),
+            self.steps + 1,
+            self.wait + wait,
+        )
+
     def read(self, run: Run) -> dict:
-        loss, norm, bad = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=run.device) for v in (self.loss, self.norm, self.bad)]).tolist()
-        dt, n, good = time.perf_counter() - self.t0, max(self.steps, 1), max(self.steps - int(bad), 1)
-        return {"loss": loss / good, "grad_norm": norm / good, "lr": run.sched.get_last_lr()[0],
-                "samples_per_s": self.steps * run.cfg.train.batch * run.cfg.train.grad_accum / dt,
-                "data_wait": self.wait / dt, "step_ms": 1000 * dt / n, "skipped": int(bad), "epoch": run.epoch,
-                "elapsed_s": round(run.elapsed + time.monotonic() - run.started, 2)}
+        loss, norm, bad = torch.stack(
+            [
+                torch.as_tensor(v, dtype=torch.float32, device=run.device)
+                for v in (self.loss, self.norm, self.bad)
+            ]
+        ).tolist()
+        dt, n, good = (
+            time.perf_counter() - self.t0,
+            max(self.steps, 1),
+            max(self.steps - int(bad), 1),
+        )
+        return {
+            "loss": loss / good,
+            "grad_norm": norm / good,
+            "lr": run.sched.get_last_lr()[0],
+            "samples_per_s": self.steps * run.cfg.train.batch * run.cfg.train.grad_accum / dt,
+            "data_wait": self.wait / dt,
+            "step_ms": 1000 * dt / n,
+            "skipped": int(bad),
+            "epoch": run.epoch,
+            "elapsed_s": round(run.elapsed + time.monotonic() - run.started, 2),
+        }
+
 
 def check_finite(run: Run) -> None:
-    "With train.nonfinite=stop, raise `NonFiniteError` if any step so far was not finite (reads the device: at log and save time)."
-    if run.cfg.train.nonfinite != "stop": return
-    count, first, loss, norm = torch.cat([torch.stack([run.guard.count, run.guard.first]).float(), run.guard.values]).tolist()
+    """With train.nonfinite=stop, raise `NonFiniteError` if any step so far was not finite (reads
+    the device: at log and save time)."""
+    if run.cfg.train.nonfinite != "stop":
+        return
+    count, first, loss, norm = torch.cat(
+        [torch.stack([run.guard.count, run.guard.first]).float(), run.guard.values]
+    ).tolist()
     if count:
-        raise NonFiniteError(f"non-finite loss or gradient at step {int(first)} (loss={loss}, grad norm={norm}); weights not "
-                             f"updated; last good checkpoint: {run.last_ckpt or 'none yet'}")
+        raise NonFiniteError(
+            f"non-finite loss or gradient at step {int(first)} (loss={loss}, grad "
+            f"norm={norm}); weights not "
+            f"updated; last good checkpoint: {run.last_ckpt or 'none yet'}"
+        )
+
 
 # %% ../nbs/50_train.ipynb #e95820c6
 def save(run: Run) -> Path:
-    "Checkpoint the run (rank 0 writes); remember it as the last good one. Never after a non-finite step (nonfinite=stop)."
+    """Checkpoint the run (rank 0 writes); remember it as the last good one. Never after a
+    non-finite step (nonfinite=stop)."""
     check_finite(run)
-    if run.dist.main: run.last_ckpt = save_checkpoint(state_dict(run), run.dir, run.cfg.train.keep_last)
+    if run.dist.main:
+        run.last_ckpt = save_checkpoint(state_dict(run), run.dir, run.cfg.train.keep_last)
     return run.last_ckpt
+
 
 def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = 4) -> Path:
     "Render the fixed samples with the EMA model; write samples/{step}.png (and to the tracker)."
     _, cond = prepare_batch(fixed, run.device)
-    pred = to_uint8(ddim_sample(run.ema.module, cond, run.diffusion, steps, torch.Generator(run.device).manual_seed(0)))
-    path = save_image(sample_grid(fixed, pred), run.dir / "samples" / f"{run.step:07d}.png")   # viz's: surface | ground truth | model
+    pred = to_uint8(
+        ddim_sample(
+            run.ema.module, cond, run.diffusion, steps, torch.Generator(run.device).manual_seed(0)
+        )
+    )
+    # viz's: surface | ground truth | model
+    path = save_image(sample_grid(fixed, pred), run.dir / "samples" / f"{run.step:07d}.png")
     tracker.image(run.step, "samples", path)
     return path
+
 
 # %% ../nbs/50_train.ipynb #a039dea1
 @contextlib.contextmanager
 def stop_on_signals(run: Run):
     "SIGTERM/SIGINT set `run.stop_signal`; the loop checkpoints and returns at the end of the step."
     if sys.modules["threading"].current_thread() is not sys.modules["threading"].main_thread():
-        yield; return
-    def handler(signum, frame): run.stop_signal = signum
+        yield
+        return
+
+    def handler(signum, frame):
+        run.stop_signal = signum
+
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try: yield
+    try:
+        yield
     finally:
-        for s, h in old.items(): signal.signal(s, h)
+        for s, h in old.items():
+            signal.signal(s, h)
+
 
 class OutOfMemory(UserError, MemoryError):
-    "A training step did not fit in the device's memory; the message names the settings to change and the intact checkpoint."
+    """A training step did not fit in the device's memory; the message names the settings to change
+    and the intact checkpoint."""
+
 
 def _oom(run: Run, e: Exception) -> OutOfMemory:
     t = run.cfg.train
-    return OutOfMemory(f"out of memory at step {run.step} with train.batch={t.batch} on {run.device}: try "
-                       f"train.batch={max(1, t.batch // 2)} train.grad_accum={t.grad_accum * 2} (the same effective batch)"
-                       f"{'' if t.precision == 'bf16' else ' or train.precision=bf16'}; the last checkpoint, {run.last_ckpt or 'none yet'}, is "
-                       f"intact ({str(e).splitlines()[0][:160]})")
+    return OutOfMemory(
+        f"out of memory at step {run.step} with train.batch={t.batch} on {run.device}: try "
+        f"train.batch={max(1, t.batch // 2)} train.grad_accum={t.grad_accum * 2} (the "
+        "same effective batch)"
+        f"{'' if t.precision == 'bf16' else ' or train.precision=bf16'}; the last "
+        f"checkpoint, {run.last_ckpt or 'none yet'}, is "
+        f"intact ({str(e).splitlines()[0][:160]})"
+    )
+
 
 # %% ../nbs/50_train.ipynb #1ea950ff
 def loop_step(run: Run, it, meter: Meter) -> None:
-    "One step of the loop: the next `train.grad_accum` batches from `it`, `train_step`, and the guard and meter told."
+    """One step of the loop: the next `train.grad_accum` batches from `it`, `train_step`, and the
+    guard and meter told."""
     t0 = time.perf_counter()
     micro = [next(it) for _ in range(run.cfg.train.grad_accum)]
     wait = time.perf_counter() - t0
-    try: loss, norm, finite = train_step(run, micro)
-    except torch.OutOfMemoryError as e: raise _oom(run, e) from None
+    try:
+        loss, norm, finite = train_step(run, micro)
+    except torch.OutOfMemoryError as e:
+        raise _oom(run, e) from None
     run.guard.add(run.step, loss, norm, finite)
     meter.add(loss, norm, finite, wait)
     run.step += 1
+
 
 def _due(run: Run, last_save: float) -> bool:
     t = run.cfg.train
     by_steps = t.ckpt_every_steps > 0 and run.step % t.ckpt_every_steps == 0
     return by_steps or time.monotonic() - last_save >= 60 * t.ckpt_every_min
 
+
 # %% ../nbs/50_train.ipynb #6ac2ac33
-def train(cfg, root: str | Path | None = None, stop_after: int | None = None, progress: bool = True) -> dict:
+def train(
+    cfg, root: str | Path | None = None, stop_after: int | None = None, progress: bool = True
+) -> dict:
     """Train (or resume, or report finished) the run `cfg` describes; returns a summary.
-    `stop_after`: checkpoint and return after that many steps of this call, as if interrupted; `progress`: show it (stderr)."""
+    `stop_after`: checkpoint and return after that many steps of this call, as if interrupted;
+    `progress`: show it (stderr)."""
     run, t = setup(cfg, root), cfg.train
-    maybe_restore(run)                                      # a refused resume leaves the run dir as it was
-    cfg = run.cfg                                           # with train.precision=auto pinned
-    if run.dist.main: save_config(cfg, run.dir / "config.yaml")
+    # a refused resume leaves the run dir as it was
+    maybe_restore(run)
+    cfg = run.cfg  # with train.precision=auto pinned
+    if run.dist.main:
+        save_config(cfg, run.dir / "config.yaml")
     start, t_start = run.step, time.monotonic()
-    if run.step >= t.steps: return _summary(run, "finished earlier", start, t_start)
+    if run.step >= t.steps:
+        return _summary(run, "finished earlier", start, t_start)
     tracker = Tracker(run.dir, cfg, run.step) if run.dist.main else None
     fixed = fixed_samples(run.ds, run.split) if run.dist.main else None
     it, meter, last_save, status = batches(run), Meter(), time.monotonic(), "finished"
@@ -475,54 +810,101 @@ def train(cfg, root: str | Path | None = None, stop_after: int | None = None, pr
         with stop_on_signals(run):
             while run.step < t.steps:
                 loop_step(run, it, meter)
-                if shown: shown.update()
-                if run.step % t.log_every == 0:                     # every rank, so a stop is taken by all of them at once
+                if shown:
+                    shown.update()
+                # every rank, so a stop is taken by all of them at once
+                if run.step % t.log_every == 0:
                     check_finite(run)
                     if run.dist.main:
                         tracker.log(run.step, m := meter.read(run))
-                        if shown: shown.log(run.step, m)
+                        if shown:
+                            shown.log(run.step, m)
                     meter = Meter()
-                if run.dist.main and t.sample_every and run.step % t.sample_every == 0: sample(run, fixed, tracker)
-                if _due(run, last_save): save(run); last_save = time.monotonic()
-                if run.stop_signal is not None: status = f"stopped by {signal.Signals(run.stop_signal).name}"; break
-                if stop_after is not None and run.step - start >= stop_after: status = "paused"; break
-            if run.last_ckpt is None or run.last_ckpt.name != checkpoint_name(run.step): save(run)
-            if run.dist.main and status == "finished": sample(run, fixed, tracker)
+                if run.dist.main and t.sample_every and run.step % t.sample_every == 0:
+                    sample(run, fixed, tracker)
+                if _due(run, last_save):
+                    save(run)
+                    last_save = time.monotonic()
+                if run.stop_signal is not None:
+                    status = f"stopped by {signal.Signals(run.stop_signal).name}"
+                    break
+                if stop_after is not None and run.step - start >= stop_after:
+                    status = "paused"
+                    break
+            if run.last_ckpt is None or run.last_ckpt.name != checkpoint_name(run.step):
+                save(run)
+            if run.dist.main and status == "finished":
+                sample(run, fixed, tracker)
     finally:
-        if tracker: tracker.close()
-        if shown: shown.close()
+        if tracker:
+            tracker.close()
+        if shown:
+            shown.close()
     return _summary(run, status, start, t_start)
+
 
 def _summary(run: Run, status: str, start: int, t0: float) -> dict:
     m = read_metrics(run.dir)
-    return {"status": status, "run_dir": str(run.dir), "step": run.step, "steps_this_call": run.step - start,
-            "last_checkpoint": str(run.last_ckpt) if run.last_ckpt else None, "loss": m[-1]["loss"] if m else None,
-            "seconds": round(time.monotonic() - t0, 1)}
+    return {
+        "status": status,
+        "run_dir": str(run.dir),
+        "step": run.step,
+        "steps_this_call": run.step - start,
+        "last_checkpoint": str(run.last_ckpt) if run.last_ckpt else None,
+        "loss": m[-1]["loss"] if m else None,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+
 
 # %% ../nbs/50_train.ipynb #502152a2
 def train_main(argv: list[str]) -> int:
     "`qmind train [CONFIG] [key=value ...] [--runs DIR]`"
     import argparse
     from qmind_render.config import add_config_args, config_from_args
-    p = argparse.ArgumentParser(prog="qmind train", description="Train (or resume) a run; its dir is runs/<name>/.")
+
+    p = argparse.ArgumentParser(
+        prog="qmind train", description="Train (or resume) a run; its dir is runs/<name>/."
+    )
     add_config_args(p, "key=value, e.g. train.steps=500 seed=2 train.resume=never")
-    p.add_argument("--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)")
-    a = p.parse_intermixed_args(argv)          # options anywhere on the line
+    p.add_argument(
+        "--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)"
+    )
+    a = p.parse_intermixed_args(argv)  # options anywhere on the line
     cfg = config_from_args(a)
-    try: res = train(cfg, a.runs)
+    try:
+        res = train(cfg, a.runs)
     finally:
-        if torch.distributed.is_initialized(): torch.distributed.destroy_process_group()
-    if dist_from_env().main: print(json.dumps(res, indent=1))
-    return 0 if res["status"].startswith("finished") else 128 + signal.SIGTERM if "SIGTERM" in res["status"] else 1
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    if dist_from_env().main:
+        print(json.dumps(res, indent=1))
+    return (
+        0
+        if res["status"].startswith("finished")
+        else 128 + signal.SIGTERM
+        if "SIGTERM" in res["status"]
+        else 1
+    )
+
 
 # %% ../nbs/50_train.ipynb #700ece8a
-if __name__ == "__main__" and "__file__" in globals():  # python -m qmind_render.train / torchrun -m ...
+# python -m qmind_render.train / torchrun -m ...
+if __name__ == "__main__" and "__file__" in globals():
     from qmind_render.cli import main as _cli
+
     sys.exit(_cli(["train", *sys.argv[1:]]))
 
+
 # %% ../nbs/50_train.ipynb #4cdae4a2
-def overfit_one_batch(model: torch.nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: dict, steps: int = 300,
-                      lr: float = 2e-3, seed: int = 0) -> list[float]:
+def overfit_one_batch(
+    model: torch.nn.Module,
+    diffusion: Diffusion,
+    x0: torch.Tensor,
+    cond: dict,
+    steps: int = 300,
+    lr: float = 2e-3,
+    seed: int = 0,
+) -> list[float]:
     "Train on one fixed (batch, t, noise) draw; the loss after each step."
     g = torch.Generator(x0.device).manual_seed(seed)
     t = torch.randint(0, diffusion.T, (x0.shape[0],), generator=g, device=x0.device)
@@ -531,44 +913,98 @@ def overfit_one_batch(model: torch.nn.Module, diffusion: Diffusion, x0: torch.Te
     losses = []
     for _ in range(steps):
         loss = diffusion_loss(model, diffusion, x0, cond, t=t, noise=noise)
-        opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
         losses.append(loss.item())
     return losses
 
+
 # %% ../nbs/50_train.ipynb #74a2d691
-def quick_train(model: torch.nn.Module, diffusion: Diffusion, x0: torch.Tensor, cond: dict, steps: int = 500, lr: float = 1e-3,
-                batch: int = 8, seed: int = 0, ema_decay: float = 0.99):
-    "A short random-t training run on a small fixed set (for pictures and smoke tests); returns (ema, losses)."
+def quick_train(
+    model: torch.nn.Module,
+    diffusion: Diffusion,
+    x0: torch.Tensor,
+    cond: dict,
+    steps: int = 500,
+    lr: float = 1e-3,
+    batch: int = 8,
+    seed: int = 0,
+    ema_decay: float = 0.99,
+):
+    """A short random-t training run on a small fixed set (for pictures and smoke tests); returns
+    (ema, losses)."""
     g = torch.Generator(x0.device).manual_seed(seed)
     opt, ema, losses = torch.optim.AdamW(model.parameters(), lr=lr), make_ema(model, ema_decay), []
     for _ in range(steps):
         i = torch.randint(0, x0.shape[0], (batch,), generator=g, device=x0.device)
         loss = diffusion_loss(model, diffusion, x0[i], {k: v[i] for k, v in cond.items()}, g)
-        opt.zero_grad(set_to_none=True); loss.backward(); opt.step(); ema.update_parameters(model)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        ema.update_parameters(model)
         losses.append(loss.item())
     return ema, losses
 
+
 # %% ../nbs/50_train.ipynb #ee801a2c
-def bench_train(steps: int = 60, batch: int = 32, size: str = "tiny", log_every: int = 10, precision: str = "auto") -> dict:
-    "Loop overhead (data, logging, bookkeeping) as a fraction of step time, on this machine's CPU (medians)."
+def bench_train(
+    steps: int = 60,
+    batch: int = 32,
+    size: str = "tiny",
+    log_every: int = 10,
+    precision: str = "auto",
+) -> dict:
+    """Loop overhead (data, logging, bookkeeping) as a fraction of step time, on this machine's CPU
+    (medians)."""
     import tempfile
     from qmind_render.generate import generate
     from qmind_render.splits import make_split, save_split
+
     with tempfile.TemporaryDirectory() as td:
         os.environ.setdefault("QMIND_CACHE", f"{td}/cache")
-        split = save_split(make_split("random_15"), td)                 # its own split file: runs from any folder
-        o = [f"data.store={td}/store", "data.dataset=ds-bench", "data.episodes=16", "data.frames_per_episode=32", f"data.holdout={split}",
-             f"train.batch={batch}", f"train.steps={steps}", f"train.log_every={log_every}", "train.sample_every=0", "tracker=none",
-             f"model.size={size}", "train.ckpt_every_min=1e9", "train.resume=never", "train.device=cpu", f"train.precision={precision}"]
+        # its own split file: runs from any folder
+        split = save_split(make_split("random_15"), td)
+        o = [
+            f"data.store={td}/store",
+            "data.dataset=ds-bench",
+            "data.episodes=16",
+            "data.frames_per_episode=32",
+            f"data.holdout={split}",
+            f"train.batch={batch}",
+            f"train.steps={steps}",
+            f"train.log_every={log_every}",
+            "train.sample_every=0",
+            "tracker=none",
+            f"model.size={size}",
+            "train.ckpt_every_min=1e9",
+            "train.resume=never",
+            "train.device=cpu",
+            f"train.precision={precision}",
+        ]
         generate(load_config(None, o).data, workers=1, progress=False)
         cfg = load_config(None, o + ["name=bench"])
         train(cfg, f"{td}/runs")
-        loop = float(np.median([m["step_ms"] for m in read_metrics(Path(td) / "runs" / "bench")[1:]])) / 1000
+        loop = (
+            float(np.median([m["step_ms"] for m in read_metrics(Path(td) / "runs" / "bench")[1:]]))
+            / 1000
+        )
         run = setup(cfg, f"{td}/runs")
         micro = [[b] for b, _ in zip(batches(run), range(steps))]
         times = []
         for m in micro:
-            t0 = time.perf_counter(); train_step(run, m); run.step += 1; times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            train_step(run, m)
+            run.step += 1
+            times.append(time.perf_counter() - t0)
         bare = float(np.median(times[log_every:]))
-    return {"step_ms_loop": 1000 * loop, "step_ms_bare": 1000 * bare, "overhead_fraction": 1 - bare / loop,
-            "model": size, "batch": batch, "precision": resolve_precision(precision).value, "steps": steps, "threads": torch.get_num_threads()}
+    return {
+        "step_ms_loop": 1000 * loop,
+        "step_ms_bare": 1000 * bare,
+        "overhead_fraction": 1 - bare / loop,
+        "model": size,
+        "batch": batch,
+        "precision": resolve_precision(precision).value,
+        "steps": steps,
+        "threads": torch.get_num_threads(),
+    }

@@ -1,4 +1,4 @@
-"""Small tools every stage uses: a file written whole or not at all, a pool of worker processes, a table of rows.
+"""Small tools every stage uses: whole-or-nothing files, a worker pool, a table of rows.
 
 Docs: https://qmind.github.io/qmind-render/util.html.md"""
 
@@ -21,139 +21,237 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['atomic_write', 'save_figure', 'save_image', 'atomic_dir', 'mp_context', 'process_pool', 'pool_map', 'format_cell',
-           'format_table', 'device_sync', 'median_time', 'interleaved', 'cpu_name']
+__all__ = [
+    "atomic_write",
+    "save_figure",
+    "save_image",
+    "atomic_dir",
+    "mp_context",
+    "process_pool",
+    "pool_map",
+    "format_cell",
+    "format_table",
+    "device_sync",
+    "median_time",
+    "interleaved",
+    "cpu_name",
+]
+
 
 # %% ../nbs/00_util.ipynb #9587c151
 def _temp_name(path: Path, suffix: str) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
 
-def atomic_write(path: str | os.PathLike, data: bytes | str | None = None, *, src: str | os.PathLike | None = None,
-                 write: Callable[[Path], object] | None = None, suffix: str = ".tmp") -> Path:
-    "Write `path` whole or not at all: `data` (bytes or text), a copy of file `src`, or what `write(tmp)` writes at `tmp`."
-    if sum(x is not None for x in (data, src, write)) != 1: raise TypeError("atomic_write: give exactly one of data, src, write")
+
+def atomic_write(
+    path: str | os.PathLike,
+    data: bytes | str | None = None,
+    *,
+    src: str | os.PathLike | None = None,
+    write: Callable[[Path], object] | None = None,
+    suffix: str = ".tmp",
+) -> Path:
+    """Write `path` whole or not at all: `data` (bytes or text), a copy of file `src`, or what
+    `write(tmp)` writes at `tmp`."""
+    if sum(x is not None for x in (data, src, write)) != 1:
+        raise TypeError("atomic_write: give exactly one of data, src, write")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_name(path, suffix)
     try:
         with open(tmp, "xb") as f:
             if src is not None:
-                with open(src, "rb") as s: shutil.copyfileobj(s, f, 1 << 20)
-            elif data is not None: f.write(data.encode() if isinstance(data, str) else data)
-        if write is not None: write(tmp)
-        with open(tmp, "rb+") as f: os.fsync(f.fileno())
+                with open(src, "rb") as s:
+                    shutil.copyfileobj(s, f, 1 << 20)
+            elif data is not None:
+                f.write(data.encode() if isinstance(data, str) else data)
+        if write is not None:
+            write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
 
+
 # %% ../nbs/00_util.ipynb #d936c183
 def save_figure(fig, path: str | os.PathLike, **kw) -> Path:
-    "Write matplotlib `Figure` `fig` to `path` whole or not at all, in the format `path`'s extension names."
+    """Write matplotlib `Figure` `fig` to `path` whole or not at all, in the format `path`'s
+    extension names."""
     path = Path(path)
-    return atomic_write(path, write=lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or None, **kw))
+    return atomic_write(
+        path, write=lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or None, **kw)
+    )
+
 
 def save_image(img, path: str | os.PathLike, **kw) -> Path:
-    "Write `img` (a uint8 array or a PIL image) to `path` whole or not at all, in the format `path`'s extension names."
+    """Write `img` (a uint8 array or a PIL image) to `path` whole or not at all, in the format
+    `path`'s extension names."""
     from PIL import Image
+
     path, im = Path(path), img if isinstance(img, Image.Image) else Image.fromarray(img)
     fmt = Image.registered_extensions().get(path.suffix.lower())
-    if fmt is None: raise ValueError(f"{path}: no image format has the extension {path.suffix!r} (use .png, .gif, .jpg, ...)")
+    if fmt is None:
+        raise ValueError(
+            f"{path}: no image format has the extension {path.suffix!r} (use .png, .gif, .jpg, ...)"
+        )
     return atomic_write(path, write=lambda tmp: im.save(tmp, format=fmt, **kw))
+
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
-    """Make the folder `path` whole or not at all: fill the temporary folder this yields; it becomes `path` when the block ends.
-    `replace=False`: a `path` that exists by then is kept (another process made it first) and the new folder dropped."""
+    """Make the folder `path` whole or not at all: fill the temporary folder this yields; it becomes
+    `path` when the block ends. `replace=False`: a `path` that exists by then is kept (another
+    process made it first) and the new folder dropped."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.new-", dir=path.parent))
     try:
         yield tmp
         if not replace:
-            with contextlib.suppress(OSError): os.rename(tmp, path)    # fails when `path` exists and is not empty: keep it
+            # fails when `path` exists and is not empty: keep it
+            with contextlib.suppress(OSError):
+                os.rename(tmp, path)
             return
         old = _temp_name(path, ".old")
-        if path.exists(): os.rename(path, old)
+        if path.exists():
+            os.rename(path, old)
         os.rename(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
+
 # %% ../nbs/00_util.ipynb #cc6e2b28
 def mp_context(start: str | None = None):
-    "The multiprocessing context the project's pools use: `start` (fork | spawn | forkserver), else `fork` on Linux and `spawn` elsewhere."
+    """The multiprocessing context the project's pools use: `start` (fork | spawn | forkserver),
+    else `fork` on Linux and `spawn` elsewhere."""
     return mp.get_context(start or ("fork" if sys.platform.startswith("linux") else "spawn"))
 
+
 def process_pool(workers: int, start: str | None = None) -> ProcessPoolExecutor:
-    "A pool of `workers` processes started as `mp_context(start)` says; `submit` work to it, `shutdown` when done."
+    """A pool of `workers` processes started as `mp_context(start)` says; `submit` work to it,
+    `shutdown` when done."""
     return ProcessPoolExecutor(workers, mp_context=mp_context(start))
 
-def pool_map(fn: Callable, items: Iterable, workers: int | None = None, bar=None,
-             count: Callable[[object], int] | None = None, start: str | None = None) -> Iterator:
-    "`fn` over `items` in `workers` processes (default one per core, at most one per item); results as they finish."
+
+def pool_map(
+    fn: Callable,
+    items: Iterable,
+    workers: int | None = None,
+    bar=None,
+    count: Callable[[object], int] | None = None,
+    start: str | None = None,
+) -> Iterator:
+    """`fn` over `items` in `workers` processes (default one per core, at most one per item);
+    results as they finish."""
     items = list(items)
     workers = max(1, min(workers or os.cpu_count() or 1, len(items) or 1))
+
     def done(r):
-        if bar is not None: bar.update(count(r) if count else 1)
+        if bar is not None:
+            bar.update(count(r) if count else 1)
         return r
+
     if workers == 1:
-        for it in items: yield done(fn(it))
+        for it in items:
+            yield done(fn(it))
         return
     pool = process_pool(workers, start)
     try:
-        for f in as_completed([pool.submit(fn, it) for it in items]): yield done(f.result())
-    finally: pool.shutdown(wait=True, cancel_futures=True)
+        for f in as_completed([pool.submit(fn, it) for it in items]):
+            yield done(f.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
 
 # %% ../nbs/00_util.ipynb #aba0ee3c
 def format_cell(v) -> str:
-    "A value as a table cell: `-` for None, yes/NO for a bool, three significant digits for a float."
-    if v is None: return "-"
-    if isinstance(v, bool): return "yes" if v else "NO"
-    if isinstance(v, float): return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.3e}"
+    """A value as a table cell: `-` for None, yes/NO for a bool, three significant digits for a
+    float."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.3e}"
     return str(v)
 
-def format_table(rows: list[dict], cols: list[str] | None = None, markdown: bool = False,
-                 cell: Callable[[object], str] = format_cell, empty: str | None = None, right: Iterable[str] = ()) -> str:
-    "`rows` as an aligned plain-text table, or a markdown one; `empty` (when given) stands for no rows; `right`: right-aligned columns."
-    if not rows and empty is not None: return empty
+
+def format_table(
+    rows: list[dict],
+    cols: list[str] | None = None,
+    markdown: bool = False,
+    cell: Callable[[object], str] = format_cell,
+    empty: str | None = None,
+    right: Iterable[str] = (),
+) -> str:
+    """`rows` as an aligned plain-text table, or a markdown one; `empty` (when given) stands for no
+    rows; `right`: right-aligned columns."""
+    if not rows and empty is not None:
+        return empty
     cols, right = list(cols or (rows[0] if rows else [])), set(right)
     body = [[cell(r.get(c)) for c in cols] for r in rows]
     if markdown:
         rule = "|" + "".join("--:|" if c in right else "---|" for c in cols)
-        return "\n".join(["| " + " | ".join(cols) + " |", rule] + ["| " + " | ".join(b) + " |" for b in body])
+        return "\n".join(
+            ["| " + " | ".join(cols) + " |", rule] + ["| " + " | ".join(b) + " |" for b in body]
+        )
     w = [max(len(x[i]) for x in [cols, *body]) for i in range(len(cols))]
     pad = lambda i, s: s.rjust(w[i]) if cols[i] in right else s.ljust(w[i])
     return "\n".join("  ".join(pad(i, c) for i, c in enumerate(x)).rstrip() for x in [cols, *body])
 
+
 # %% ../nbs/00_util.ipynb #b7ce9506
 def device_sync(device) -> Callable[[], None]:
-    "What waits for `device` to finish its queued work: `torch.cuda.synchronize` on a GPU, nothing elsewhere."
+    """What waits for `device` to finish its queued work: `torch.cuda.synchronize` on a GPU, nothing
+    elsewhere."""
     import torch
+
     return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
 
-def median_time(fn: Callable, iters: int, warmup: int = 0, sync: Callable[[], None] = lambda: None) -> float:
-    "Median seconds per call of `fn` over `iters` calls, after `warmup` uncounted ones; `sync` after each call."
-    for _ in range(warmup): fn()
-    sync(); out = []
+
+def median_time(
+    fn: Callable, iters: int, warmup: int = 0, sync: Callable[[], None] = lambda: None
+) -> float:
+    """Median seconds per call of `fn` over `iters` calls, after `warmup` uncounted ones; `sync`
+    after each call."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
     for _ in range(iters):
-        t0 = time.perf_counter(); fn(); sync(); out.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t0)
     return statistics.median(out)
 
-def interleaved(fns: dict[str, Callable], iters: int, sync: Callable[[], None] = lambda: None) -> dict[str, float]:
-    "Median seconds per call of each function, measured round-robin so a change in machine load hits all alike."
+
+def interleaved(
+    fns: dict[str, Callable], iters: int, sync: Callable[[], None] = lambda: None
+) -> dict[str, float]:
+    """Median seconds per call of each function, measured round-robin so a change in machine load
+    hits all alike."""
     times = {k: [] for k in fns}
     for _ in range(iters):
         for k, f in fns.items():
-            t0 = time.perf_counter(); f(); sync(); times[k].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            f()
+            sync()
+            times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
+
 def cpu_name() -> str:
-    "The CPU's model name (Linux's /proc/cpuinfo), else the platform's processor string: what a timing was measured on."
+    """The CPU's model name (Linux's /proc/cpuinfo), else the platform's processor string: what a
+    timing was measured on."""
     p = Path("/proc/cpuinfo")
     for ln in p.read_text().splitlines() if p.exists() else []:
         if ln.startswith("model name"):
             return ln.split(":", 1)[1].strip()
     import platform
+
     return platform.processor()

@@ -1,4 +1,4 @@
-"""The project's one picture vocabulary: palettes read from the channel spec, the channel strip, the sample and cell grids, the heatmap, the episode video, the map of a world and charts; each returns an array or a matplotlib `Figure` and leaves pyplot alone.
+"""The picture vocabulary: palettes from the channel spec, strips, grids, heatmaps, videos, maps.
 
 Docs: https://qmind.github.io/qmind-render/viz.html.md"""
 
@@ -17,18 +17,44 @@ import numpy as np
 from .contracts import ChannelSpec, UserError, load_spec
 
 # %% auto #0
-__all__ = ['PANELS', 'PaletteError', 'Palette', 'palette', 'colormap', 'colorize', 'joined', 'channel_strip', 'picture',
-           'figure_of', 'mosaic', 'grid_figure', 'sample_grid', 'episode_frames', 'write_gif', 'heatmap', 'top_down',
-           'draw_map', 'map_legend', 'lines', 'bars', 'scatter']
+__all__ = [
+    "PANELS",
+    "PaletteError",
+    "Palette",
+    "palette",
+    "colormap",
+    "colorize",
+    "joined",
+    "channel_strip",
+    "picture",
+    "figure_of",
+    "mosaic",
+    "grid_figure",
+    "sample_grid",
+    "episode_frames",
+    "write_gif",
+    "heatmap",
+    "top_down",
+    "draw_map",
+    "map_legend",
+    "lines",
+    "bars",
+    "scatter",
+]
+
 
 # %% ../nbs/05_viz.ipynb #8ecdb6b5
 class PaletteError(UserError, ValueError):
-    "The channel spec's display fields (`colours`, `cmap`, `map`) are missing or malformed: the message names the field."
+    """The channel spec's display fields (`colours`, `cmap`, `map`) are missing or malformed: the
+    message names the field."""
+
 
 @dataclass(frozen=True)
 class Palette:
-    """How pictures draw the channels: `surface` [n_classes, 3] by class id, `material` [256, 3] by stored id, `cmaps` by
-    channel; and the map: `rock`, `floor` [2, 3] (at light 0 and 1), `player`, `view`, `enemy` (the surface colour of enemies)."""
+    """How pictures draw the channels: `surface` [n_classes, 3] by class id, `material` [256, 3] by
+    stored id, `cmaps` by channel; and the map: `rock`, `floor` [2, 3] (at light 0 and 1), `player`,
+    `view`, `enemy` (the surface colour of enemies)."""
+
     surface: np.ndarray
     material: np.ndarray
     cmaps: dict
@@ -39,135 +65,226 @@ class Palette:
     view: np.ndarray
     enemy: np.ndarray | None = None
 
+
 def _rgb(v, where: str, spec: ChannelSpec) -> list[int]:
-    if not (isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, int) and 0 <= x <= 255 for x in v)):
-        raise PaletteError(f"channel_spec {spec.version} ({spec.path}): {where} must be [r, g, b] in 0..255, got {v!r}")
+    if not (
+        isinstance(v, (list, tuple))
+        and len(v) == 3
+        and all(isinstance(x, int) and 0 <= x <= 255 for x in v)
+    ):
+        raise PaletteError(
+            f"channel_spec {spec.version} ({spec.path}): {where} must be [r, g, b] in "
+            f"0..255, got {v!r}"
+        )
     return list(v)
+
 
 # %% ../nbs/05_viz.ipynb #45cfc911
 def _map_colours(spec: ChannelSpec, fail) -> dict:
     "The map's colours from the spec's `map` display fields."
     mp = spec.map or {}
     missing = [k for k in ("rock", "floor", "player", "view") if k not in mp]
-    if missing: raise fail(f"`map` has no colour for {missing[0]!r}")
+    if missing:
+        raise fail(f"`map` has no colour for {missing[0]!r}")
     floor = mp["floor"]
-    if not (isinstance(floor, list) and len(floor) == 2): raise fail(f"map `floor` must be two colours [dark, lit], got {floor!r}")
-    c = {k: np.array(_rgb(mp[k], f"map colour of {k!r}", spec), np.uint8) for k in ("rock", "player", "view")}
-    return c | {"floor": np.array([_rgb(f, "map colour of 'floor'", spec) for f in floor], np.uint8)}
+    if not (isinstance(floor, list) and len(floor) == 2):
+        raise fail(f"map `floor` must be two colours [dark, lit], got {floor!r}")
+    c = {
+        k: np.array(_rgb(mp[k], f"map colour of {k!r}", spec), np.uint8)
+        for k in ("rock", "player", "view")
+    }
+    return c | {
+        "floor": np.array([_rgb(f, "map colour of 'floor'", spec) for f in floor], np.uint8)
+    }
+
 
 def palette(spec: ChannelSpec | None = None) -> Palette:
     "The palette the spec's display fields give (default: the project's channel spec)."
     spec = spec or load_spec()
-    ch, fail = spec.channels, lambda m: PaletteError(f"channel_spec {spec.version} ({spec.path}): {m}; add it to the spec's display fields")
+    ch, fail = (
+        spec.channels,
+        lambda m: PaletteError(
+            f"channel_spec {spec.version} ({spec.path}): {m}; add it to the spec's display fields"
+        ),
+    )
     sc = ch["surface"].get("colours") or {}
     missing = [c for c in spec.classes if c not in sc]
-    if missing: raise fail(f"surface `colours` has no colour for class {missing[0]!r}")
+    if missing:
+        raise fail(f"surface `colours` has no colour for class {missing[0]!r}")
     mc = ch["material"].get("colours") or []
-    if len(mc) < spec.n_materials: raise fail(f"material `colours` lists {len(mc)} colours for {spec.n_materials} materials")
-    surface = np.array([_rgb(sc[c], f"surface colour of {c!r}", spec) for c in spec.classes], np.uint8)
+    if len(mc) < spec.n_materials:
+        raise fail(f"material `colours` lists {len(mc)} colours for {spec.n_materials} materials")
+    surface = np.array(
+        [_rgb(sc[c], f"surface colour of {c!r}", spec) for c in spec.classes], np.uint8
+    )
     material = np.zeros((256, 3), np.uint8)
-    material[: spec.n_materials] = [_rgb(c, f"material colour {i}", spec) for i, c in enumerate(mc[: spec.n_materials])]
+    material[: spec.n_materials] = [
+        _rgb(c, f"material colour {i}", spec) for i, c in enumerate(mc[: spec.n_materials])
+    ]
     cmaps = {}
     for name in ("depth", "uv", "light"):
-        if not isinstance(ch[name].get("cmap"), str): raise fail(f"channel {name!r} has no `cmap`")
+        if not isinstance(ch[name].get("cmap"), str):
+            raise fail(f"channel {name!r} has no `cmap`")
         cmaps[name] = ch[name]["cmap"]
     enemy = surface[spec.surface_id("enemy")] if "enemy" in spec.classes else None
-    return Palette(surface, material, cmaps, spec.n_materials, enemy=enemy, **_map_colours(spec, fail))
+    return Palette(
+        surface, material, cmaps, spec.n_materials, enemy=enemy, **_map_colours(spec, fail)
+    )
+
 
 # %% ../nbs/05_viz.ipynb #565e1c7d
 @functools.lru_cache(maxsize=None)
 def _lut(name: str) -> np.ndarray:
     "The colormap `name` as a [256, 3] uint8 table."
     import matplotlib
-    return (matplotlib.colormaps[name](np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
+
+    return (
+        (matplotlib.colormaps[name](np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
+    )
+
 
 def colormap(x, name: str) -> np.ndarray:
-    "Values in [0, 1] (any shape; NaN as 0, outside clipped) as RGB uint8 [..., 3] through the matplotlib colormap `name`."
+    """Values in [0, 1] (any shape; NaN as 0, outside clipped) as RGB uint8 [..., 3] through the
+    matplotlib colormap `name`."""
     i = np.clip(np.nan_to_num(np.asarray(x, np.float32)) * 255 + 0.5, 0, 255).astype(np.uint8)
     return _lut(name)[i]
 
+
 PANELS = ("depth", "surface", "material", "u", "v", "light")
+
 
 def colorize(frame: dict, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
     "RGB uint8 pictures [..., H, W, 3] of a frame's (or a batch's) channels, keyed by `PANELS`."
     pal, a = palette(spec), lambda k: np.asarray(frame[k])
     uv = a("uv")
-    return {"depth": colormap(a("depth"), pal.cmaps["depth"]), "surface": pal.surface[a("surface")],
-            "material": pal.material[a("material")], "u": colormap(uv[..., 0], pal.cmaps["uv"]),
-            "v": colormap(uv[..., 1], pal.cmaps["uv"]), "light": colormap(a("light"), pal.cmaps["light"])}
+    return {
+        "depth": colormap(a("depth"), pal.cmaps["depth"]),
+        "surface": pal.surface[a("surface")],
+        "material": pal.material[a("material")],
+        "u": colormap(uv[..., 0], pal.cmaps["uv"]),
+        "v": colormap(uv[..., 1], pal.cmaps["uv"]),
+        "light": colormap(a("light"), pal.cmaps["light"]),
+    }
+
 
 # %% ../nbs/05_viz.ipynb #b2c07769
 def _frames(frames) -> list[dict]:
     "One frame, a batch dict or a sequence of frames as a list of one-frame dicts."
     if isinstance(frames, dict):
-        if np.ndim(frames["surface"]) == 2: return [frames]
+        if np.ndim(frames["surface"]) == 2:
+            return [frames]
         return [{k: v[i] for k, v in frames.items()} for i in range(len(frames["surface"]))]
     return list(frames)
+
 
 def joined(pics: Sequence[np.ndarray], gap: int = 2, axis: int = 1) -> np.ndarray:
     "Pictures side by side (axis 1) or stacked (axis 0), `gap` white pixels apart."
     pics = [np.asarray(p) for p in pics]
-    if gap == 0: return np.concatenate(pics, axis)
-    shape = list(pics[0].shape); shape[axis] = gap
+    if gap == 0:
+        return np.concatenate(pics, axis)
+    shape = list(pics[0].shape)
+    shape[axis] = gap
     pad = np.full(shape, 255, np.uint8)
     return np.concatenate([x for p in pics for x in (p, pad)][:-1], axis)
+
 
 def _header(img: np.ndarray, texts: Sequence[str], width: int) -> np.ndarray:
     "A 14-pixel white header naming each `width`-pixel column, above `img`."
     from PIL import Image, ImageDraw
+
     head = Image.new("RGB", (img.shape[1], 14), "white")
     draw = ImageDraw.Draw(head)
-    for i, t in enumerate(texts): draw.text((i * width + 2, 1), t, fill="black")
+    for i, t in enumerate(texts):
+        draw.text((i * width + 2, 1), t, fill="black")
     return np.concatenate([np.asarray(head), img])
 
+
 # %% ../nbs/05_viz.ipynb #ae10a4f4
-def channel_strip(frames, rgb=None, spec: ChannelSpec | None = None, scale: int = 1, gap: int = 2,
-                  labels: bool = False) -> np.ndarray:
-    "Frames as rows of channel panels (`PANELS`, then `rgb` when given), upscaled by `scale`: RGB uint8."
+def channel_strip(
+    frames,
+    rgb=None,
+    spec: ChannelSpec | None = None,
+    scale: int = 1,
+    gap: int = 2,
+    labels: bool = False,
+) -> np.ndarray:
+    """Frames as rows of channel panels (`PANELS`, then `rgb` when given), upscaled by `scale`: RGB
+    uint8."""
     frames = _frames(frames)
     rgbs = [None] * len(frames) if rgb is None else ([rgb] if np.ndim(rgb) == 3 else list(rgb))
-    if len(rgbs) != len(frames): raise ValueError(f"rgb has {len(rgbs)} frames for {len(frames)} frames of channels")
+    if len(rgbs) != len(frames):
+        raise ValueError(f"rgb has {len(rgbs)} frames for {len(frames)} frames of channels")
     up = lambda p: np.asarray(p).repeat(scale, 0).repeat(scale, 1)
-    rows = [joined([up(p) for p in colorize(f, spec).values()] + ([] if r is None else [up(r)]), gap, 1)
-            for f, r in zip(frames, rgbs)]
+    rows = [
+        joined([up(p) for p in colorize(f, spec).values()] + ([] if r is None else [up(r)]), gap, 1)
+        for f, r in zip(frames, rgbs)
+    ]
     strip = joined(rows, gap, 0)
-    if not labels: return strip
+    if not labels:
+        return strip
     names = PANELS + (() if rgb is None else ("rgb",))
     return _header(strip, names, frames[0]["surface"].shape[1] * scale + gap)
 
+
 # %% ../nbs/05_viz.ipynb #fac2b92e
 def picture(img: np.ndarray, scale: int = 1):
-    "A uint8 array [H, W, 3] (or [H, W]) as a PIL image, upscaled `scale`× without blurring: displays in a notebook."
+    """A uint8 array [H, W, 3] (or [H, W]) as a PIL image, upscaled `scale`× without blurring:
+    displays in a notebook."""
     from PIL import Image
+
     img = np.asarray(img)
     return Image.fromarray(img.repeat(scale, 0).repeat(scale, 1) if scale > 1 else img)
 
+
 def _figure(w: float, h: float):
     from matplotlib.figure import Figure
+
     return Figure(figsize=(w, h), layout="constrained")
 
-def figure_of(images, titles: Sequence[str] = (), size: float = 2.2, title: str | None = None, cmap: str | None = None,
-              vmin: float | None = None, vmax: float | None = None, ncols: int | None = None):
-    "One array, or a list of arrays side by side (`ncols` to a row), each `size` inches high with its title: a matplotlib `Figure`."
+
+def figure_of(
+    images,
+    titles: Sequence[str] = (),
+    size: float = 2.2,
+    title: str | None = None,
+    cmap: str | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    ncols: int | None = None,
+):
+    """One array, or a list of arrays side by side (`ncols` to a row), each `size` inches high with
+    its title: a matplotlib `Figure`."""
     images = [images] if isinstance(images, np.ndarray) else list(images)
     ncols = min(ncols or len(images), len(images))
     ws = [size * np.shape(im)[1] / np.shape(im)[0] for im in images[:ncols]]
     rows = -(-len(images) // ncols)
     fig = _figure(sum(ws), rows * (size + (0.3 if titles or title else 0)))
     axs = fig.subplots(rows, ncols, squeeze=False, width_ratios=ws).ravel()
-    for ax in axs: ax.set_axis_off()
+    for ax in axs:
+        ax.set_axis_off()
     for i, (ax, im) in enumerate(zip(axs, images)):
         ax.imshow(np.asarray(im), cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
-        if i < len(titles): ax.set_title(titles[i], fontsize=8)
-    if title: fig.suptitle(title, fontsize=9)
+        if i < len(titles):
+            ax.set_title(titles[i], fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
     return fig
+
 
 # %% ../nbs/05_viz.ipynb #9af86cca
 def mosaic(rows: Sequence[Sequence[np.ndarray]], gap: int = 2) -> np.ndarray:
     "Pictures (all the same shape) in rows and columns, `gap` white pixels apart: uint8."
     return joined([joined(list(r), gap, 1) for r in rows], gap, 0)
 
-def grid_figure(img: np.ndarray, rows: Sequence[str], cols: Sequence[str], title: str = "", gap: int = 2, size: float = 1.6):
+
+def grid_figure(
+    img: np.ndarray,
+    rows: Sequence[str],
+    cols: Sequence[str],
+    title: str = "",
+    gap: int = 2,
+    size: float = 1.6,
+):
     "A `mosaic` with its rows and columns named: a matplotlib `Figure`."
     fig = _figure(size * len(cols), size * len(rows))
     ax = fig.subplots()
@@ -175,63 +292,102 @@ def grid_figure(img: np.ndarray, rows: Sequence[str], cols: Sequence[str], title
     step_y, step_x = (img.shape[0] + gap) / len(rows), (img.shape[1] + gap) / len(cols)
     ax.set_yticks([(i + 0.5) * step_y - gap / 2 for i in range(len(rows))], list(rows))
     ax.set_xticks([(j + 0.5) * step_x - gap / 2 for j in range(len(cols))], list(cols))
-    ax.tick_params(length=0); [s.set_visible(False) for s in ax.spines.values()]
-    if title: ax.set_title(title, fontsize=10)
+    ax.tick_params(length=0)
+    [s.set_visible(False) for s in ax.spines.values()]
+    if title:
+        ax.set_title(title, fontsize=10)
     return fig
+
 
 # %% ../nbs/05_viz.ipynb #88ccd57e
 def _sample_rows(batch: dict, preds, k, spec) -> list[np.ndarray]:
-    "The rows of a sample picture for samples `k`: surface, ground truth, each prediction; each [len(k), H, W, 3]."
-    preds = list(preds.values()) if isinstance(preds, dict) else ([preds] if np.ndim(preds) == 4 else list(preds))
+    """The rows of a sample picture for samples `k`: surface, ground truth, each prediction; each
+    [len(k), H, W, 3]."""
+    preds = (
+        list(preds.values())
+        if isinstance(preds, dict)
+        else ([preds] if np.ndim(preds) == 4 else list(preds))
+    )
     surface = palette(spec).surface[np.asarray(batch["surface"])[k]]
     return [surface, np.asarray(batch["rgb"])[k], *[np.asarray(p)[k] for p in preds]]
 
-def sample_grid(batch: dict, preds=(), n: int | None = None, gap: int = 0, spec: ChannelSpec | None = None) -> np.ndarray:
-    "uint8: one column per sample (`n` spread over the batch, or all), rows surface | ground truth | each of `preds`."
+
+def sample_grid(
+    batch: dict, preds=(), n: int | None = None, gap: int = 0, spec: ChannelSpec | None = None
+) -> np.ndarray:
+    """uint8: one column per sample (`n` spread over the batch, or all), rows surface | ground truth
+    | each of `preds`."""
     B = len(batch["rgb"])
     k = np.arange(B) if n is None else np.linspace(0, B - 1, min(n, B)).astype(int)
     return joined([joined(list(r), gap, 1) for r in _sample_rows(batch, preds, k, spec)], gap, 0)
 
+
 # %% ../nbs/05_viz.ipynb #cc80f420
-def episode_frames(batch: dict, preds=(), gap: int = 0, spec: ChannelSpec | None = None) -> list[np.ndarray]:
-    "One uint8 picture per frame of an episode: surface | ground truth | each of `preds`, side by side."
+def episode_frames(
+    batch: dict, preds=(), gap: int = 0, spec: ChannelSpec | None = None
+) -> list[np.ndarray]:
+    """One uint8 picture per frame of an episode: surface | ground truth | each of `preds`, side by
+    side."""
     rows = _sample_rows(batch, preds, np.arange(len(batch["rgb"])), spec)
     return [joined([r[i] for r in rows], gap, 1) for i in range(len(rows[0]))]
 
-def write_gif(frames: Sequence[np.ndarray], path: str | Path, scale: int = 2, ms: int = 100) -> Path:
-    "Pictures as an animated GIF at `path` (`ms` per frame, looping), upscaled `scale`×; returns the path."
-    if not len(frames): raise ValueError("write_gif needs at least one frame")
+
+def write_gif(
+    frames: Sequence[np.ndarray], path: str | Path, scale: int = 2, ms: int = 100
+) -> Path:
+    """Pictures as an animated GIF at `path` (`ms` per frame, looping), upscaled `scale`×; returns
+    the path."""
+    if not len(frames):
+        raise ValueError("write_gif needs at least one frame")
     imgs = [picture(f, scale) for f in frames]
     imgs[0].save(path, save_all=True, append_images=imgs[1:], duration=ms, loop=0)
     return Path(path)
 
+
 # %% ../nbs/05_viz.ipynb #81a994d2
-def heatmap(values: np.ndarray, grid_names: tuple, held_out: Sequence = (), title: str = "", label: str = "PSNR (dB)",
-            cmap: str = "viridis"):
-    "Per-cell values (flat, index (t·M + m)·L + l) as a (theme/lighting × material) map, `held_out` (t, m, l) cells outlined: a `Figure`."
+def heatmap(
+    values: np.ndarray,
+    grid_names: tuple,
+    held_out: Sequence = (),
+    title: str = "",
+    label: str = "PSNR (dB)",
+    cmap: str = "viridis",
+):
+    """Per-cell values (flat, index (t·M + m)·L + l) as a (theme/lighting × material) map,
+    `held_out` (t, m, l) cells outlined: a `Figure`."""
     from matplotlib.patches import Rectangle
+
     themes, materials, lightings = grid_names
     T, M, L = len(themes), len(materials), len(lightings)
     values = np.asarray(values, dtype=float)
-    if values.size != T * M * L: raise ValueError(f"heatmap: {values.size} values for a {T}×{M}×{L} grid")
+    if values.size != T * M * L:
+        raise ValueError(f"heatmap: {values.size} values for a {T}×{M}×{L} grid")
     img = values.reshape(T, M, L).transpose(0, 2, 1).reshape(T * L, M)
     fig = _figure(4.2, 0.28 * T * L + 1)
     ax = fig.subplots()
     im = ax.imshow(img, cmap=cmap, aspect="auto")
-    for (t, m, l) in held_out:
+    for t, m, l in held_out:
         ax.add_patch(Rectangle((m - 0.5, t * L + l - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
     ax.set_xticks(range(M), list(materials), rotation=45)
-    ax.set_yticks(range(T * L), [f"{themes[i // L]}/{lightings[i % L]}" for i in range(T * L)], fontsize=7)
-    ax.set_title(title, fontsize=9); fig.colorbar(im, ax=ax, label=label)
+    ax.set_yticks(
+        range(T * L), [f"{themes[i // L]}/{lightings[i % L]}" for i in range(T * L)], fontsize=7
+    )
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, label=label)
     return fig
 
+
 # %% ../nbs/05_viz.ipynb #30575b74
-def top_down(walls: np.ndarray, floor_light: np.ndarray, spec: ChannelSpec | None = None) -> np.ndarray:
-    """A map, one pixel per cell, RGB uint8 [MH, MW, 3]: a cell whose `walls` entry is a material id in that material's colour,
-    an open cell (`floor_light` in [0, 1]; NaN elsewhere) in the floor's colour at that light, any other cell rock."""
+def top_down(
+    walls: np.ndarray, floor_light: np.ndarray, spec: ChannelSpec | None = None
+) -> np.ndarray:
+    """A map, one pixel per cell, RGB uint8 [MH, MW, 3]: a cell whose `walls` entry is a material id
+    in that material's colour, an open cell (`floor_light` in [0, 1]; NaN elsewhere) in the floor's
+    colour at that light, any other cell rock."""
     pal = palette(spec)
     walls, light = np.asarray(walls), np.asarray(floor_light, np.float32)
-    if walls.shape != light.shape: raise ValueError(f"top_down: walls {walls.shape} and floor_light {light.shape} differ")
+    if walls.shape != light.shape:
+        raise ValueError(f"top_down: walls {walls.shape} and floor_light {light.shape} differ")
     img = np.broadcast_to(pal.rock, walls.shape + (3,)).copy()
     floor = ~np.isnan(light)
     lo, hi = pal.floor.astype(np.float32)
@@ -240,54 +396,110 @@ def top_down(walls: np.ndarray, floor_light: np.ndarray, spec: ChannelSpec | Non
     img[seen] = pal.material[walls[seen]]
     return img
 
+
 def draw_map(ax, img: np.ndarray, player=None, enemies=None, spec: ChannelSpec | None = None):
-    "A `top_down` map on the axes `ax` in cell units (x right, y down), the `enemies` ([E, 2]: x, y) and the `player` ((x, y, ...)) marked; returns `ax`."
+    """A `top_down` map on the axes `ax` in cell units (x right, y down), the `enemies` ([E, 2]: x,
+    y) and the `player` ((x, y, ...)) marked; returns `ax`."""
     pal = palette(spec)
     H, W = np.shape(img)[:2]
     ax.imshow(img, extent=(0, W, H, 0), interpolation="nearest")
-    if enemies is not None and len(enemies): ax.plot(*np.asarray(enemies, float)[:, :2].T, "o", c=pal.enemy / 255, ms=4, zorder=3)
-    if player is not None: ax.plot(float(player[0]), float(player[1]), "o", c=pal.player / 255, ms=5, zorder=3)
+    if enemies is not None and len(enemies):
+        ax.plot(*np.asarray(enemies, float)[:, :2].T, "o", c=pal.enemy / 255, ms=4, zorder=3)
+    if player is not None:
+        ax.plot(float(player[0]), float(player[1]), "o", c=pal.player / 255, ms=5, zorder=3)
     ax.set_axis_off()
     return ax
 
-def map_legend(ax, view: bool = False, trail: bool = False, spec: ChannelSpec | None = None) -> None:
-    "What a map's colours and marks mean, beside the axes `ax`: walls by material, floor, rock, then (`view`, `trail`) what the player sees and the path it walked, the player, the enemies."
+
+def map_legend(
+    ax, view: bool = False, trail: bool = False, spec: ChannelSpec | None = None
+) -> None:
+    """What a map's colours and marks mean, beside the axes `ax`: walls by material, floor, rock,
+    then (`view`, `trail`) what the player sees and the path it walked, the player, the enemies."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+
     pal, c = palette(spec), lambda rgb: np.asarray(rgb) / 255
-    h = [Patch(color=c(pal.material[m]), label=f"wall, material {m}") for m in range(pal.n_materials)]
-    h += [Patch(color=c(pal.floor[1]), label="floor (brighter: more light)"), Patch(color=c(pal.rock), label="rock")]
-    if view: h.append(Patch(facecolor=c(pal.view), edgecolor="k", lw=0.6, label="what the player sees"))
-    h += [Line2D([], [], marker="o", ls="", c=c(pal.player), label="player"), Line2D([], [], marker="o", ls="", c=c(pal.enemy), label="enemy")]
-    if trail: h.append(Line2D([], [], c=c(pal.player), alpha=0.8, label="the path walked"))
+    h = [
+        Patch(color=c(pal.material[m]), label=f"wall, material {m}") for m in range(pal.n_materials)
+    ]
+    h += [
+        Patch(color=c(pal.floor[1]), label="floor (brighter: more light)"),
+        Patch(color=c(pal.rock), label="rock"),
+    ]
+    if view:
+        h.append(Patch(facecolor=c(pal.view), edgecolor="k", lw=0.6, label="what the player sees"))
+    h += [
+        Line2D([], [], marker="o", ls="", c=c(pal.player), label="player"),
+        Line2D([], [], marker="o", ls="", c=c(pal.enemy), label="enemy"),
+    ]
+    if trail:
+        h.append(Line2D([], [], c=c(pal.player), alpha=0.8, label="the path walked"))
     ax.legend(handles=h, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7, frameon=False)
+
 
 # %% ../nbs/05_viz.ipynb #eb2975b6
 def _chart(size: tuple, title: str, xlabel: str, ylabel: str):
-    fig = _figure(*size); ax = fig.subplots()
-    ax.set_xlabel(xlabel); ax.set_ylabel(ylabel); ax.grid(alpha=0.3)
-    if title: ax.set_title(title, fontsize=9)
+    fig = _figure(*size)
+    ax = fig.subplots()
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=9)
     return fig, ax
 
-def lines(series: dict, title: str = "", xlabel: str = "", ylabel: str = "", styles: dict | None = None,
-          marks: Sequence[float] = (), logy: bool = False, size: tuple = (5.0, 2.6)):
-    "A curve per key of `series` (an (x, y) pair, or y against 0, 1, ...), named in a legend; `marks`: thin lines at those x. A `Figure`."
+
+def lines(
+    series: dict,
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    styles: dict | None = None,
+    marks: Sequence[float] = (),
+    logy: bool = False,
+    size: tuple = (5.0, 2.6),
+):
+    """A curve per key of `series` (an (x, y) pair, or y against 0, 1, ...), named in a legend;
+    `marks`: thin lines at those x. A `Figure`."""
     fig, ax = _chart(size, title, xlabel, ylabel)
     for k, v in series.items():
         x, y = v if isinstance(v, tuple) else (np.arange(len(v)), v)
         ax.plot(x, y, (styles or {}).get(k, "-"), ms=3, label=str(k))
-    for x in marks: ax.axvline(x, color="grey", lw=0.5)
-    if logy: ax.set_yscale("log")
-    if len(series) > 1: ax.legend(fontsize=7)
+    for x in marks:
+        ax.axvline(x, color="grey", lw=0.5)
+    if logy:
+        ax.set_yscale("log")
+    if len(series) > 1:
+        ax.legend(fontsize=7)
     return fig
 
+
 # %% ../nbs/05_viz.ipynb #f50400ef
-def bars(values, labels: Sequence[str], title: str = "", xlabel: str = "", ylabel: str = "", start=None, stacked: bool = False,
-         horizontal: bool = False, line: tuple | None = None, log: bool = False, size: tuple = (5.0, 2.6)):
-    """Bars, a group per label. `values`: a value per label, or a dict of such series (a bar each, side by side or `stacked`);
-    `start` (the same shape) makes each bar the range [start, start + value); `line` = (value, name), a reference level. A `Figure`."""
+def bars(
+    values,
+    labels: Sequence[str],
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    start=None,
+    stacked: bool = False,
+    horizontal: bool = False,
+    line: tuple | None = None,
+    log: bool = False,
+    size: tuple = (5.0, 2.6),
+):
+    """Bars, a group per label. `values`: a value per label, or a dict of such series (a bar each,
+    side by side or `stacked`); `start` (the same shape) makes each bar the range [start, start +
+    value); `line` = (value, name), a reference level. A `Figure`."""
     series = values if isinstance(values, dict) else {"": values}
-    starts = start if isinstance(start, dict) else {k: start for k in series} if start is not None else {}
+    starts = (
+        start
+        if isinstance(start, dict)
+        else {k: start for k in series}
+        if start is not None
+        else {}
+    )
     fig, ax = _chart(size, title, xlabel, ylabel)
     n, pos, base = len(series), np.arange(len(labels)), np.zeros(len(labels))
     w = 0.8 if stacked or n == 1 else 0.8 / n
@@ -296,28 +508,55 @@ def bars(values, labels: Sequence[str], title: str = "", xlabel: str = "", ylabe
         s = base.copy() if stacked else np.asarray(starts.get(k, base), float)
         at = pos if stacked else pos + (i - (n - 1) / 2) * w
         (ax.barh if horizontal else ax.bar)(at, v, w, s, label=k or None)
-        if stacked: base = base + np.nan_to_num(v)
+        if stacked:
+            base = base + np.nan_to_num(v)
     (ax.set_yticks if horizontal else ax.set_xticks)(pos, list(labels), fontsize=7)
-    ax.grid(False); ax.grid(axis="x" if horizontal else "y", alpha=0.3)
-    if horizontal: ax.invert_yaxis()                                   # the first label on top
-    if line is not None: (ax.axvline if horizontal else ax.axhline)(line[0], color="k", ls="--", lw=0.8, label=line[1])
-    if log:                                                            # bars from 0: start the axis a decade below the least
+    ax.grid(False)
+    ax.grid(axis="x" if horizontal else "y", alpha=0.3)
+    if horizontal:
+        ax.invert_yaxis()  # the first label on top
+    if line is not None:
+        (ax.axvline if horizontal else ax.axhline)(
+            line[0], color="k", ls="--", lw=0.8, label=line[1]
+        )
+    # bars from 0: start the axis a decade below the least
+    if log:
         (ax.set_xscale if horizontal else ax.set_yscale)("log")
-        least = min((x for v in series.values() for x in np.ravel(np.asarray(v, float)) if x > 0), default=1.0)
+        least = min(
+            (x for v in series.values() for x in np.ravel(np.asarray(v, float)) if x > 0),
+            default=1.0,
+        )
         (ax.set_xlim if horizontal else ax.set_ylim)(10 ** np.floor(np.log10(least)), None)
-    if n > 1 or line is not None: ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1)} if horizontal else {}))
+    if n > 1 or line is not None:
+        ax.legend(
+            fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1)} if horizontal else {})
+        )
     return fig
 
-def scatter(series: dict, title: str = "", xlabel: str = "", ylabel: str = "", logx: bool = False, logy: bool = False,
-            size: tuple = (5.0, 3.0)):
-    "Labelled points: `series` maps a legend name to [(x, y, label), ...], each point named beside it. A `Figure`."
+
+def scatter(
+    series: dict,
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    logx: bool = False,
+    logy: bool = False,
+    size: tuple = (5.0, 3.0),
+):
+    """Labelled points: `series` maps a legend name to [(x, y, label), ...], each point named beside
+    it. A `Figure`."""
     fig, ax = _chart(size, title, xlabel, ylabel)
     for i, (k, pts) in enumerate(series.items()):
         x, y, names = zip(*pts) if pts else ((), (), ())
         ax.plot(x, y, "os^Dv"[i % 5], ls="", label=k)
-        for a, b, t in zip(x, y, names): ax.annotate(t, (a, b), xytext=(4, 3), textcoords="offset points", fontsize=7)
-    if logx: ax.set_xscale("log")
-    if logy: ax.set_yscale("log")
-    ax.margins(0.15)                                                    # room for the names beside the points
-    if len(series) > 1: ax.legend(fontsize=7)
+        for a, b, t in zip(x, y, names):
+            ax.annotate(t, (a, b), xytext=(4, 3), textcoords="offset points", fontsize=7)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    # room for the names beside the points
+    ax.margins(0.15)
+    if len(series) > 1:
+        ax.legend(fontsize=7)
     return fig

@@ -1,5 +1,6 @@
-"""Shared fixtures: a real S3 API (moto_server) on loopback, started and stopped by the tests; Debian's Chromium for
-the browser tests."""
+"""Shared fixtures: a real S3 API (moto_server) on loopback, started and stopped by the tests;
+Debian's Chromium for the browser tests."""
+
 import contextlib
 import os
 import re
@@ -12,37 +13,62 @@ import urllib.request
 import pytest
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # `make pytest` runs the files on one worker per core (pytest-xdist): each worker, and every process it starts, gets
-    # one intra-op thread, so the workers share the cores instead of stalling each other's OpenMP threads.
+    # `make pytest` runs the files on one worker per core (pytest-xdist): each worker, and every
+    # process it starts, gets one intra-op thread, so the workers share the cores instead of
+    # stalling each other's OpenMP threads.
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
     import torch
+
     torch.set_num_threads(1)
 
 
-# The order pytest-xdist hands out work (`make pytest`: --dist loadgroup --no-loadscope-reorder): the heaviest first, so
-# the long ones start early and short ones fill the end. A test file goes to one worker whole (its module fixtures are
-# made once); each notebook of test_notebooks.py is a unit of its own. Seconds on one worker of 2 AVX2 cores (make test,
-# 2026-12-02); what is not listed follows, in collection order.
+# The order pytest-xdist hands out work (`make pytest`: --dist loadgroup --no-loadscope-reorder):
+# the heaviest first, so the long ones start early and short ones fill the end. A test file goes to
+# one worker whole (its module fixtures are made once); each notebook of test_notebooks.py is a unit
+# of its own. Seconds on one worker of 2 AVX2 cores (make test, 2026-12-02); what is not listed
+# follows, in collection order.
 HEAVY_FIRST = {
-    "test_train.py": 282, "test_talks.py": 132, "test_serve.py": 122, "test_sweep.py": 115, "test_evaluate.py": 115,
-    "test_docs.py": 101, "test_notebook[70_serve.ipynb]": 93, "test_notebook[45_warmup_digits.ipynb]": 78,
-    "test_cloud.py": 60, "test_sweep_backends.py": 67, "test_notebook[75_gpu.ipynb]": 50, "test_model.py": 45,
-    "test_notebook[40_model.ipynb]": 43, "test_jupyterlab.py": 40, "test_engine.py": 34, "test_data_cli.py": 31,
-    "test_notebook[98_deck_numbers.ipynb]": 26, "test_notebook[95_docs.ipynb]": 25, "test_notebook[50_train.ipynb]": 25,
-    "test_workbook.py": 24, "test_notebook[60_evaluate.ipynb]": 22, "test_cli.py": 22, "test_notebook[85_cost.ipynb]": 21,
+    "test_train.py": 282,
+    "test_talks.py": 132,
+    "test_serve.py": 122,
+    "test_sweep.py": 115,
+    "test_evaluate.py": 115,
+    "test_docs.py": 101,
+    "test_notebook[70_serve.ipynb]": 93,
+    "test_notebook[45_warmup_digits.ipynb]": 78,
+    "test_cloud.py": 60,
+    "test_sweep_backends.py": 67,
+    "test_notebook[75_gpu.ipynb]": 50,
+    "test_model.py": 45,
+    "test_notebook[40_model.ipynb]": 43,
+    "test_jupyterlab.py": 40,
+    "test_engine.py": 34,
+    "test_data_cli.py": 31,
+    "test_notebook[98_deck_numbers.ipynb]": 26,
+    "test_notebook[95_docs.ipynb]": 25,
+    "test_notebook[50_train.ipynb]": 25,
+    "test_workbook.py": 24,
+    "test_notebook[60_evaluate.ipynb]": 22,
+    "test_cli.py": 22,
+    "test_notebook[85_cost.ipynb]": 21,
 }
 
 
 def _unit(item) -> str:
     "What goes to one worker whole: a notebook's test, or a test file."
-    return item.name if item.path.name == "test_notebooks.py" and item.name.startswith("test_notebook[") else item.path.name
+    return (
+        item.name
+        if item.path.name == "test_notebooks.py" and item.name.startswith("test_notebook[")
+        else item.path.name
+    )
 
 
-@pytest.hookimpl(tryfirst=True)       # before xdist's own hook reads the groups
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_unit(item)))
-    items.sort(key=lambda item: -HEAVY_FIRST.get(_unit(item), 0))     # stable: a file's tests keep their order
+    # stable: a file's tests keep their order
+    items.sort(key=lambda item: -HEAVY_FIRST.get(_unit(item), 0))
 
 
 def free_port() -> int:
@@ -52,28 +78,43 @@ def free_port() -> int:
 
 
 CHROMIUM = shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)"
+)
 
 
 def launch_chromium(playwright):
-    "Debian's Chromium, headless, with nothing phoning home (Playwright's own browsers are not installed)."
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=[
-        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"])
+    """Debian's Chromium, headless, with nothing phoning home (Playwright's own browsers are not
+    installed)."""
+    return playwright.chromium.launch(
+        executable_path=CHROMIUM,
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-quic",
+        ],
+    )
 
 
-# Any URL but this machine's (http(s) on 127.0.0.1, data:, blob:). Only these are routed to a Python handler; the site's own
-# requests go straight through, without a round trip to Python each (about 4 s of the docs' every-page test).
+# Any URL but this machine's (http(s) on 127.0.0.1, data:, blob:). Only these are routed to a Python
+# handler; the site's own requests go straight through, without a round trip to Python each (about 4
+# s of the docs' every-page test).
 OFF_HOST_URL = re.compile(r"^(?!(?:https?://127\.0\.0\.1(?:[:/]|$)|data:|blob:))")
 
 
 def block_off_host(page) -> list[str]:
-    "Abort every request of `page` that would leave 127.0.0.1; returns the list in which their URLs are recorded."
+    """Abort every request of `page` that would leave 127.0.0.1; returns the list in which their
+    URLs are recorded."""
     urls = []
 
     def abort(route):
         urls.append(route.request.url)
         route.abort()
+
     page.route(OFF_HOST_URL, abort)
     return urls
 
@@ -82,18 +123,25 @@ def block_off_host(page) -> list[str]:
 def chromium_page():
     "A fresh page in Debian's Chromium (launch_chromium); the browser closes when the block ends."
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         browser = launch_chromium(p)
-        try: yield browser.new_page()
-        finally: browser.close()
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
 
 
 @pytest.fixture(scope="session")
 def moto_server():
-    "The URL of a moto_server on 127.0.0.1 (S3, EC2, Budgets, SageMaker, Batch), for this test session."
+    """The URL of a moto_server on 127.0.0.1 (S3, EC2, Budgets, SageMaker, Batch), for this test
+    session."""
     port = free_port()
-    proc = subprocess.Popen(["moto_server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["moto_server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -126,6 +174,7 @@ def aws_env(moto_server, monkeypatch):
 def s3_bucket(aws_env, request):
     "A fresh bucket on the local S3 server; yields its name."
     import boto3
+
     name = f"qmind-test-{abs(hash(request.node.nodeid)) % 10**8}-{os.getpid()}"
     boto3.client("s3").create_bucket(Bucket=name)
     return name

@@ -1,4 +1,5 @@
 """The `qmind` console script as a user runs it: a real subprocess, exit codes, stderr."""
+
 import json
 import subprocess
 import sys
@@ -21,9 +22,19 @@ def test_console_script_is_installed():
 
 
 def test_python_dash_m_runs_the_cli():
-    r = subprocess.run([sys.executable, "-m", "qmind_render.cli", "nope"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "qmind_render.cli", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "invalid choice: 'nope'" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "qmind_render.cli", "--version"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "qmind_render.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and r.stdout.startswith("qmind-render ")
 
 
@@ -35,7 +46,9 @@ def test_help_lists_every_subcommand():
         assert f" {name} " in text and cmd.help in text
 
 
-@pytest.mark.parametrize("argv", [[], ["renderr"], ["config", "--no-such-flag"], ["version", "extra"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["renderr"], ["config", "--no-such-flag"], ["version", "extra"]]
+)
 def test_argument_errors_exit_2_with_usage(argv):
     r = qmind(*argv)
     assert r.returncode == 2
@@ -62,15 +75,18 @@ def test_config_store_defaults_to_env(monkeypatch, tmp_path):
     assert cfg["data"]["store"] == str(tmp_path)
 
 
-@pytest.mark.parametrize("yaml_text, argv, expect", [
-    ("train:\n  lrr: 0.1\n", [], "unknown key 'train.lrr' in {path}; did you mean 'train.lr'?"),
-    ("train:\n  steps: many\n", [], "bad value for 'train.steps' in {path}"),
-    ("model:\n  material_enc: onehot\n", [], "expected one of [one_hot, embedding]"),
-    ("- a list\n", [], "a config file is a YAML mapping"),
-    ("train: {steps: 3\n", [], "not valid YAML"),
-    ("seed: 1\n", ["seed=1.5"], "bad value for 'seed' in override 'seed=1.5'"),
-    ("seed: 1\n", ["nmae=x"], "did you mean 'name'?"),
-])
+@pytest.mark.parametrize(
+    "yaml_text, argv, expect",
+    [
+        ("train:\n  lrr: 0.1\n", [], "unknown key 'train.lrr' in {path}; did you mean 'train.lr'?"),
+        ("train:\n  steps: many\n", [], "bad value for 'train.steps' in {path}"),
+        ("model:\n  material_enc: onehot\n", [], "expected one of [one_hot, embedding]"),
+        ("- a list\n", [], "a config file is a YAML mapping"),
+        ("train: {steps: 3\n", [], "not valid YAML"),
+        ("seed: 1\n", ["seed=1.5"], "bad value for 'seed' in override 'seed=1.5'"),
+        ("seed: 1\n", ["nmae=x"], "did you mean 'name'?"),
+    ],
+)
 def test_bad_config_is_one_clear_line(tmp_path, yaml_text, argv, expect):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml_text)
@@ -89,22 +105,30 @@ def test_missing_config_file_lists_what_exists():
 
 
 def test_options_anywhere_and_project_files_from_any_folder(tmp_path):
-    "Flags after key=value (and key=value after flags) work, and experiments and splits are found outside the checkout."
-    r = qmind("config", "quickstart", "--json", "seed=5", cwd=tmp_path)                  # from a folder with no sweeps/
+    """Flags after key=value (and key=value after flags) work, and experiments and splits are found
+    outside the checkout."""
+    # from a folder with no sweeps/
+    r = qmind("config", "quickstart", "--json", "seed=5", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)
     assert cfg["seed"] == 5 and cfg["name"] == "quickstart"
     r = qmind("data", "ls", "--store", str(tmp_path / "empty"), cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith(f"no datasets in {tmp_path / 'empty'}")
-    r = qmind("data", "gen", "quickstart", "--workers", "1", "data.episodes=x", cwd=tmp_path)   # the override reached the config
+    # the override reached the config
+    r = qmind("data", "gen", "quickstart", "--workers", "1", "data.episodes=x", cwd=tmp_path)
     assert r.returncode == 2 and "bad value for 'data.episodes'" in r.stderr
     from qmind_render.splits import find_split
     import os
+
     here = os.getcwd()
     try:
         os.chdir(tmp_path)
-        assert find_split("random_15").resolve() == (ROOT / "sweeps" / "splits" / "random_15.yaml").resolve()
-    finally: os.chdir(here)
+        assert (
+            find_split("random_15").resolve()
+            == (ROOT / "sweeps" / "splits" / "random_15.yaml").resolve()
+        )
+    finally:
+        os.chdir(here)
 
 
 def test_bench_takes_json_after_its_arguments():

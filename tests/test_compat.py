@@ -1,7 +1,10 @@
-"""What was written before a change still works after it: a dataset and a run checkpoint made by the code at
-fbaef71 (tests/golden/compat: `qmind data gen ... data.dataset=ds-compat data.episodes=2 data.frames_per_episode=8`
-and `qmind train ... name=compat train.steps=2 train.batch=2 train.warmup=1 train.sample_every=0 train.keep_last=1`) are fetched,
-verified, resumed, and evaluated to the numbers the code gave before the change (tests/test_checkpoint.py pins its samples)."""
+"""What was written before a change still works after it: a dataset and a run checkpoint made by the
+code at fbaef71 (tests/golden/compat: `qmind data gen ... data.dataset=ds-compat data.episodes=2
+data.frames_per_episode=8` and `qmind train ... name=compat train.steps=2 train.batch=2
+train.warmup=1 train.sample_every=0 train.keep_last=1`) are fetched, verified, resumed, and
+evaluated to the numbers the code gave before the change (tests/test_checkpoint.py pins its
+samples)."""
+
 import shutil
 from pathlib import Path
 
@@ -27,23 +30,44 @@ def test_a_dataset_and_checkpoint_from_before_still_load_and_resume(tmp_path, mo
     run = tmp_path / "compat" / "runs" / "compat"
     old = load_checkpoint(checkpoints(run)[-1])
     assert old["step"] == 2 and old["dataset"] == "ds-compat"
-    cfg = load_config(None, [f"data.store={tmp_path / 'compat' / 'store'}", "data.dataset=ds-compat", "name=compat", "train.steps=3",
-                             "train.batch=2", "train.warmup=1", "tracker=none", "train.sample_every=0", "train.keep_last=1"])
+    cfg = load_config(
+        None,
+        [
+            f"data.store={tmp_path / 'compat' / 'store'}",
+            "data.dataset=ds-compat",
+            "name=compat",
+            "train.steps=3",
+            "train.batch=2",
+            "train.warmup=1",
+            "tracker=none",
+            "train.sample_every=0",
+            "train.keep_last=1",
+        ],
+    )
     res = train(cfg, tmp_path / "compat" / "runs", progress=False)
     assert res["status"] == "finished" and res["step"] == 3
     new = load_checkpoint(checkpoints(run)[-1])
-    assert any(not torch.equal(new["model"][k], old["model"][k]) for k in old["model"])      # it trained on from there
+    # it trained on from there
+    assert any(not torch.equal(new["model"][k], old["model"][k]) for k in old["model"])
 
 
-# Evaluation of the compat run (one frame per cell, 1 DDIM step, on the CPU), by the code at 06038d7: per part, the frames,
-# their mean PSNR (dB) against the ground truth and the sum of the rendered uint8 pixels.
-COMPAT_EVAL = {"heldout": (2, 12.173430442810059, 3087897), "train": (14, 9.134058952331543, 21615205)}
+# Evaluation of the compat run (one frame per cell, 1 DDIM step, on the CPU), by the code at
+# 06038d7: per part, the frames, their mean PSNR (dB) against the ground truth and the sum of the
+# rendered uint8 pixels.
+COMPAT_EVAL = {
+    "heldout": (2, 12.173430442810059, 3087897),
+    "train": (14, 9.134058952331543, 21615205),
+}
 
 
 def test_the_run_from_before_evaluates_to_the_same_numbers(tmp_path, monkeypatch):
     shutil.copytree(GOLDEN, tmp_path / "compat")
     monkeypatch.setenv("QMIND_CACHE", str(tmp_path / "cache"))
-    ld = load_for_eval(tmp_path / "compat" / "runs" / "compat", [f"data.store={tmp_path / 'compat' / 'store'}"], "cpu")
+    ld = load_for_eval(
+        tmp_path / "compat" / "runs" / "compat",
+        [f"data.store={tmp_path / 'compat' / 'store'}"],
+        "cpu",
+    )
     assert (ld.step, ld.ds.id, ld.split.name) == (2, "ds-compat", "random_15")
     sampler = ld.sampler()
     for part, (n, want_psnr, want_sum) in COMPAT_EVAL.items():

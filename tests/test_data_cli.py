@@ -1,4 +1,6 @@
-"""`qmind data` as a user runs it: real subprocesses, a real SIGKILL mid-generation, S3 via moto_server."""
+"""`qmind data` as a user runs it: real subprocesses, a real SIGKILL mid-generation, S3 via
+moto_server."""
+
 import json
 import os
 import signal
@@ -10,13 +12,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["data.dataset=ds-tiny", "data.episodes=6", "data.frames_per_episode=10", "data.shard_size=20"]
+TINY = [
+    "data.dataset=ds-tiny",
+    "data.episodes=6",
+    "data.frames_per_episode=10",
+    "data.shard_size=20",
+]
 
 
 def qmind(*args, cwd, env=None, **kw):
     exe = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
-    return subprocess.run(exe + list(args), cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})}, **kw)
+    return subprocess.run(
+        exe + list(args),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -37,23 +51,33 @@ def test_gen_ls_verify_show(work):
     assert ls.returncode == 0 and ls.stdout.startswith("ds-tiny") and "60 samples" in ls.stdout
     v = qmind("data", "verify", "ds-tiny", cwd=work, env=env)
     assert v.returncode == 0 and "OK" in v.stdout
-    s = qmind("data", "show", "ds-tiny", "--split", "random_15", "--out", "sheet.png", cwd=work, env=env)
+    s = qmind(
+        "data", "show", "ds-tiny", "--split", "random_15", "--out", "sheet.png", cwd=work, env=env
+    )
     assert s.returncode == 0, s.stderr
     facts = json.loads(s.stdout[: s.stdout.rindex("}") + 1])
     assert facts["samples"] == 60 and sum(facts["split random_15"].values()) == 60
     assert (work / "sheet.png").stat().st_size > 1000
     again = qmind("data", "gen", *TINY, cwd=work, env=env)
-    assert again.returncode == 2 and "ds-tiny" in again.stderr and "immutable" in again.stderr and "qmind data repair ds-tiny" in again.stderr
+    assert (
+        again.returncode == 2
+        and "ds-tiny" in again.stderr
+        and "immutable" in again.stderr
+        and "qmind data repair ds-tiny" in again.stderr
+    )
 
 
 def test_verify_reports_a_flipped_byte(work):
     env = {"QMIND_STORE": str(work / "store")}
     assert qmind("data", "gen", *TINY, "--workers", "1", cwd=work, env=env).returncode == 0
     shard = work / "store" / "datasets" / "ds-tiny" / "shard-00002.npz"
-    b = bytearray(shard.read_bytes()); b[5000] ^= 0xFF; shard.write_bytes(bytes(b))
+    b = bytearray(shard.read_bytes())
+    b[5000] ^= 0xFF
+    shard.write_bytes(bytes(b))
     v = qmind("data", "verify", "ds-tiny", cwd=work, env=env)
     assert v.returncode == 1 and "dataset ds-tiny, shard shard-00002.npz" in v.stdout
-    assert "`qmind data repair ds-tiny`" in v.stdout                    # the advice, followed, mends it byte for byte
+    # the advice, followed, mends it byte for byte
+    assert "`qmind data repair ds-tiny`" in v.stdout
     r = qmind("data", "repair", "ds-tiny", cwd=work, env=env)
     assert r.returncode == 0 and "shard-00002.npz: made again from the recipe" in r.stdout, r.stderr
     assert qmind("data", "verify", "ds-tiny", cwd=work, env=env).returncode == 0
@@ -64,27 +88,44 @@ def _manifest(store):
 
 
 def test_sigkill_mid_generation_leaves_no_dataset_and_a_rerun_finishes(work):
-    args = ["data.dataset=ds-kill", "data.episodes=16", "data.frames_per_episode=25", "data.shard_size=25"]
+    args = [
+        "data.dataset=ds-kill",
+        "data.episodes=16",
+        "data.frames_per_episode=25",
+        "data.shard_size=25",
+    ]
     killed, clean = work / "killed", work / "clean"
     exe = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
-    p = subprocess.Popen(exe + ["data", "gen", *args, "--workers", "1"], cwd=work, start_new_session=True,
-                         env={**os.environ, "QMIND_STORE": str(killed)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        exe + ["data", "gen", *args, "--workers", "1"],
+        cwd=work,
+        start_new_session=True,
+        env={**os.environ, "QMIND_STORE": str(killed)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     shards = killed / "datasets" / "ds-kill"
     deadline = time.monotonic() + 120
     while len(list(shards.glob("shard-*.npz"))) < 4:
-        assert p.poll() is None and time.monotonic() < deadline, "generation ended before it could be killed"
+        assert p.poll() is None and time.monotonic() < deadline, (
+            "generation ended before it could be killed"
+        )
         time.sleep(0.05)
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     n_done = len(list(shards.glob("shard-*.npz")))
     assert 4 <= n_done < 16
     assert not (shards / "manifest.json").exists()
-    assert qmind("data", "ls", "--store", str(killed), cwd=work).stdout.startswith("no datasets in ")   # the half-made one is not listed
+    # the half-made one is not listed
+    assert qmind("data", "ls", "--store", str(killed), cwd=work).stdout.startswith(
+        "no datasets in "
+    )
     r = qmind("data", "gen", *args, cwd=work, env={"QMIND_STORE": str(killed)})
     assert r.returncode == 0, r.stderr
     assert qmind("data", "gen", *args, cwd=work, env={"QMIND_STORE": str(clean)}).returncode == 0
     a, b = _manifest(killed), _manifest(clean)
-    assert a["shards"] == b["shards"]  # same seeds, same bytes: the resumed dataset equals an uninterrupted one
+    # same seeds, same bytes: the resumed dataset equals an uninterrupted one
+    assert a["shards"] == b["shards"]
     assert len(a["shards"]) == 16
 
 
@@ -112,7 +153,12 @@ def test_split_files_are_versioned_not_overwritten(work, tmp_path):
 @pytest.mark.parametrize("workers", ["-3", "0"])
 def test_a_process_count_below_one_is_refused_naming_the_option(work, capsys, monkeypatch, workers):
     from qmind_render.cli import main
+
     monkeypatch.setenv("QMIND_CACHE", str(work / "cache"))
     assert main(["data", "gen", *TINY, f"data.store={work / 'store'}", "--workers", workers]) == 2
-    assert capsys.readouterr().err == f"qmind data: error: --workers {workers}: must be at least 1 (leave it out for one process per core)\n"
+    assert (
+        capsys.readouterr().err
+        == f"qmind data: error: --workers {workers}: must be at least 1 (leave it out for "
+        "one process per core)\n"
+    )
     assert not (work / "store").exists()

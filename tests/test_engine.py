@@ -1,5 +1,7 @@
 """Engine checks a notebook can't hold: golden hashes, fresh processes and pools, long episodes,
-memory, exact-table robustness, the command line. The examples in nbs/10_engine, 11_episode and 12_game cover the rest."""
+memory, exact-table robustness, the command line. The examples in nbs/10_engine, 11_episode and
+12_game cover the rest."""
+
 import functools
 import math
 import multiprocessing as mp
@@ -29,24 +31,39 @@ def digest(seed, materials=None):
 
 # --- determinism ---------------------------------------------------------------------------
 
+
 def test_goldens_match():
     "Any change to what the engine emits fails here until the goldens are regenerated on purpose."
     diffs = EP.check_goldens()
-    assert not diffs, ("engine output differs from tests/golden/engine_hashes.json:\n  " + "\n  ".join(diffs)
-                       + "\nIf the change is intended: bump ENGINE_VERSION, then python -m qmind_render.episode --regen-goldens")
+    assert not diffs, (
+        "engine output differs from tests/golden/engine_hashes.json:\n  "
+        + "\n  ".join(diffs)
+        + "\nIf the change is intended: bump ENGINE_VERSION, then python -m "
+        "qmind_render.episode --regen-goldens"
+    )
 
 
 def test_goldens_file_records_versions_and_cases(tmp_path):
     g = __import__("json").loads(EP.default_golden_path().read_text())
-    assert g["engine_version"] == E.ENGINE_VERSION and g["channel_spec"] == SPEC.version and g["size"] == list(SPEC.size)
-    assert [(c["seed"], c["frames"], c["materials"]) for c in g["cases"]] == \
-        [(s, n, list(m) if m else None) for s, n, m in EP.GOLDEN_CASES]
+    assert (
+        g["engine_version"] == E.ENGINE_VERSION
+        and g["channel_spec"] == SPEC.version
+        and g["size"] == list(SPEC.size)
+    )
+    assert [(c["seed"], c["frames"], c["materials"]) for c in g["cases"]] == [
+        (s, n, list(m) if m else None) for s, n, m in EP.GOLDEN_CASES
+    ]
     # a changed hash under the same version is refused unless forced
-    bad = dict(g, cases=[dict(g["cases"][0], sha256=dict(g["cases"][0]["sha256"], all="0" * 64))] + g["cases"][1:])
+    bad = dict(
+        g,
+        cases=[dict(g["cases"][0], sha256=dict(g["cases"][0]["sha256"], all="0" * 64))]
+        + g["cases"][1:],
+    )
     p = tmp_path / "g.json"
     p.write_text(__import__("json").dumps(bad))
     assert any("seed 0" in d for d in EP.check_goldens(p))
-    with pytest.raises(ValueError, match="bump"): EP.regen_goldens(p)
+    with pytest.raises(ValueError, match="bump"):
+        EP.regen_goldens(p)
     EP.regen_goldens(p, force=True)
     assert EP.check_goldens(p) == []
 
@@ -63,7 +80,9 @@ def test_same_bytes_across_fresh_processes():
     outs = []
     for hs in ("0", "12345"):  # different str-hash salts: nothing may depend on set or dict order
         env = {**os.environ, "PYTHONHASHSEED": hs}
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+        )
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout.strip())
     assert outs == [digest(1003)] * 2
@@ -72,27 +91,35 @@ def test_same_bytes_across_fresh_processes():
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_same_bytes_in_a_pool(method):
     seeds = [0, 1, 1003, 0]
-    with mp.get_context(method).Pool(2) as pool: got = pool.map(hashes, seeds)
+    with mp.get_context(method).Pool(2) as pool:
+        got = pool.map(hashes, seeds)
     assert [h["all"] for h in got] == [digest(s) for s in seeds]
 
 
 def test_frames_do_not_depend_on_chunking():
-    "A frame depends on its seed and index only: prefixes agree, and Game steps give the same frames."
+    """A frame depends on its seed and index only: prefixes agree, and Game steps give the same
+    frames."""
     long = list(EP.render_episode(5, 2 * EP.CHUNK + 3))
     short = list(EP.render_episode(5, EP.CHUNK - 1))
     game = G.Game(5)
-    for a, b in zip(short, long): assert all(np.array_equal(a[k], b[k]) for k in a)
-    for f in long: assert all(np.array_equal(v, f[k]) for k, v in game.step().items())
+    for a, b in zip(short, long):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+    for f in long:
+        assert all(np.array_equal(v, f[k]) for k, v in game.step().items())
 
 
 def test_replaying_recorded_actions_gives_the_same_frames():
     g, acts, frames = G.Game(9), [], []
-    for _ in range(60): frames.append(g.step()); acts.append(g.last_action)
+    for _ in range(60):
+        frames.append(g.step())
+        acts.append(g.last_action)
     r = G.Game(9)
-    for a, f in zip(acts, frames): assert all(np.array_equal(v, f[k]) for k, v in r.step(a).items())
+    for a, f in zip(acts, frames):
+        assert all(np.array_equal(v, f[k]) for k, v in r.step(a).items())
 
 
 # --- portability of the exact tables ---------------------------------------------------------
+
 
 def test_heading_table_survives_one_ulp_of_libm_error():
     t = E.heading_table()
@@ -107,12 +134,17 @@ def test_depth_table_survives_libm_error():
     bits = E.depth_table(32.0)
     x = np.array([math.log1p(k / E.DEPTH_Q) / math.log1p(32.0) for k in range(len(bits))])
     assert x[0] == 0.0 and bits[0] == 0  # log1p(0) is exactly 0 by the C standard
-    for wiggle in (np.nextafter(x, np.inf), np.nextafter(x, -np.inf), np.nextafter(np.nextafter(x, np.inf), np.inf)):
+    for wiggle in (
+        np.nextafter(x, np.inf),
+        np.nextafter(x, -np.inf),
+        np.nextafter(np.nextafter(x, np.inf), np.inf),
+    ):
         assert np.array_equal(wiggle[1:].astype(np.float16).view(np.uint16), bits[1:])
 
 
 def _kernels():
     from numba.core.registry import CPUDispatcher
+
     return {k: v for k, v in vars(E).items() if isinstance(v, CPUDispatcher)}
 
 
@@ -123,14 +155,28 @@ def test_no_kernel_uses_fastmath():
 
 
 def test_the_stage_is_three_modules_and_every_kernel_is_in_engine():
-    "numba caches per source file and misses a changed callee in another file: all kernels stay in engine.py."
+    """numba caches per source file and misses a changed callee in another file: all kernels stay in
+    engine.py."""
     from numba.core.registry import CPUDispatcher
+
     for mod in (EP, G):
-        assert not [k for k, v in vars(mod).items() if isinstance(v, CPUDispatcher) and v.py_func.__module__ == mod.__name__]
-    assert {"render_episode", "render_batch", "make_world", "bench_engine", "episode_hashes"} <= set(EP.__all__)
+        assert not [
+            k
+            for k, v in vars(mod).items()
+            if isinstance(v, CPUDispatcher) and v.py_func.__module__ == mod.__name__
+        ]
+    assert {
+        "render_episode",
+        "render_batch",
+        "make_world",
+        "bench_engine",
+        "episode_hashes",
+    } <= set(EP.__all__)
     assert {"Game", "plot_map", "render_main"} <= set(G.__all__)
-    assert not {"render_episode", "Game", "make_world", "plot_map", "bench_engine"} & set(vars(E))   # one home per name
-    for mod in (E, EP, G): assert len(Path(mod.__file__).read_text().splitlines()) <= 600, mod.__name__
+    # one home per name
+    assert not {"render_episode", "Game", "make_world", "plot_map", "bench_engine"} & set(vars(E))
+    for mod in (E, EP, G):
+        assert len(Path(mod.__file__).read_text().splitlines()) <= 600, mod.__name__
 
 
 _ASM_CHECK = """
@@ -143,17 +189,22 @@ bad = [k for k, f in vars(E).items() if isinstance(f, CPUDispatcher)
        for sig in f.signatures if any(op in f.inspect_asm(sig).lower() for op in ("vfmadd", "vfnmadd", "vfmsub"))]
 print("FMA in:", bad) if bad else print("no FMA")
 sys.exit(1 if bad else 0)
-"""
+"""  # noqa: E501 (a script run in a fresh process)
 
 
 def test_compiled_kernels_have_no_fused_multiply_add(tmp_path):
-    "The machine code itself: a*b+c must stay two roundings (an FMA would give other bits on other CPUs)."
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}   # compile afresh: numba can't inspect cached code
-    r = subprocess.run([sys.executable, "-c", _ASM_CHECK], capture_output=True, text=True, env=env, timeout=600)
+    """The machine code itself: a*b+c must stay two roundings (an FMA would give other bits on other
+    CPUs)."""
+    # compile afresh: numba can't inspect cached code
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run(
+        [sys.executable, "-c", _ASM_CHECK], capture_output=True, text=True, env=env, timeout=600
+    )
     assert r.returncode == 0 and "no FMA" in r.stdout, r.stdout + r.stderr
 
 
 # --- the contract --------------------------------------------------------------------------
+
 
 def test_every_frame_of_several_episodes_validates():
     seen = set()
@@ -167,7 +218,8 @@ def test_every_frame_of_several_episodes_validates():
 def test_other_sizes_validate():
     for size in ((8, 8), (40, 72), (120, 160)):
         spec = __import__("dataclasses").replace(SPEC, size=size)
-        for f in EP.render_episode(3, 10, spec=spec): validate(f, spec)
+        for f in EP.render_episode(3, 10, spec=spec):
+            validate(f, spec)
 
 
 def test_batch_frames_validate_and_equal_single_episodes():
@@ -175,7 +227,8 @@ def test_batch_frames_validate_and_equal_single_episodes():
     singles = [list(EP.render_episode(s, 30)) for s in seeds]
     for t, fb in enumerate(EP.render_batch(seeds, 30)):
         validate(fb, SPEC, batch=True)
-        for b in range(len(seeds)): assert all(np.array_equal(fb[k][b], singles[b][t][k]) for k in fb)
+        for b in range(len(seeds)):
+            assert all(np.array_equal(fb[k][b], singles[b][t][k]) for k in fb)
 
 
 def test_materials_restrict_the_walls():
@@ -188,7 +241,8 @@ def test_materials_restrict_the_walls():
 
 
 def test_depth_is_perpendicular_and_stored_as_the_spec_says():
-    "Facing a flat wall 7.5 cells ahead: one depth across the columns (no fisheye), log1p(7.5)/log1p(32)."
+    """Facing a flat wall 7.5 cells ahead: one depth across the columns (no fisheye),
+    log1p(7.5)/log1p(32)."""
     room = E.World.from_ascii("""
         ##########
         #........#
@@ -202,20 +256,25 @@ def test_depth_is_perpendicular_and_stored_as_the_spec_says():
     row = f["depth"][32, 20:44].astype(np.float64)
     assert (f["surface"][32, 20:44] == SID["wall"]).all()
     du = np.diff(f["uv"][32, 20:44, 0].astype(np.float64))
-    assert ((du > 0) | (du < -0.5)).all() and (du < -0.5).sum() >= 1  # u runs left to right, wrapping at cell edges
+    # u runs left to right, wrapping at cell edges
+    assert ((du > 0) | (du < -0.5)).all() and (du < -0.5).sum() >= 1
     assert np.all(row == row[0])
     assert abs(row[0] - math.log1p(7.5) / math.log1p(32.0)) < 1e-3
     col = f["uv"][:, 32, 1].astype(np.float64)[f["surface"][:, 32] == SID["wall"]]
     assert np.all(np.diff(col) < 0) and col[0] > 0.8 and col[-1] < 0.2  # v runs up the wall
-    r, camx = 24 / (50.5 - 32), 1 / 64                   # the floor seen by pixel (50, 32), facing +x from (1.5, 3.5)
+    # the floor seen by pixel (50, 32), facing +x from (1.5, 3.5)
+    r, camx = 24 / (50.5 - 32), 1 / 64
     wx, wy = 1.5 + r, 3.5 + r * (2 / 3) * camx
     assert f["surface"][50, 32] == SID["floor"]
-    assert np.allclose(f["uv"][50, 32].astype(np.float64), [wx % 1, wy % 1], atol=1e-3)  # world-space fractions
+    # world-space fractions
+    assert np.allclose(f["uv"][50, 32].astype(np.float64), [wx % 1, wy % 1], atol=1e-3)
     floor = f["surface"][:, 32] == SID["floor"]
-    assert np.all(np.diff(f["light"][floor, 32].astype(np.float64)) >= 0)  # nearer floor is brighter
+    # nearer floor is brighter
+    assert np.all(np.diff(f["light"][floor, 32].astype(np.float64)) >= 0)
 
 
 # --- occlusion -----------------------------------------------------------------------------
+
 
 def test_a_wall_hides_an_enemy_behind_it():
     open_ = E.World.from_ascii("""
@@ -248,10 +307,13 @@ def test_the_nearer_enemy_hides_the_farther():
         #P.....E.#
         ##########
     """)
-    assert abs(float(E.render_world(w2)["depth"][32, 32]) - math.log1p(6.0) / math.log1p(32.0)) < 1e-3
+    assert (
+        abs(float(E.render_world(w2)["depth"][32, 32]) - math.log1p(6.0) / math.log1p(32.0)) < 1e-3
+    )
 
 
 # --- the policy ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_the_policy_walks_without_getting_stuck(seed):
@@ -270,55 +332,77 @@ def test_the_policy_walks_without_getting_stuck(seed):
 
 # --- bad input -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("call,name", [
-    (lambda: EP.render_episode(-1, 5), "seed"),
-    (lambda: EP.render_episode(1.5, 5), "seed"),
-    (lambda: EP.render_episode(True, 5), "seed"),
-    (lambda: EP.render_episode("3", 5), "seed"),
-    (lambda: EP.render_episode(1, -5), "n_frames"),
-    (lambda: EP.render_episode(1, 2.0), "n_frames"),
-    (lambda: EP.render_episode(1, 5, materials=[]), "materials"),
-    (lambda: EP.render_episode(1, 5, materials=[5]), "materials"),
-    (lambda: EP.render_episode(1, 5, materials=[1.0]), "materials"),
-    (lambda: EP.render_episode(1, 5, materials="0"), "materials"),
-    (lambda: EP.render_episode(1, 5, spec=__import__("dataclasses").replace(SPEC, size=(4, 4))), "spec"),
-    (lambda: EP.render_episode(1, 5, spec=__import__("dataclasses").replace(SPEC, size=(64, 2048))), "spec"),
-    (lambda: EP.render_batch([], 5), "seeds"),
-    (lambda: EP.render_batch([1, -1], 5), "seeds"),
-    (lambda: EP.render_batch(7, 5), "seeds"),
-    (lambda: G.Game(0).step("jump"), "action"),
-    (lambda: G.Game(0).step(7), "action"),
-    (lambda: G.Game(0).step(True), "action"),
-    (lambda: EP.bench_engine(frames=0), "frames"),
-])
+
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda: EP.render_episode(-1, 5), "seed"),
+        (lambda: EP.render_episode(1.5, 5), "seed"),
+        (lambda: EP.render_episode(True, 5), "seed"),
+        (lambda: EP.render_episode("3", 5), "seed"),
+        (lambda: EP.render_episode(1, -5), "n_frames"),
+        (lambda: EP.render_episode(1, 2.0), "n_frames"),
+        (lambda: EP.render_episode(1, 5, materials=[]), "materials"),
+        (lambda: EP.render_episode(1, 5, materials=[5]), "materials"),
+        (lambda: EP.render_episode(1, 5, materials=[1.0]), "materials"),
+        (lambda: EP.render_episode(1, 5, materials="0"), "materials"),
+        (
+            lambda: EP.render_episode(
+                1, 5, spec=__import__("dataclasses").replace(SPEC, size=(4, 4))
+            ),
+            "spec",
+        ),
+        (
+            lambda: EP.render_episode(
+                1, 5, spec=__import__("dataclasses").replace(SPEC, size=(64, 2048))
+            ),
+            "spec",
+        ),
+        (lambda: EP.render_batch([], 5), "seeds"),
+        (lambda: EP.render_batch([1, -1], 5), "seeds"),
+        (lambda: EP.render_batch(7, 5), "seeds"),
+        (lambda: G.Game(0).step("jump"), "action"),
+        (lambda: G.Game(0).step(7), "action"),
+        (lambda: G.Game(0).step(True), "action"),
+        (lambda: EP.bench_engine(frames=0), "frames"),
+    ],
+)
 def test_bad_input_is_a_value_error_naming_the_argument(call, name):
-    with pytest.raises(ValueError, match=name): call()
+    with pytest.raises(ValueError, match=name):
+        call()
 
 
 def test_bad_input_fails_at_the_call_not_at_the_first_frame():
-    with pytest.raises(ValueError): EP.render_episode(-1, 5)  # no next() needed
+    with pytest.raises(ValueError):
+        EP.render_episode(-1, 5)  # no next() needed
 
 
 # --- memory --------------------------------------------------------------------------------
 
+
 def test_a_long_episode_holds_only_a_few_frames():
     tracemalloc.start()
     try:
-        for _ in EP.render_episode(2, 1000): pass
+        for _ in EP.render_episode(2, 1000):
+            pass
         _, streaming = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         kept = list(EP.render_episode(2, 200))
         _, hoarding = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert streaming < 3 * EP.CHUNK * FRAME_BYTES, streaming   # a chunk (or two) of frames, not 1,000
-    assert hoarding > 150 * FRAME_BYTES and len(kept) == 200   # the measurement sees frames that are kept
+    # a chunk (or two) of frames, not 1,000
+    assert streaming < 3 * EP.CHUNK * FRAME_BYTES, streaming
+    # the measurement sees frames that are kept
+    assert hoarding > 150 * FRAME_BYTES and len(kept) == 200
 
 
 # --- pictures and the command line ---------------------------------------------------------
 
+
 def test_render_main_writes_pngs(tmp_path):
     from PIL import Image
+
     out = tmp_path / "render"
     assert G.render_main(["--seed", "2", "--frames", "5", "--out", str(out), "--scale", "2"]) == 0
     names = sorted(p.name for p in out.iterdir())
@@ -333,7 +417,7 @@ def test_render_main_reports_bad_arguments(tmp_path, capsys):
     assert G.render_main(["--seed", "-1", "--out", str(tmp_path)]) == 2
     assert "seed" in capsys.readouterr().err
     assert G.render_main(["--frames", "0", "--out", str(tmp_path)]) == 2
-    assert G.render_main(["--seed", "x", "--out", str(tmp_path)]) == 2   # argparse's own error
+    assert G.render_main(["--seed", "x", "--out", str(tmp_path)]) == 2  # argparse's own error
     assert G.render_main(["--out"]) == 2
     assert G.render_main(["--help"]) == 0
 
@@ -348,6 +432,11 @@ def test_bench_engine_reports_numbers():
 
 
 def test_module_entry_point_checks_goldens():
-    r = subprocess.run([sys.executable, "-m", "qmind_render.episode", "--check-goldens"], capture_output=True, text=True,
-                       timeout=300, cwd=Path(E.__file__).parents[1])
+    r = subprocess.run(
+        [sys.executable, "-m", "qmind_render.episode", "--check-goldens"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(E.__file__).parents[1],
+    )
     assert r.returncode == 0 and "goldens agree" in r.stdout, r.stdout + r.stderr

@@ -1,5 +1,7 @@
 """Evaluation and the main job: `qmind run` end to end on a small config (real subprocess), its
-rerun, the errors the issue names, and the factor classifiers' sanity (chance on shuffled labels)."""
+rerun, the errors the issue names, and the factor classifiers' sanity (chance on shuffled labels).
+"""
+
 import json
 import os
 import subprocess
@@ -11,8 +13,16 @@ import torch
 
 from qmind_render.data import fetch, open_store
 from qmind_render.splits import apply_split, load_split
-from qmind_render.evaluate import (EvalError, accuracy, as_float, evaluate, factor_labels, gather, load_for_eval,
-                                   train_classifier)
+from qmind_render.evaluate import (
+    EvalError,
+    accuracy,
+    as_float,
+    evaluate,
+    factor_labels,
+    gather,
+    load_for_eval,
+    train_classifier,
+)
 
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,9 +37,24 @@ def work(tmp_path_factory):
 
 
 def small(work, name="small", *extra):
-    return [f"data.store={work}/store", "data.dataset=ds-e", "data.episodes=24", "data.frames_per_episode=20",
-            f"name={name}", "train.batch=8", "train.steps=30", "train.warmup=5", "train.log_every=10",
-            "train.sample_every=0", "tracker=none", "train.lr=2e-3", "eval.ddim_steps=[1,2]", "eval.frames_per_cell=2", "eval.classifier_steps=60", *extra]
+    return [
+        f"data.store={work}/store",
+        "data.dataset=ds-e",
+        "data.episodes=24",
+        "data.frames_per_episode=20",
+        f"name={name}",
+        "train.batch=8",
+        "train.steps=30",
+        "train.warmup=5",
+        "train.log_every=10",
+        "train.sample_every=0",
+        "tracker=none",
+        "train.lr=2e-3",
+        "eval.ddim_steps=[1,2]",
+        "eval.frames_per_cell=2",
+        "eval.classifier_steps=60",
+        *extra,
+    ]
 
 
 def env(work):
@@ -38,40 +63,75 @@ def env(work):
 
 @pytest.fixture(scope="module")
 def ran(work):
-    r = subprocess.run(CLI + ["run", *small(work)], cwd=work, env=env(work), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        CLI + ["run", *small(work)],
+        cwd=work,
+        env=env(work),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
 
 def test_run_end_to_end_writes_the_report(work, ran):
     out = ran.stdout
-    assert "[1/3] dataset ds-e: not in" in out and "[2/3] training small" in out and "[3/3] evaluating" in out
+    assert (
+        "[1/3] dataset ds-e: not in" in out
+        and "[2/3] training small" in out
+        and "[3/3] evaluating" in out
+    )
     ev = work / "runs" / "small" / "eval"
     res = json.loads((ev / "eval.json").read_text())
     for part in ("heldout", "train"):
         r = res["parts"][part]
-        assert r["frames"] > 0 and {"baseline", "ddim_1", "ddim_2", "ground_truth_classifier"} <= set(r)
+        assert r["frames"] > 0 and {
+            "baseline",
+            "ddim_1",
+            "ddim_2",
+            "ground_truth_classifier",
+        } <= set(r)
         assert 0 < r["ddim_2"]["psnr"] < 100 and 0 <= r["ddim_2"]["ssim"] <= 1
         assert set(r["ddim_2"]["mae_by_surface"]) == {"ceiling", "wall", "floor", "enemy"}
     assert res["lpips"].startswith(("computed", "unavailable"))
     assert set(res["gap"]) == {"ddim_1", "ddim_2"}
     report = (ev / "report.md").read_text()
-    assert "mean-colour baseline" in report and "Held-out cells" in report and "![PSNR per cell](psnr_heatmap.png)" in report
+    assert (
+        "mean-colour baseline" in report
+        and "Held-out cells" in report
+        and "![PSNR per cell](psnr_heatmap.png)" in report
+    )
     for f in ("psnr_heatmap.png", "samples_heldout.png", "samples_train.png", "episode.gif"):
         assert (ev / f).stat().st_size > 1000, f
     from PIL import Image
+
     assert Image.open(ev / "episode.gif").n_frames == 24
 
 
 def test_rerun_reuses_everything(work, ran):
-    r = subprocess.run(CLI + ["run", *small(work)], cwd=work, env=env(work), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        CLI + ["run", *small(work)],
+        cwd=work,
+        env=env(work),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    assert "reusing it" in r.stdout and "finished earlier" in r.stdout and "done earlier" in r.stdout
+    assert (
+        "reusing it" in r.stdout and "finished earlier" in r.stdout and "done earlier" in r.stdout
+    )
 
 
 def test_eval_is_reproducible(work, ran):
     a = json.loads((work / "runs" / "small" / "eval" / "eval.json").read_text())
-    b = evaluate(work / "runs" / "small", ["eval.ddim_steps=[1,2]", "eval.frames_per_cell=2", "eval.classifier_steps=60"], out=work / "again", log=lambda *_: None)
+    b = evaluate(
+        work / "runs" / "small",
+        ["eval.ddim_steps=[1,2]", "eval.frames_per_cell=2", "eval.classifier_steps=60"],
+        out=work / "again",
+        log=lambda *_: None,
+    )
     assert a["parts"]["heldout"]["ddim_2"]["psnr"] == b["parts"]["heldout"]["ddim_2"]["psnr"]
 
 
@@ -84,14 +144,24 @@ def test_eval_errors(work, ran, tmp_path):
     with pytest.raises(EvalError, match=r"trained on dataset ds-e.*not in store"):
         load_for_eval(work / "runs" / "small", [f"data.store={tmp_path}/other-store"])
     other = tmp_path / "grid.yaml"
-    other.write_text("name: g\nversion: 1\nseed: 0\ngrid: {theme: 3, material: 5, light: 4}\nheld_out: [[0, 0, 0]]\n")
+    other.write_text(
+        "name: g\nversion: 1\nseed: 0\ngrid: {theme: 3, material: 5, light: "
+        "4}\nheld_out: [[0, 0, 0]]\n"
+    )
     with pytest.raises(EvalError, match=r"split g is for grid .*ds-e"):
         load_for_eval(work / "runs" / "small", [f"data.holdout={other}"])
 
 
 def test_eval_cli_without_checkpoint_is_one_line(work, tmp_path):
     (tmp_path / "r").mkdir()
-    r = subprocess.run(CLI + ["eval", str(tmp_path / "r")], cwd=work, env=env(work), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        CLI + ["eval", str(tmp_path / "r")],
+        cwd=work,
+        env=env(work),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "has no checkpoint" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -103,7 +173,8 @@ def test_classifiers_learn_real_labels_and_not_shuffled_ones(work, ran):
     sizes = {"theme": 5, "lighting": 4}
     y_tr = {k: v for k, v in factor_labels(tr, 5).items() if k in sizes}
     y_te = {k: v for k, v in factor_labels(te, 5).items() if k in sizes}
-    # 150 steps: held-out theme 0.89 and lighting 1.0 here, the shuffled labels' 0.21 and 0.26 (300 steps: 0.92, 0.99; 0.36, 0.35)
+    # 150 steps: held-out theme 0.89 and lighting 1.0 here, the shuffled labels' 0.21 and 0.26 (300
+    # steps: 0.92, 0.99; 0.36, 0.35)
     net = train_classifier(as_float(tr["rgb"]), y_tr, sizes, steps=150)
     acc = accuracy(net, as_float(te["rgb"]), y_te)
     assert acc["theme"] > 0.8 and acc["lighting"] > 0.6, acc
@@ -111,35 +182,48 @@ def test_classifiers_learn_real_labels_and_not_shuffled_ones(work, ran):
     shuffled = {k: v[torch.randperm(len(v), generator=g)] for k, v in y_tr.items()}
     net_s = train_classifier(as_float(tr["rgb"]), shuffled, sizes, steps=150)
     acc_s = accuracy(net_s, as_float(te["rgb"]), y_te)
-    assert acc_s["theme"] < 0.45 and acc_s["lighting"] < 0.5, acc_s   # chance: 0.2 and 0.25
+    assert acc_s["theme"] < 0.45 and acc_s["lighting"] < 0.5, acc_s  # chance: 0.2 and 0.25
 
 
 def test_a_device_the_machine_lacks_is_one_line(work, ran, capsys, monkeypatch):
     from qmind_render.cli import main
-    if torch.mps.is_available(): pytest.skip("this machine has MPS")
+
+    if torch.mps.is_available():
+        pytest.skip("this machine has MPS")
     monkeypatch.setenv("QMIND_CACHE", str(work / "cache"))
     assert main(["eval", str(work / "runs" / "small"), "eval.device=mps"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "qmind eval: error: eval.device=mps, but this machine has no MPS device" in err, err
+    assert (
+        err.count("\n") == 1
+        and "qmind eval: error: eval.device=mps, but this machine has no MPS device" in err
+    ), err
 
 
-def test_an_encoding_or_objective_the_checkpoint_was_not_trained_with_is_refused_by_name(work, ran, capsys, monkeypatch):
-    "An override of the model section (an encoding, the objective) on eval: one line naming the key and both values, exit 2."
+def test_an_encoding_or_objective_the_checkpoint_was_not_trained_with_is_refused_by_name(
+    work, ran, capsys, monkeypatch
+):
+    """An override of the model section (an encoding, the objective) on eval: one line naming the
+    key and both values, exit 2."""
     from qmind_render.cli import main
+
     monkeypatch.setenv("QMIND_CACHE", str(work / "cache"))
-    for override, said in [("model.uv_freqs=[1,2,4]", "model.uv_freqs=[1], not [1, 2, 4]"),
-                           ("model.prediction=eps", "model.prediction='v', not 'eps'"),
-                           ("model.theme_enc=planes", "model.theme_enc='param_vector', not 'planes'")]:
+    for override, said in [
+        ("model.uv_freqs=[1,2,4]", "model.uv_freqs=[1], not [1, 2, 4]"),
+        ("model.prediction=eps", "model.prediction='v', not 'eps'"),
+        ("model.theme_enc=planes", "model.theme_enc='param_vector', not 'planes'"),
+    ]:
         assert main(["eval", str(work / "runs" / "small"), override]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err and "drop the " in err, err
 
 
 def test_a_corrupt_checkpoint_is_one_line_with_evals_own_advice(work, ran, tmp_path, capsys):
-    "A run whose latest checkpoint is corrupt: one line, exit 2, naming the file `qmind eval` can take instead (not train.resume)."
+    """A run whose latest checkpoint is corrupt: one line, exit 2, naming the file `qmind eval` can
+    take instead (not train.resume)."""
     import shutil
 
     from qmind_render.cli import main
+
     run = tmp_path / "r4" / "checkpoints"
     run.mkdir(parents=True)
     shutil.copy(work / "runs" / "small" / "checkpoints" / "0000030.pt", run / "0000020.pt")
@@ -147,4 +231,7 @@ def test_a_corrupt_checkpoint_is_one_line_with_evals_own_advice(work, ran, tmp_p
     assert main(["eval", str(run.parent)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "0000030.pt is not a readable checkpoint" in err, err
-    assert f"other checkpoints: 0000020.pt (evaluate it with qmind eval {run / '0000020.pt'})" in err and "train.resume" not in err, err
+    assert (
+        f"other checkpoints: 0000020.pt (evaluate it with qmind eval {run / '0000020.pt'})" in err
+        and "train.resume" not in err
+    ), err

@@ -1,5 +1,6 @@
-"""JupyterLab opens the workbook: it serves on loopback, has the python3 kernel and the ipywidgets extension,
-and a widget made in a notebook renders in the browser."""
+"""JupyterLab opens the workbook: it serves on loopback, has the python3 kernel and the ipywidgets
+extension, and a widget made in a notebook renders in the browser."""
+
 import json
 import os
 import secrets
@@ -24,41 +25,71 @@ def _get(url, token=None, timeout=10):
     "(status, body) of a GET, with the token in the Authorization header if given."
     req = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r: return r.status, r.read().decode()
-    except urllib.error.HTTPError as e: return e.code, e.read().decode(errors="replace")
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    "A JupyterLab server on 127.0.0.1 serving a copy-free view of the repository; yields (url, token, workdir); always stopped."
+    """A JupyterLab server on 127.0.0.1 serving a copy-free view of the repository; yields (url,
+    token, workdir); always stopped."""
     home = tmp_path_factory.mktemp("jupyter")
     work = home / "work"
     work.mkdir()
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_CONFIG_DIR": str(home / "config"),
-           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-           "IPYTHONDIR": str(home / "ipython")}
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "IPYTHONDIR": str(home / "ipython"),
+    }
     log = (home / "lab.log").open("w")
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}", "--ServerApp.disable_check_xsrf=False",
-           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-           "--LabApp.extension_manager=readonly"]  # no calls to PyPI or news feeds from a test
-    if os.geteuid() == 0: cmd.append("--allow-root")  # CI containers run as root
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--port-retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={work}",
+        "--ServerApp.disable_check_xsrf=False",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+    ]  # no calls to PyPI or news feeds from a test
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")  # CI containers run as root
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
         while True:
             try:
-                if _get(f"{url}/api/status", token, timeout=2)[0] == 200: break
-            except OSError: pass
+                if _get(f"{url}/api/status", token, timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"jupyter lab did not start (exit {proc.poll()}):\n{(home / 'lab.log').read_text()[-3000:]}")
+                raise RuntimeError(
+                    "jupyter lab did not start (exit "
+                    f"{proc.poll()}):\n{(home / 'lab.log').read_text()[-3000:]}"
+                )
             time.sleep(0.3)
         yield url, token, work
     finally:
-        proc.send_signal(signal.SIGTERM)  # jupyter_server shuts down its kernels and exits on SIGTERM
-        try: proc.wait(timeout=30)
+        # jupyter_server shuts down its kernels and exits on SIGTERM
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
@@ -96,7 +127,12 @@ def test_ipywidgets_lab_extension_is_installed_and_enabled(lab):
 
 
 def test_labextension_list_shows_the_widgets_manager():
-    r = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "jupyter", "labextension", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = r.stdout + r.stderr
     line = next((ln for ln in out.splitlines() if WIDGETS in ln), "")
     assert "enabled" in line and "OK" in line, out
@@ -107,29 +143,49 @@ def _wait_for_idle_kernel(url, token, timeout=90):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status, body = _get(f"{url}/api/kernels", token)
-        if status == 200 and any(k["execution_state"] == "idle" for k in json.loads(body)): return
+        if status == 200 and any(k["execution_state"] == "idle" for k in json.loads(body)):
+            return
         time.sleep(0.5)
     raise TimeoutError(f"no idle kernel after {timeout} s: {_get(f'{url}/api/kernels', token)}")
 
 
 @needs_chromium
 def test_a_widget_renders_in_a_notebook(lab, tmp_path):
-    "Open a notebook in JupyterLab in headless Chromium, run a cell that makes an IntSlider, and see the slider drawn."
+    """Open a notebook in JupyterLab in headless Chromium, run a cell that makes an IntSlider, and
+    see the slider drawn."""
     from playwright.sync_api import sync_playwright
+
     url, token, work = lab
-    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "w", "metadata": {}, "outputs": [],
-                     "source": "import ipywidgets as w\nw.IntSlider(value=7, description='seven')"}],
-          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-          "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": "w",
+                "metadata": {},
+                "outputs": [],
+                "source": "import ipywidgets as w\nw.IntSlider(value=7, description='seven')",
+            }
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     (work / "widget.ipynb").write_text(json.dumps(nb))
     off_host = []
     with sync_playwright() as p:
         browser = launch_chromium(p)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            # watched, not intercepted: routing every request through Playwright keeps the kernel's WebSocket from connecting
+
+            # watched, not intercepted: routing every request through Playwright keeps the kernel's
+            # WebSocket from connecting
             def watch(u):
-                if urllib.parse.urlsplit(u).hostname not in ("127.0.0.1", None): off_host.append(u)
+                if urllib.parse.urlsplit(u).hostname not in ("127.0.0.1", None):
+                    off_host.append(u)
+
             page.on("request", lambda r: watch(r.url))
             page.on("websocket", lambda ws: watch(ws.url))
             page.goto(f"{url}/lab/tree/widget.ipynb?token={token}", timeout=60_000)
@@ -140,7 +196,10 @@ def test_a_widget_renders_in_a_notebook(lab, tmp_path):
             page.keyboard.press("Shift+Enter")
             slider = page.wait_for_selector(".jp-OutputArea .widget-slider", timeout=120_000)
             page.screenshot(path=str(tmp_path / "jupyterlab-widget.png"))
-            assert "seven" in slider.inner_text() or "seven" in page.locator(".jp-OutputArea").first.inner_text()
+            assert (
+                "seven" in slider.inner_text()
+                or "seven" in page.locator(".jp-OutputArea").first.inner_text()
+            )
             assert page.locator(".jp-OutputArea .widget-readout").first.inner_text().strip() == "7"
         finally:
             browser.close()

@@ -1,4 +1,5 @@
 """A built wheel carries what an installed package needs: the contracts and the console script."""
+
 import subprocess
 import sys
 import zipfile
@@ -8,8 +9,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_ships_contracts_and_entry_point(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path)], check=True, timeout=300, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+        ],
+        check=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     (whl,) = tmp_path.glob("qmind_render-*.whl")
     with zipfile.ZipFile(whl) as z:
         names = set(z.namelist())

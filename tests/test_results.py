@@ -1,6 +1,7 @@
-"""Committed results agree with what they claim: each results/NAME/README.md table is what tools/collect_results.py
-reads from the eval.json and config.yaml beside it, the committed quickstart config is the one measured there, each
-committed sweep's report is what its runs' eval.json give, and the results chapter shows those numbers."""
+"""Committed results agree with what they claim: each results/NAME/README.md table is what
+tools/collect_results.py reads from the eval.json and config.yaml beside it, the committed
+quickstart config is the one measured there, each committed sweep's report is what its runs'
+eval.json give, and the results chapter shows those numbers."""
 
 import json
 import sys
@@ -58,7 +59,8 @@ def test_each_committed_sweep_report_is_remade_from_its_runs(tmp_path):
 
 
 def _held_out_by_group(d: Path, by: list[str]) -> dict[tuple, list[float]]:
-    "Each run's held-out PSNR at its largest DDIM step count, read straight from its committed files, by group."
+    """Each run's held-out PSNR at its largest DDIM step count, read straight from its committed
+    files, by group."""
     groups: dict[tuple, list[float]] = {}
     for run in sorted((d / "runs").iterdir()):
         cfg = yaml.safe_load((run / "config.yaml").read_text())

@@ -1,10 +1,13 @@
-"""The fast sampler (nbs/42_sampler.ipynb); evaluation and serving through it are tested in their own files.
+"""The fast sampler (nbs/42_sampler.ipynb); evaluation and serving through it are tested in their
+own files.
 
-On every machine: the sampler's fixed-buffer path (what a GPU captures and replays; on a CPU the loop is re-run in its
-place) equals the reference `ddim_sample` in float32 (to the bit when the batch fills its bucket; padded, to rounding), for
-every encoding, batch bucket and step count, and with EDM's preconditioning.
-With CUDA (skipped without): the captured graph equals the eager loop within bf16 tolerance, replays are deterministic,
-the graph of the compiled network agrees too, and a training step never makes the host wait for the device."""
+On every machine: the sampler's fixed-buffer path (what a GPU captures and replays; on a CPU the
+loop is re-run in its place) equals the reference `ddim_sample` in float32 (to the bit when the
+batch fills its bucket; padded, to rounding), for every encoding, batch bucket and step count, and
+with EDM's preconditioning. With CUDA (skipped without): the captured graph equals the eager loop
+within bf16 tolerance, replays are deterministic, the graph of the compiled network agrees too, and
+a training step never makes the host wait for the device."""
+
 import pytest
 import torch
 
@@ -20,7 +23,9 @@ def model_and_diffusion(size="tiny", device="cpu", *extra):
     cfg = load_config(None, [f"model.size={size}", *extra])
     torch.manual_seed(0)
     model = build_model(cfg.model, grid=load_grid())
-    with torch.no_grad(): torch.nn.init.normal_(model.net.out[-1].weight, std=0.05)   # untrained, but not a constant frame
+    # untrained, but not a constant frame
+    with torch.no_grad():
+        torch.nn.init.normal_(model.net.out[-1].weight, std=0.05)
     return model.to(device).eval(), Diffusion.from_config(cfg.model)
 
 
@@ -29,16 +34,28 @@ def inputs(n, device="cpu", seed=0):
     return cond, torch.randn(n, 3, 64, 64, generator=torch.Generator().manual_seed(seed)).to(device)
 
 
-@pytest.mark.parametrize("enc,pred", [("planes", "v"), ("id", "v"), ("param_vector", "v"), ("planes", "edm")])
+@pytest.mark.parametrize(
+    "enc,pred", [("planes", "v"), ("id", "v"), ("param_vector", "v"), ("planes", "edm")]
+)
 def test_fixed_buffers_equal_the_reference_on_cpu(enc, pred):
     "edm: the network's input is scaled by c_in on both paths (a path that forgot it would differ)."
-    model, d = model_and_diffusion("tiny", "cpu", f"model.theme_enc={enc}", "model.material_enc=embedding", f"model.prediction={pred}")
+    model, d = model_and_diffusion(
+        "tiny",
+        "cpu",
+        f"model.theme_enc={enc}",
+        "model.material_enc=embedding",
+        f"model.prediction={pred}",
+    )
     s = GraphSampler(model, d, dtype=torch.float32, buckets=(1, 4, 8), graphs=True)
     for n, steps in [(1, 1), (3, 3), (5, 2), (3, 1)]:
         cond, x = inputs(n, seed=n + steps)
         a, ref = s(cond, x, steps), ddim_sample(model, cond, d, steps, x_T=x)
-        if n in s.buckets: assert torch.equal(a, ref), (n, steps)                 # the same batch: the same kernels, bit for bit
-        else: assert (a - ref).abs().max() < 1e-5, (n, steps)                    # padded: another batch size, rounding only
+        # the same batch: the same kernels, bit for bit
+        if n in s.buckets:
+            assert torch.equal(a, ref), (n, steps)
+        # padded: another batch size, rounding only
+        else:
+            assert (a - ref).abs().max() < 1e-5, (n, steps)
     assert sorted(s.captured) == [(1, 1), (4, 1), (4, 3), (8, 2)]
     with pytest.raises(SamplerError, match="a batch of 9 is more than .* largest batch bucket, 8"):
         s(*inputs(9), 1)
@@ -54,17 +71,22 @@ def test_cuda_graph_equals_the_eager_loop(size):
         cond, x = inputs(n, "cuda", seed=n + steps)
         a, b = graph(cond, x, steps), eager(cond, x, steps)
         assert (a - b).abs().max() < 2e-2, (n, steps, float((a - b).abs().max()))
-        assert torch.equal(a, graph(cond, x, steps))                          # a replay is deterministic
+        # a replay is deterministic
+        assert torch.equal(a, graph(cond, x, steps))
         ref = ddim_sample(model, cond, d, steps, x_T=x, autocast=torch.bfloat16)
         assert (a - ref).abs().max() < 0.1
     cond, x = inputs(3, "cuda", seed=99)
-    assert not torch.equal(graph(cond, x, 2), graph(*inputs(3, "cuda", seed=98), 2))   # the buffers are refilled each call
+    # the buffers are refilled each call
+    assert not torch.equal(graph(cond, x, 2), graph(*inputs(3, "cuda", seed=98), 2))
 
 
 @needs_cuda
 def test_cuda_graph_of_the_compiled_network():
     model, d = model_and_diffusion("small", "cuda")
-    compiled, eager = GraphSampler(model, d, buckets=(1, 8), compile=True), GraphSampler(model, d, graphs=False, buckets=(1, 8))
+    compiled, eager = (
+        GraphSampler(model, d, buckets=(1, 8), compile=True),
+        GraphSampler(model, d, graphs=False, buckets=(1, 8)),
+    )
     for n in (1, 8):
         cond, x = inputs(n, "cuda", seed=n)
         assert (compiled(cond, x, 4) - eager(cond, x, 4)).abs().max() < 3e-2
@@ -76,16 +98,32 @@ def test_cuda_training_step_never_makes_the_host_wait(tmp_path):
 
     from qmind_render.generate import generate
     from qmind_render.train import Meter, batches, loop_step, setup
+
     os.environ.setdefault("QMIND_CACHE", str(tmp_path / "cache"))
-    o = [f"data.store={tmp_path}/store", "data.dataset=ds-sync", "data.episodes=8", "data.frames_per_episode=16", "train.batch=8",
-         "train.steps=20", "train.device=cuda", "train.compile=false", "tracker=none", "name=sync", "train.precision=bf16"]
+    o = [
+        f"data.store={tmp_path}/store",
+        "data.dataset=ds-sync",
+        "data.episodes=8",
+        "data.frames_per_episode=16",
+        "train.batch=8",
+        "train.steps=20",
+        "train.device=cuda",
+        "train.compile=false",
+        "tracker=none",
+        "name=sync",
+        "train.precision=bf16",
+    ]
     generate(load_config(None, o).data, workers=2, progress=False)
     run = setup(load_config(None, o), tmp_path / "runs")
     it, meter = batches(run), Meter()
-    for _ in range(2): loop_step(run, it, meter)                                 # lazy initialisation happens here
+    # lazy initialisation happens here
+    for _ in range(2):
+        loop_step(run, it, meter)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for _ in range(3): loop_step(run, it, meter)
-    finally: torch.cuda.set_sync_debug_mode("default")
+        for _ in range(3):
+            loop_step(run, it, meter)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
     assert meter.read(run)["skipped"] == 0

@@ -1,5 +1,7 @@
-"""Sweeps: the cost planner's numbers, sweep expansion, the dry run, and one real local sweep through papermill
-(one run interrupted for real and resumed, reruns skipping finished runs, the sweep report from its outputs)."""
+"""Sweeps: the cost planner's numbers, sweep expansion, the dry run, and one real local sweep
+through papermill (one run interrupted for real and resumed, reruns skipping finished runs, the
+sweep report from its outputs)."""
+
 import contextlib
 import io
 import json
@@ -22,9 +24,19 @@ from qmind_render.sweep_report import aggregate
 from qmind_render.util import format_table
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["data.episodes=8", "data.frames_per_episode=16", "data.dataset=ds-sweep-tiny", "train.steps=8", "train.batch=4",
-        "train.log_every=1", "train.sample_every=0", "eval.frames_per_cell=1", "eval.ddim_steps=[1]", "eval.classifier_steps=30",
-        "tracker=none"]
+TINY = [
+    "data.episodes=8",
+    "data.frames_per_episode=16",
+    "data.dataset=ds-sweep-tiny",
+    "train.steps=8",
+    "train.batch=4",
+    "train.log_every=1",
+    "train.sample_every=0",
+    "eval.frames_per_cell=1",
+    "eval.ddim_steps=[1]",
+    "eval.classifier_steps=30",
+    "tracker=none",
+]
 NAMES = ["tiny-000-seed1", "tiny-001-seed2"]
 
 
@@ -32,8 +44,10 @@ def test_deck_arithmetic_reproduced():
     rows = deck_sizing()
     assert [r["instance"] for r in rows] == ["g6.xlarge", "g6e.xlarge", "p5.4xlarge"]
     assert all(r["train_flops"] == pytest.approx(3 * 50e9 * 200_000 * 64) for r in rows)
-    assert [round(r["hours"]) for r in rows] == [15, 5, 2]          # "L4 ~15 hours, L40S ~5 hours, H100 ~2 hours"
-    assert [round(r["usd_on_demand"]) for r in rows] == [12, 9, 12]  # "roughly $12, $9 and $12 per run"
+    # "L4 ~15 hours, L40S ~5 hours, H100 ~2 hours"
+    assert [round(r["hours"]) for r in rows] == [15, 5, 2]
+    # "roughly $12, $9 and $12 per run"
+    assert [round(r["usd_on_demand"]) for r in rows] == [12, 9, 12]
     assert rows[0]["hours"] == pytest.approx(1.92e18 / (121e12 * 0.3) / 3600)
 
 
@@ -45,11 +59,15 @@ def test_backward_is_about_twice_forward():
 
 def test_measure_model_counts_the_step_of_the_configs_diffusion(monkeypatch):
     import qmind_render.flops as flops
+
     seen, count = [], flops.train_flops
-    monkeypatch.setattr(flops, "train_flops", lambda m, x0, cond, d: seen.append(d) or count(m, x0, cond, d))
+    monkeypatch.setattr(
+        flops, "train_flops", lambda m, x0, cond, d: seen.append(d) or count(m, x0, cond, d)
+    )
     cfg = load_config(None, ["model.prediction=eps", "model.schedule=linear", "model.timesteps=50"])
     measure_model(cfg.model)
-    assert [(str(d.prediction), str(d.schedule), d.T) for d in seen] == [("eps", "linear", 50)]   # not Diffusion()'s defaults
+    # not Diffusion()'s defaults
+    assert [(str(d.prediction), str(d.schedule), d.T) for d in seen] == [("eps", "linear", 50)]
 
 
 def test_plan_numbers_and_budget(monkeypatch):
@@ -57,7 +75,9 @@ def test_plan_numbers_and_budget(monkeypatch):
     cfg = load_config("quickstart", ["train.grad_accum=2"])
     p = plan_cost(cfg, budget=100.0, utilisation=0.5)
     assert p["samples"] == cfg.train.steps * cfg.train.batch * 2
-    assert p["train_flops"] == pytest.approx(p["train_forward_ratio"] * p["forward_flops"] * p["samples"])
+    assert p["train_flops"] == pytest.approx(
+        p["train_forward_ratio"] * p["forward_flops"] * p["samples"]
+    )
     menu = load_menu()
     rows = {r["instance"]: r for r in p["instances"]}
     assert set(rows) == set(menu)
@@ -65,11 +85,17 @@ def test_plan_numbers_and_budget(monkeypatch):
     assert l4["hours"] == pytest.approx(p["train_flops"] / (121e12 * 0.5) / 3600)
     assert l4["usd_on_demand"] == pytest.approx(l4["hours"] * 0.805)
     assert l4["runs_in_budget"] == math.floor(100.0 / l4["usd_on_demand"])
-    assert rows["p5.48xlarge"]["usd_on_demand"] == pytest.approx(rows["p5.48xlarge"]["hours"] * 55.04 / 8)  # one GPU's share
+    # one GPU's share
+    assert rows["p5.48xlarge"]["usd_on_demand"] == pytest.approx(
+        rows["p5.48xlarge"]["hours"] * 55.04 / 8
+    )
     assert rows["p5.4xlarge"]["usd_spot"] == pytest.approx(rows["p5.4xlarge"]["hours"] * 2.7)
-    assert rows["g5.xlarge"]["hours"] is None                    # no bf16 peak in the menu: not guessed
+    # no bf16 peak in the menu: not guessed
+    assert rows["g5.xlarge"]["hours"] is None
     mem = p["memory_gb"]
-    assert mem["adam"] == pytest.approx(2 * mem["weights"]) and mem["ema"] == pytest.approx(mem["weights"])
+    assert mem["adam"] == pytest.approx(2 * mem["weights"]) and mem["ema"] == pytest.approx(
+        mem["weights"]
+    )
     assert mem["total"] == pytest.approx(sum(v for k, v in mem.items() if k != "total"))
     with pytest.raises(KeyError, match="not in the menu"):
         plan_cost(cfg, instance="p9.huge")
@@ -79,13 +105,18 @@ def test_expand_coverage_and_encoding(monkeypatch):
     monkeypatch.chdir(REPO)
     cov = expand_sweep("sweeps/coverage.yaml")
     assert len(cov) == 9 and len({r.name for r in cov}) == 9
-    assert cov[0].name == "coverage-000-coverage_25-seed1" and cov[8].name == "coverage-008-coverage_75-seed3"
+    assert (
+        cov[0].name == "coverage-000-coverage_25-seed1"
+        and cov[8].name == "coverage-008-coverage_75-seed3"
+    )
     assert {(r.config["data"]["holdout"], r.config["seed"]) for r in cov} == {
-        (h, s) for h in ("coverage_25", "coverage_50", "coverage_75") for s in (1, 2, 3)}
+        (h, s) for h in ("coverage_25", "coverage_50", "coverage_75") for s in (1, 2, 3)
+    }
     assert all(r.config["name"] == r.name for r in cov)
     enc = expand_sweep("sweeps/encoding.yaml")
     assert {(r.config["model"]["theme_enc"], r.config["model"]["material_enc"]) for r in enc} == {
-        (t, m) for t in ("planes", "id", "param_vector") for m in ("one_hot", "embedding")}
+        (t, m) for t in ("planes", "id", "param_vector") for m in ("one_hot", "embedding")
+    }
 
 
 def test_dry_run_prints_runs_and_total(monkeypatch, capsys):
@@ -94,13 +125,20 @@ def test_dry_run_prints_runs_and_total(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("9 runs:") and "coverage-004-coverage_50-seed2" in out
     from qmind_render.sweep import load_sweep
-    one = plan_cost(load_config("quickstart", load_sweep("sweeps/coverage.yaml")["overrides"]))["instances"][0]   # the CPU scale
+
+    # the CPU scale
+    one = plan_cost(load_config("quickstart", load_sweep("sweeps/coverage.yaml")["overrides"]))[
+        "instances"
+    ][0]
     l4 = next(line for line in out.splitlines() if line.startswith("g6.xlarge"))
     assert l4.split()[3:6] == ["9", f"{9 * one['hours']:.3g}", f"{9 * one['usd_on_demand']:.3g}"]
 
 
-def tiny_dir(tmp: Path, mp: pytest.MonkeyPatch, name: str = "tiny", grid: dict | None = None, **extra) -> Path:
-    "A working dir with its own store, runs and cache, the repo's splits and papermill notebook, and a tiny sweep file."
+def tiny_dir(
+    tmp: Path, mp: pytest.MonkeyPatch, name: str = "tiny", grid: dict | None = None, **extra
+) -> Path:
+    """A working dir with its own store, runs and cache, the repo's splits and papermill notebook,
+    and a tiny sweep file."""
     for k, sub in (("QMIND_STORE", "store"), ("QMIND_RUNS", "runs"), ("QMIND_CACHE", "cache")):
         mp.setenv(k, str(tmp / sub))
     (tmp / "sweeps").mkdir(exist_ok=True)
@@ -108,18 +146,30 @@ def tiny_dir(tmp: Path, mp: pytest.MonkeyPatch, name: str = "tiny", grid: dict |
         (tmp / "sweeps" / "splits").symlink_to(REPO / "sweeps" / "splits")
         (tmp / "nbs").mkdir()
         (tmp / "nbs" / "experiments").symlink_to(REPO / "nbs" / "experiments")
-    (tmp / "sweeps" / f"{name}.yaml").write_text(json.dumps(
-        {"base": str(REPO / "sweeps" / "exp" / "quickstart.yaml"), "overrides": TINY, "grid": grid or {"seed": [1, 2]}, **extra}))
+    (tmp / "sweeps" / f"{name}.yaml").write_text(
+        json.dumps(
+            {
+                "base": str(REPO / "sweeps" / "exp" / "quickstart.yaml"),
+                "overrides": TINY,
+                "grid": grid or {"seed": [1, 2]},
+                **extra,
+            }
+        )
+    )
     return tmp / "sweeps" / f"{name}.yaml"
 
 
 def kernel_of(run: str, runs: Path) -> int | None:
-    "The pid of the papermill kernel executing `run` into `runs` (the local backend labels it with QMIND_RUN)."
+    """The pid of the papermill kernel executing `run` into `runs` (the local backend labels it with
+    QMIND_RUN)."""
     want = {f"QMIND_RUN={run}".encode(), f"QMIND_RUNS={runs}".encode()}
     for d in Path("/proc").iterdir():
         try:
-            if (d.name.isdigit() and b"ipykernel" in (d / "cmdline").read_bytes()
-                    and want <= set((d / "environ").read_bytes().split(b"\0"))):
+            if (
+                d.name.isdigit()
+                and b"ipykernel" in (d / "cmdline").read_bytes()
+                and want <= set((d / "environ").read_bytes().split(b"\0"))
+            ):
                 return int(d.name)
         except OSError:
             continue
@@ -144,42 +194,78 @@ def sweep_out(argv: list[str]) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory):
-    """A real 2-seed sweep of the tiny config through papermill, run three times: the first is interrupted for real
-    (SIGTERM to each run's kernel mid-training), the second resumes both from their checkpoints, the third skips both."""
+    """A real 2-seed sweep of the tiny config through papermill, run three times: the first is
+    interrupted for real (SIGTERM to each run's kernel mid-training), the second resumes both from
+    their checkpoints, the third skips both."""
     tmp = tmp_path_factory.mktemp("sweep")
     with pytest.MonkeyPatch.context() as mp:
         sweep = tiny_dir(tmp, mp)
         mp.chdir(tmp)
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-c", "import sys; from qmind_render.sweep_cli import sweep_main; "
-                                 "sys.exit(sweep_main(sys.argv[1:]))", str(sweep), "--jobs", "2"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:   # each run's kernel gets SIGTERM once it has logged two steps (of 8)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from qmind_render.sweep_cli import sweep_main; "
+                "sys.exit(sweep_main(sys.argv[1:]))",
+                str(sweep),
+                "--jobs",
+                "2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:  # each run's kernel gets SIGTERM once it has logged two steps (of 8)
             todo = set(NAMES)
+
             def interrupt():
                 for n in list(todo):
                     m = tmp / "runs" / n / "metrics.jsonl"
                     if m.is_file() and len(m.read_text().splitlines()) >= 2:
-                        os.kill(wait_for(lambda n=n: kernel_of(n, tmp / "runs"), 10, f"no kernel labelled {n}"), signal.SIGTERM)
+                        os.kill(
+                            wait_for(
+                                lambda n=n: kernel_of(n, tmp / "runs"),
+                                10,
+                                f"no kernel labelled {n}",
+                            ),
+                            signal.SIGTERM,
+                        )
                         todo.discard(n)
                 return not todo
+
             wait_for(interrupt, 600, f"runs never trained: {todo}")
             first_out, _ = proc.communicate(timeout=900)
         finally:
             if proc.poll() is None:
                 proc.kill()
-        interrupted = {n: {p.name: p.stat().st_mtime_ns for p in (tmp / "runs" / n / "checkpoints").glob("*.pt")} for n in NAMES}
+        interrupted = {
+            n: {
+                p.name: p.stat().st_mtime_ns
+                for p in (tmp / "runs" / n / "checkpoints").glob("*.pt")
+            }
+            for n in NAMES
+        }
         t1 = time.monotonic()
         second = sweep_out([str(sweep), "--jobs", "2"])
         t2 = time.monotonic()
         third = sweep_out([str(sweep), "--jobs", "2"])
-        print(f"\ntiny sweep: first (interrupted) {t1 - t0:.1f} s, resume {t2 - t1:.1f} s, rerun {time.monotonic() - t2:.1f} s")
-        yield {"dir": tmp, "sweep": sweep, "first": (proc.returncode, first_out), "interrupted": interrupted,
-               "second": second, "third": third}
+        print(
+            f"\ntiny sweep: first (interrupted) {t1 - t0:.1f} s, resume {t2 - t1:.1f} s, "
+            f"rerun {time.monotonic() - t2:.1f} s"
+        )
+        yield {
+            "dir": tmp,
+            "sweep": sweep,
+            "first": (proc.returncode, first_out),
+            "interrupted": interrupted,
+            "second": second,
+            "third": third,
+        }
 
 
 def table_of(out: str) -> dict[str, list[str]]:
-    lines = out[out.index("\nrun "):].strip().splitlines()
+    lines = out[out.index("\nrun ") :].strip().splitlines()
     assert lines[0].split() == ["run", "status", "heldout_psnr", "in_dist_psnr", "ddim_steps"]
     return {line.split()[0]: line.split()[1:] for line in lines[1:] if line.startswith("tiny-")}
 
@@ -194,35 +280,53 @@ def test_local_sweep_end_to_end(tiny_sweep):
         ev = json.loads((rd / "eval" / "eval.json").read_text())
         assert Path(ev["checkpoint"]).name == "0000008.pt"
         h, t = ev["parts"]["heldout"]["ddim_1"]["psnr"], ev["parts"]["train"]["ddim_1"]["psnr"]
-        assert cells == ["done", format_table([{"x": h}]).split()[1], format_table([{"x": t}]).split()[1], "1"]
-        assert (rd / "train.ipynb").is_file() and (rd / "params.yaml").is_file()   # the executed copy lands in the run dir
+        assert cells == [
+            "done",
+            format_table([{"x": h}]).split()[1],
+            format_table([{"x": t}]).split()[1],
+            "1",
+        ]
+        # the executed copy lands in the run dir
+        assert (rd / "train.ipynb").is_file() and (rd / "params.yaml").is_file()
         assert json.loads((rd / "job.json").read_text())["state"] == "done"
-        executed = json.loads((rd / "train.ipynb").read_text())             # it ends with the run's numbers and samples
+        # it ends with the run's numbers and samples
+        executed = json.loads((rd / "train.ipynb").read_text())
         assert "PSNR (dB) of run" in json.dumps(executed["cells"][-1]["outputs"])
         assert any("image/png" in o.get("data", {}) for o in executed["cells"][-1]["outputs"])
-        assert f"{name}: started in {rd}  (seed=" in out and f"{name}: done after " in out   # progress as each run goes
+        # progress as each run goes
+        assert f"{name}: started in {rd}  (seed=" in out and f"{name}: done after " in out
     assert isinstance(LocalBackend(), Backend)
 
 
 def test_interrupted_runs_resume_and_finished_runs_are_skipped(tiny_sweep):
     rc, out = tiny_sweep["first"]
-    assert rc == 1, out                                             # both runs were stopped: the sweep is not done
-    assert "Kernel is running over TCP" not in out                  # the kernels' own notes go to each run's kernel.log
+    # both runs were stopped: the sweep is not done
+    assert rc == 1, out
+    # the kernels' own notes go to each run's kernel.log
+    assert "Kernel is running over TCP" not in out
     assert [cells[:2] for cells in table_of(out).values()] == [["failed", "-"], ["failed", "-"]]
     _, out2 = tiny_sweep["second"]
     for n in NAMES:
-        (k, mtime), = tiny_sweep["interrupted"][n].items()          # SIGTERM: the trainer checkpointed and returned
+        # SIGTERM: the trainer checkpointed and returned
+        ((k, mtime),) = tiny_sweep["interrupted"][n].items()
         step = int(k.removesuffix(".pt"))
         assert 2 <= step < 8, (n, k)
         rd = tiny_sweep["dir"] / "runs" / n
         assert f"{n}: queued" in out2
-        nb = (rd / "train.ipynb").read_text()                       # the rerun's executed notebook
+        nb = (rd / "train.ipynb").read_text()  # the rerun's executed notebook
         assert f"finished at step 8 (resumed from step {step}, {8 - step} steps this call)" in nb
-        assert (rd / "checkpoints" / k).stat().st_mtime_ns == mtime  # the interrupted checkpoint was resumed, not redone
-        steps = [json.loads(line)["step"] for line in (rd / "metrics.jsonl").read_text().splitlines()]
-        assert steps == list(range(1, 9))                           # one curve: no step logged twice, none missing
+        # the interrupted checkpoint was resumed, not redone
+        assert (rd / "checkpoints" / k).stat().st_mtime_ns == mtime
+        steps = [
+            json.loads(line)["step"] for line in (rd / "metrics.jsonl").read_text().splitlines()
+        ]
+        # one curve: no step logged twice, none missing
+        assert steps == list(range(1, 9))
     rc3, out3 = tiny_sweep["third"]
-    assert rc3 == 0 and [f"{n}: done (finished earlier, skipped)" in out3 for n in NAMES] == [True, True]
+    assert rc3 == 0 and [f"{n}: done (finished earlier, skipped)" in out3 for n in NAMES] == [
+        True,
+        True,
+    ]
 
 
 def test_status_reads_the_job_records(tiny_sweep, monkeypatch, capsys):
@@ -230,7 +334,10 @@ def test_status_reads_the_job_records(tiny_sweep, monkeypatch, capsys):
     monkeypatch.setenv("QMIND_RUNS", str(tiny_sweep["dir"] / "runs"))
     assert sweep_main([str(tiny_sweep["sweep"]), "--status"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    assert [(r[0], r[1], r[3]) for r in rows] == [("tiny-000-seed1", "local", "done"), ("tiny-001-seed2", "local", "done")]
+    assert [(r[0], r[1], r[3]) for r in rows] == [
+        ("tiny-000-seed1", "local", "done"),
+        ("tiny-001-seed2", "local", "done"),
+    ]
 
 
 def test_sweep_report_from_the_real_runs(tiny_sweep, monkeypatch, capsys):
@@ -240,61 +347,120 @@ def test_sweep_report_from_the_real_runs(tiny_sweep, monkeypatch, capsys):
     out = capsys.readouterr().out
     rep = tiny_sweep["dir"] / "runs" / "tiny-report"
     assert f"report: {rep / 'report.md'}" in out
-    evs = [json.loads((tiny_sweep["dir"] / "runs" / n / "eval" / "eval.json").read_text()) for n in ("tiny-000-seed1", "tiny-001-seed2")]
+    evs = [
+        json.loads((tiny_sweep["dir"] / "runs" / n / "eval" / "eval.json").read_text())
+        for n in ("tiny-000-seed1", "tiny-001-seed2")
+    ]
     h = [e["parts"]["heldout"]["ddim_1"]["psnr"] for e in evs]
     res = json.loads((rep / "results.json").read_text())
     assert [r["heldout_psnr"] for r in res["runs"]] == pytest.approx(h)
-    (g,) = res["groups"]                                            # grid is seeds only: one group of two
+    # grid is seeds only: one group of two
+    (g,) = res["groups"]
     assert g["seeds"] == 2 and g["heldout_psnr"] == pytest.approx(sum(h) / 2)
-    assert g["heldout_psnr_std"] == pytest.approx(abs(h[0] - h[1]) / 2 ** 0.5)   # sample std of two values
+    # sample std of two values
+    assert g["heldout_psnr_std"] == pytest.approx(abs(h[0] - h[1]) / 2**0.5)
     md = (rep / "report.md").read_text()
-    assert "![PSNR](psnr.png)" in md and f"{g['heldout_psnr']:.2f} ± {g['heldout_psnr_std']:.2f}" in md
+    assert (
+        "![PSNR](psnr.png)" in md and f"{g['heldout_psnr']:.2f} ± {g['heldout_psnr_std']:.2f}" in md
+    )
     assert "| tiny-001-seed2 | done | 2 |" in md
     png = (rep / "psnr.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
 def test_aggregate_groups_by_the_non_seed_keys():
-    rows = [{"h": c, "seed": s, "heldout_psnr": v, "in_dist_psnr": 20.0, "baseline_psnr": 19.0}
-            for c, s, v in (("coverage_25", 1, 17.0), ("coverage_25", 2, 19.0), ("coverage_50", 1, 21.0))]
-    rows.append({"h": "coverage_50", "seed": 2, "heldout_psnr": None})   # not finished: left out
+    rows = [
+        {"h": c, "seed": s, "heldout_psnr": v, "in_dist_psnr": 20.0, "baseline_psnr": 19.0}
+        for c, s, v in (
+            ("coverage_25", 1, 17.0),
+            ("coverage_25", 2, 19.0),
+            ("coverage_50", 1, 21.0),
+        )
+    ]
+    rows.append({"h": "coverage_50", "seed": 2, "heldout_psnr": None})  # not finished: left out
     a = aggregate(rows, ["h"])
-    assert [(x["h"], x["seeds"], x["heldout_psnr"], x["heldout_psnr_min"], x["heldout_psnr_max"]) for x in a] == [
-        ("coverage_25", 2, 18.0, 17.0, 19.0), ("coverage_50", 1, 21.0, 21.0, 21.0)]
-    assert a[0]["heldout_psnr_std"] == pytest.approx(2 ** 0.5) and a[1]["heldout_psnr_std"] == 0.0
+    assert [
+        (x["h"], x["seeds"], x["heldout_psnr"], x["heldout_psnr_min"], x["heldout_psnr_max"])
+        for x in a
+    ] == [("coverage_25", 2, 18.0, 17.0, 19.0), ("coverage_50", 1, 21.0, 21.0, 21.0)]
+    assert a[0]["heldout_psnr_std"] == pytest.approx(2**0.5) and a[1]["heldout_psnr_std"] == 0.0
 
 
 def test_report_files_are_written_whole_and_the_plot_is_a_figure(tmp_path, monkeypatch):
-    "write_report writes report.md and psnr.png through util (atomic_write, save_figure); plot_sweep hands back its Figure, pyplot untouched."
+    """write_report writes report.md and psnr.png through util (atomic_write, save_figure);
+    plot_sweep hands back its Figure, pyplot untouched."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
     from qmind_render import sweep_report
     from qmind_render.checkpoint import checkpoint_name
+
     s = {"name": "two", "base": "quickstart", "grid": {"seed": [1, 2]}}
-    for r in expand_sweep(s, root=REPO):                # what evaluate leaves in a run dir, for its final checkpoint
+    # what evaluate leaves in a run dir, for its final checkpoint
+    for r in expand_sweep(s, root=REPO):
         part = {"baseline": {"psnr": 18.0}, "ddim_1": {"psnr": 20.0 + r.config["seed"]}}
-        ev = tmp_path / "runs" / r.name / "eval" / "eval.json"; ev.parent.mkdir(parents=True)
-        ev.write_text(json.dumps({"checkpoint": str(ev.parents[1] / "checkpoints" / checkpoint_name(r.config["train"]["steps"])),
-                                  "step": r.config["train"]["steps"], "ddim_steps": [1], "parts": {"heldout": part, "train": part}}))
+        ev = tmp_path / "runs" / r.name / "eval" / "eval.json"
+        ev.parent.mkdir(parents=True)
+        ev.write_text(
+            json.dumps(
+                {
+                    "checkpoint": str(
+                        ev.parents[1] / "checkpoints" / checkpoint_name(r.config["train"]["steps"])
+                    ),
+                    "step": r.config["train"]["steps"],
+                    "ddim_steps": [1],
+                    "parts": {"heldout": part, "train": part},
+                }
+            )
+        )
     from qmind_render import util
-    written, real = [], util.atomic_write                 # report.md directly, psnr.png through util.save_figure
-    record = lambda path, *a, **k: written.append(Path(path).name) or real(path, *a, **k)   # noqa: E731
-    monkeypatch.setattr(sweep_report, "atomic_write", record); monkeypatch.setattr(util, "atomic_write", record)
+
+    # report.md directly, psnr.png through util.save_figure
+    written, real = [], util.atomic_write
+    record = lambda path, *a, **k: written.append(Path(path).name) or real(path, *a, **k)  # noqa: E731
+    monkeypatch.setattr(sweep_report, "atomic_write", record)
+    monkeypatch.setattr(util, "atomic_write", record)
     before = plt.get_fignums()
     rep = sweep_report.write_report(s, tmp_path / "report", root=tmp_path / "runs", sweep_root=REPO)
-    assert {"report.md", "psnr.png"} <= set(written) and isinstance(rep["figure"], Figure) and plt.get_fignums() == before
-    assert rep["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list((tmp_path / "report").glob(".*"))   # no temporary left
+    assert (
+        {"report.md", "psnr.png"} <= set(written)
+        and isinstance(rep["figure"], Figure)
+        and plt.get_fignums() == before
+    )
+    # no temporary left
+    assert rep["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not list(
+        (tmp_path / "report").glob(".*")
+    )
     assert isinstance(sweep_report.plot_sweep(rep["groups"], rep["rows"], []), Figure)
 
 
 def test_multirun_from_the_command_line_and_its_wall_time(monkeypatch, capsys):
     monkeypatch.chdir(REPO)
-    assert sweep_main(["quickstart", "-m", "seed=1,2", "data.holdout=coverage_50,coverage_75", "train.steps=40", "--dry-run"]) == 0
+    assert (
+        sweep_main(
+            [
+                "quickstart",
+                "-m",
+                "seed=1,2",
+                "data.holdout=coverage_50,coverage_75",
+                "train.steps=40",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert out.startswith("4 runs:") and "quickstart-003-seed2-coverage_75  (seed=2 data.holdout=coverage_75)" in out
-    assert "wall time on the local backend: about " in out and "measured on this machine's CPU" in out
-    with pytest.raises(ValueError, match=r"no such sweep file; .* add -m, e\.g\. qmind sweep quickstart -m seed=1,2,3"):
+    assert (
+        out.startswith("4 runs:")
+        and "quickstart-003-seed2-coverage_75  (seed=2 data.holdout=coverage_75)" in out
+    )
+    assert (
+        "wall time on the local backend: about " in out and "measured on this machine's CPU" in out
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"no such sweep file; .* add -m, e\.g\. qmind sweep quickstart -m seed=1,2,3",
+    ):
         sweep_main(["quickstart", "seed=1,2"])
     with pytest.raises(ValueError, match="-m needs at least one key with a comma list"):
         sweep_main(["quickstart", "-m", "seed=1"])
@@ -303,14 +469,29 @@ def test_multirun_from_the_command_line_and_its_wall_time(monkeypatch, capsys):
 def test_wall_time_follows_the_steps(monkeypatch):
     from qmind_render.cost import estimate_wall
     from qmind_render.sweep import multirun
+
     monkeypatch.chdir(REPO)
     runs = expand_sweep(multirun("quickstart", ["train.steps=100,1600"]))
     w = estimate_wall(runs, "local")
-    assert w["runs"][0]["step_s"] == w["runs"][1]["step_s"] > 0                  # one measurement for the two
-    assert 3 < w["runs"][1]["minutes"] / w["runs"][0]["minutes"] < 16            # 16x the steps, the same evaluation
-    assert w["wall_minutes"] == pytest.approx(w["runs"][0]["minutes"] + w["runs"][1]["minutes"], abs=0.11)
+    # one measurement for the two
+    assert w["runs"][0]["step_s"] == w["runs"][1]["step_s"] > 0
+    # 16x the steps, the same evaluation
+    assert 3 < w["runs"][1]["minutes"] / w["runs"][0]["minutes"] < 16
+    assert w["wall_minutes"] == pytest.approx(
+        w["runs"][0]["minutes"] + w["runs"][1]["minutes"], abs=0.11
+    )
 
 
 def test_sweep_help_documents_the_file_format():
-    r = subprocess.run([sys.executable, "-m", "qmind_render.cli", "sweep", "--help"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "a sweep file (YAML):" in r.stdout and "grid:" in r.stdout and "-m seed=1,2,3" in r.stdout
+    r = subprocess.run(
+        [sys.executable, "-m", "qmind_render.cli", "sweep", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        r.returncode == 0
+        and "a sweep file (YAML):" in r.stdout
+        and "grid:" in r.stdout
+        and "-m seed=1,2,3" in r.stdout
+    )

@@ -1,5 +1,7 @@
-"""The workbook's own machinery: the sync check CI relies on, papermill's tag through nbdev-clean, and the chapters' pictures
-(every stage notebook ends with its picture, stored; drawing never goes through pyplot)."""
+"""The workbook's own machinery: the sync check CI relies on, papermill's tag through nbdev-clean,
+and the chapters' pictures (every stage notebook ends with its picture, stored; drawing never goes
+through pyplot)."""
+
 import json
 import re
 import shutil
@@ -16,14 +18,20 @@ ROOT = Path(__file__).resolve().parents[1]
 def workbook(tmp_path):
     "A copy of the notebooks, the generated package and the config, to break on purpose."
     for d in ("nbs", "qmind_render", "contracts", ".ci"):
-        shutil.copytree(ROOT / d, tmp_path / d, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+        shutil.copytree(
+            ROOT / d,
+            tmp_path / d,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"),
+        )
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     return tmp_path
 
 
 def check_sync(root):
-    return subprocess.run(["bash", ".ci/check_sync"], cwd=root, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", ".ci/check_sync"], cwd=root, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_sync_check_passes_on_a_clean_copy(workbook):
@@ -32,7 +40,8 @@ def test_sync_check_passes_on_a_clean_copy(workbook):
 
 
 def test_sync_check_fails_when_a_module_was_edited_by_hand(workbook):
-    with (workbook / "qmind_render" / "config.py").open("a") as f: f.write("\nHAND_EDIT = 1\n")
+    with (workbook / "qmind_render" / "config.py").open("a") as f:
+        f.write("\nHAND_EDIT = 1\n")
     r = check_sync(workbook)
     assert r.returncode == 1
     assert "qmind_render/config.py" in r.stderr
@@ -50,8 +59,14 @@ def test_sync_check_fails_on_an_unclean_notebook(workbook):
 
 
 def _notebook(cells):
-    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "python3", "language": "python",
-                                                        "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "python3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
 def test_parameters_tag_survives_nbdev_clean_and_papermill_uses_it(tmp_path):
@@ -59,36 +74,82 @@ def test_parameters_tag_survives_nbdev_clean_and_papermill_uses_it(tmp_path):
     (tmp_path / "nbs").mkdir()
     nb_path = tmp_path / "nbs" / "experiment.ipynb"
     cells = [
-        {"cell_type": "code", "id": "a1", "execution_count": 3, "outputs": [], "source": ["lr = 0.1"],
-         "metadata": {"tags": ["parameters"], "scrolled": True}},
-        {"cell_type": "code", "id": "a2", "execution_count": 4, "outputs": [],
-         "source": ["open('result.txt', 'w').write(str(lr))"], "metadata": {}},
+        {
+            "cell_type": "code",
+            "id": "a1",
+            "execution_count": 3,
+            "outputs": [],
+            "source": ["lr = 0.1"],
+            "metadata": {"tags": ["parameters"], "scrolled": True},
+        },
+        {
+            "cell_type": "code",
+            "id": "a2",
+            "execution_count": 4,
+            "outputs": [],
+            "source": ["open('result.txt', 'w').write(str(lr))"],
+            "metadata": {},
+        },
     ]
     nb_path.write_text(json.dumps(_notebook(cells)))
     subprocess.run(["nbdev-clean", "--fname", str(nb_path)], cwd=tmp_path, check=True, timeout=60)
     cleaned = json.loads(nb_path.read_text())
-    assert cleaned["cells"][0]["metadata"] == {"tags": ["parameters"]}  # volatile keys gone, tag kept
+    # volatile keys gone, tag kept
+    assert cleaned["cells"][0]["metadata"] == {"tags": ["parameters"]}
     assert cleaned["cells"][0]["execution_count"] is None
     out = tmp_path / "out.ipynb"
-    subprocess.run([sys.executable, "-m", "papermill", str(nb_path), str(out), "-p", "lr", "0.5", "--cwd",
-                    str(tmp_path), "-k", "python3"], check=True, timeout=180, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            str(nb_path),
+            str(out),
+            "-p",
+            "lr",
+            "0.5",
+            "--cwd",
+            str(tmp_path),
+            "-k",
+            "python3",
+        ],
+        check=True,
+        timeout=180,
+        capture_output=True,
+    )
     assert (tmp_path / "result.txt").read_text() == "0.5"
 
 
 def test_every_notebook_is_valid_nbformat():
-    "nbformat's own validation (cell ids included): an empty id passes nbdev-clean but stops the docs build."
+    """nbformat's own validation (cell ids included): an empty id passes nbdev-clean but stops the
+    docs build."""
     import nbformat
+
     for p in sorted((ROOT / "nbs").rglob("*.ipynb")):
-        if ".ipynb_checkpoints" in p.parts: continue
+        if ".ipynb_checkpoints" in p.parts:
+            continue
         nbformat.validate(nbformat.read(p, as_version=4))
 
 
-# The notebooks in nbs/ that are not stages of the system, so end with no picture: the foundations before the picture
-# stage exists (contracts, helpers, configs), the workbook's own tooling, and the landing page.
-NOT_STAGES = {"00_contracts", "00_util", "01_config", "90_cli", "95_docs", "96_talks", "98_deck_numbers", "index"}
+# The notebooks in nbs/ that are not stages of the system, so end with no picture: the foundations
+# before the picture stage exists (contracts, helpers, configs), the workbook's own tooling, and the
+# landing page.
+NOT_STAGES = {
+    "00_contracts",
+    "00_util",
+    "01_config",
+    "90_cli",
+    "95_docs",
+    "96_talks",
+    "98_deck_numbers",
+    "index",
+}
 # Notebooks that may name pyplot, and why: neither draws with it.
-PYPLOT_OK = {"05_viz": "checks that drawing leaves pyplot's list of figures empty",
-             "96_talks": "its toy talk draws with pyplot, as the talks do, to check that the talk kernel captures the figure"}
+PYPLOT_OK = {
+    "05_viz": "checks that drawing leaves pyplot's list of figures empty",
+    "96_talks": "its toy talk draws with pyplot, as the talks do, to check that the talk "
+    "kernel captures the figure",
+}
 
 
 def _notebooks() -> dict[str, dict]:
@@ -96,34 +157,66 @@ def _notebooks() -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted((ROOT / "nbs").glob("*.ipynb"))}
 
 
-def _code(nb: dict) -> list[dict]: return [c for c in nb["cells"] if c["cell_type"] == "code"]
+def _code(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
 
 
-def _tagged(cell: dict) -> bool: return "picture" in cell.get("metadata", {}).get("tags", [])
+def _tagged(cell: dict) -> bool:
+    return "picture" in cell.get("metadata", {}).get("tags", [])
 
 
 def test_no_stage_notebook_draws_with_pyplot():
-    "Pictures are viz's Figures and arrays: no notebook in nbs/ imports or calls pyplot (its global state is a notebook's backend)."
-    found = [f"{name} cell {c['id']}" for name, nb in _notebooks().items() if name not in PYPLOT_OK
-             for c in _code(nb) if re.search(r"pyplot|\bplt\.", "".join(c["source"]))]
-    assert not found, f"pyplot in {found}: draw with qmind_render.viz (figure_of, grid_figure, lines, bars, ...)"
+    """Pictures are viz's Figures and arrays: no notebook in nbs/ imports or calls pyplot (its
+    global state is a notebook's backend)."""
+    found = [
+        f"{name} cell {c['id']}"
+        for name, nb in _notebooks().items()
+        if name not in PYPLOT_OK
+        for c in _code(nb)
+        if re.search(r"pyplot|\bplt\.", "".join(c["source"]))
+    ]
+    assert not found, (
+        f"pyplot in {found}: draw with qmind_render.viz (figure_of, grid_figure, lines, bars, ...)"
+    )
 
 
 def test_every_stage_notebook_ends_with_its_stored_picture():
-    "Each stage notebook's last code cell is tagged `picture` and stores an image (`make pictures`), so GitHub shows it."
+    """Each stage notebook's last code cell is tagged `picture` and stores an image (`make
+    pictures`), so GitHub shows it."""
     nbs = {k: v for k, v in _notebooks().items() if k not in NOT_STAGES}
     assert len(nbs) >= 30
     untagged = [name for name, nb in nbs.items() if not _tagged(_code(nb)[-1])]
     assert not untagged, f"last code cell not tagged `picture` in {untagged}"
-    bare = [name for name, nb in nbs.items() if not any(k.startswith("image/") for o in _code(nb)[-1]["outputs"] for k in o.get("data", {}))]
-    assert not bare, f"no stored picture in {bare}: run `make pictures` (or python tools/pictures.py nbs/NAME.ipynb) and commit"
+    bare = [
+        name
+        for name, nb in nbs.items()
+        if not any(
+            k.startswith("image/") for o in _code(nb)[-1]["outputs"] for k in o.get("data", {})
+        )
+    ]
+    assert not bare, (
+        f"no stored picture in {bare}: run `make pictures` (or python tools/pictures.py "
+        "nbs/NAME.ipynb) and commit"
+    )
 
 
 def test_only_picture_cells_store_outputs():
-    "Outputs are stored for the cells tagged `picture` alone, and small (PNGs at 80 dpi, large ones in 256 colours), so notebooks stay small."
-    stored = {name: sum(len(json.dumps(c["outputs"])) for c in _code(nb)) for name, nb in _notebooks().items()}
-    extra = [f"{name} cell {c['id']}" for name, nb in _notebooks().items() for c in _code(nb) if c["outputs"] and not _tagged(c)]
-    assert not extra, f"outputs stored in untagged cells {extra}: clear them (tools/pictures.py keeps only the tagged ones)"
+    """Outputs are stored for the cells tagged `picture` alone, and small (PNGs at 80 dpi, large
+    ones in 256 colours), so notebooks stay small."""
+    stored = {
+        name: sum(len(json.dumps(c["outputs"])) for c in _code(nb))
+        for name, nb in _notebooks().items()
+    }
+    extra = [
+        f"{name} cell {c['id']}"
+        for name, nb in _notebooks().items()
+        for c in _code(nb)
+        if c["outputs"] and not _tagged(c)
+    ]
+    assert not extra, (
+        f"outputs stored in untagged cells {extra}: clear them (tools/pictures.py keeps "
+        "only the tagged ones)"
+    )
     big = {k: v for k, v in stored.items() if v > 250_000}
     assert not big, f"stored outputs over 250 kB: {big}: draw the picture smaller"
     assert sum(stored.values()) < 2_500_000

@@ -1,6 +1,7 @@
-"""The code's shape in numbers (issue 31): line density, long lines, module sizes, import order, cells.
+"""The code's shape in numbers (issue 31): line density, long lines, module sizes, import order,
+cells.
 
-    python tools/code_stats.py          # a table on stdout
+python tools/code_stats.py          # a table on stdout
 """
 
 import ast

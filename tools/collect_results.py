@@ -1,7 +1,8 @@
-"""Commit a set of finished runs as results: each run's eval.json and config.yaml under results/NAME/RUN/, and a
-README.md whose table is read from those files (no number typed by hand).
+"""Commit a set of finished runs as results: each run's eval.json and config.yaml under
+results/NAME/RUN/, and a README.md whose table is read from those files (no number typed by hand).
 
-    python tools/collect_results.py texture runs/q1 runs/q3 --note "what the runs compare" --command "qmind run ..."
+    python tools/collect_results.py texture runs/q1 runs/q3 --note "what the runs compare" --command
+    "qmind run ..."
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ SWITCHES = (
 
 
 def switches(config: dict) -> dict:
-    "The switches a run's config sets, keys added since it ran taking their defaults (as a checkpoint's do)."
+    """The switches a run's config sets, keys added since it ran taking their defaults (as a
+    checkpoint's do)."""
     sw = config_to_dict(config_from_dict(config))
     return {k: sw[k.split(".")[0]][k.split(".")[1]] for k in SWITCHES}
 
@@ -71,10 +73,13 @@ def main(argv=None) -> int:
     first = json.loads((dest / a.runs[0].name / "eval.json").read_text())
     base = first["parts"]["heldout"]["baseline"]
     text = (
-        f"# {a.name}\n\n{a.note}\n\nCollected at commit `{commit}`; made with `{a.command}`; each run's eval.json and "
-        f"config.yaml are beside this file, and this table is read from them by `tools/collect_results.py`.\n"
+        f"# {a.name}\n\n{a.note}\n\nCollected at commit `{commit}`; made with "
+        f"`{a.command}`; each run's eval.json and "
+        "config.yaml are beside this file, and this table is read from them by "
+        "`tools/collect_results.py`.\n"
         f"PSNR in dB on frames of held-out and training cells; the mean-colour baseline scores "
-        f"{base['psnr']:.2f} dB and SSIM {base['ssim']:.3f} held-out.\n\n{format_table(rows, markdown=True)}\n"
+        f"{base['psnr']:.2f} dB and SSIM {base['ssim']:.3f} "
+        f"held-out.\n\n{format_table(rows, markdown=True)}\n"
     )
     atomic_write(dest / "README.md", text)
     print(f"results/{a.name}: {len(rows)} runs, README.md written")

@@ -24,7 +24,8 @@ from qmind_render.util import atomic_write, cpu_name
 
 
 def run_timing(run_dir: Path) -> dict:
-    "A run's start, end and wall seconds: papermill's record in the executed notebook, else the job record's."
+    """A run's start, end and wall seconds: papermill's record in the executed notebook, else the
+    job record's."""
     nb = next(run_dir.glob("*.ipynb"), None)
     pm = json.loads(nb.read_text())["metadata"].get("papermill", {}) if nb else {}
     if pm.get("start_time") and pm.get("end_time"):
@@ -86,13 +87,18 @@ def collect(sweep: Path, dest: Path, runs_dir: Path, command: str) -> dict:
     )
     text = (
         f"# Sweep {s['name']}: committed results\n\n"
-        f"Run at commit {', '.join(f'`{c}`' for c in sorted({t['git'] for t in timings.values()}))} with "
-        f"`{command}` on {os.cpu_count()} cores of {cpu_name()}; collected at commit `{git_commit()}`.\n"
-        f"{len(runs)} runs took {sum(walls) / 60:.1f} CPU-run minutes in all (median {sorted(walls)[len(walls) // 2] / 60:.1f} "
+        "Run at commit "
+        f"{', '.join(f'`{c}`' for c in sorted({t['git'] for t in timings.values()}))} "
+        "with "
+        f"`{command}` on {os.cpu_count()} cores of {cpu_name()}; collected at commit "
+        f"`{git_commit()}`.\n"
+        f"{len(runs)} runs took {sum(walls) / 60:.1f} CPU-run minutes in all (median "
+        f"{sorted(walls)[len(walls) // 2] / 60:.1f} "
         f"a run) and "
         f"{span / 60:.1f} minutes of wall time from the first start to the last finish.\n\n"
         f"`runs/` holds each run's eval.json, config.yaml and timing.json; report.md, psnr.png and "
-        f"results.json are made from them by `tools/collect_sweep.py` (the function `report_from_results`).\n"
+        "results.json are made from them by `tools/collect_sweep.py` (the function "
+        "`report_from_results`).\n"
     )
     atomic_write(dest / "README.md", text)
     return rep
@@ -107,7 +113,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     rep = collect(a.sweep, a.dest, a.runs, a.command)
     print(
-        f"{a.dest}: {len(rep['rows'])} runs, report.md, psnr.png, results.json and README.md written"
+        f"{a.dest}: {len(rep['rows'])} runs, report.md, psnr.png, results.json and "
+        "README.md written"
     )
     return 0
 
