@@ -1121,7 +1121,7 @@ def serve_main(argv: list[str]) -> int:
     )
     if not 1 <= a.port <= 65535:
         raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")
-    from qmind_render.train import pick_device
+    from qmind_render.device import pick_device
 
     # a device this machine lacks: one line, before loading
     device = pick_device(a.device, key="--device")

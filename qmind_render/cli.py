@@ -15,7 +15,7 @@ import platform
 import sys
 from typing import Callable, NamedTuple
 
-from .contracts import UserError, one_line
+from .contracts import guarded, strip_debug
 
 # %% auto #0
 __all__ = [
@@ -23,8 +23,6 @@ __all__ = [
     "BENCHES",
     "Command",
     "load_target",
-    "error_exit",
-    "guarded",
     "main",
     "versions",
     "version_main",
@@ -64,7 +62,7 @@ COMMANDS: dict[str, Command] = {
         "evaluate a run on held-out and training cells; write a report",
     ),
     "run": Command(
-        "qmind_render.evaluate:run_main",
+        "qmind_render.pipeline:run_main",
         "the main job: dataset (if missing) -> train -> eval -> report",
     ),
     "serve": Command(
@@ -144,38 +142,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # %% ../nbs/90_cli.ipynb #5653a911
-# MemoryError: train.OutOfMemory says what to change
-_INPUT_ERRORS = (ValueError, KeyError, OSError, MemoryError)
-
-
-def error_exit(prog: str, e: BaseException) -> int:
-    """Print `e` as `prog: error: ...` on one line; its exit status (a `UserError`'s `exit_code`,
-    else 2)."""
-    print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
-    return getattr(e, "exit_code", 2)
-
-
-def guarded(prog: str, fn: Callable[[], int | None]) -> int:
-    """Run `fn()` inside the error boundary: expected failures become one line and exit 2, unless
-    debugging."""
-    try:
-        return int(fn() or 0)
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except (UserError, *_INPUT_ERRORS) as e:
-        if os.environ.get("QMIND_DEBUG"):
-            raise
-        return error_exit(prog, e)
-
-
 def main(argv: list[str] | None = None) -> int:
     "The `qmind` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
-    # anywhere; the environment carries it to torchrun's workers
-    if "--debug" in argv:
-        argv = [a for a in argv if a != "--debug"]
-        os.environ["QMIND_DEBUG"] = "1"
+    argv = strip_debug(argv)
     p = _parser()
     if not argv:
         p.print_usage(sys.stderr)

@@ -415,7 +415,7 @@ def aws_main(argv: list[str]) -> int:
     "`qmind aws launch|status|cancel|ls|budget|cost-review|cleanup|quota|setup|data|iam-policy ...`"
     if argv and argv[0] in _PASSTHROUGH:
         return int(_PASSTHROUGH[argv[0]](argv[1:]) or 0)
-    from qmind_render.cli import guarded
+    from qmind_render.contracts import guarded
 
     a = _parser().parse_args(argv)
     return guarded(f"qmind aws {a.cmd}", lambda: _aws(a))

@@ -33,9 +33,6 @@ __all__ = [
     "Loss",
     "Tracker",
     "NonFinite",
-    "native_bf16",
-    "resolve_precision",
-    "precision_dtype",
     "DataConfig",
     "ModelConfig",
     "TrainConfig",
@@ -110,41 +107,6 @@ class NonFinite(str, Enum):
 
     stop = "stop"
     skip = "skip"
-
-
-# %% ../nbs/01_config.ipynb #d008ba56
-def native_bf16(device="cpu") -> bool:
-    """Whether `device` computes bf16 natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX
-    (oneDNN says); elsewhere it is emulated."""
-    import torch
-
-    d = torch.device(device)
-    if d.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    return (
-        d.type == "cpu"
-        and torch.backends.mkldnn.is_available()
-        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    )
-
-
-def resolve_precision(precision: Precision | str, device="cpu") -> Precision:
-    """`precision`, with `auto` made concrete for `device`: bf16 where it is native (`native_bf16`),
-    else fp32."""
-    p = Precision(precision)
-    if p is not Precision.auto:
-        return p
-    return Precision.bf16 if native_bf16(device) else Precision.fp32
-
-
-def precision_dtype(precision: Precision | str, device="cpu"):
-    """The torch dtype a run of `precision` computes in on `device`: bfloat16 for bf16 (autocast),
-    float32 for fp32; auto resolved."""
-    import torch
-
-    return {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16}[
-        resolve_precision(precision, device)
-    ]
 
 
 # %% ../nbs/01_config.ipynb #b9300cda

@@ -8,19 +8,26 @@ Docs: https://qmind.github.io/qmind-render/contracts.html.md"""
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import yaml
 
 # %% auto #0
 __all__ = [
+    "INPUT_ERRORS",
     "contracts_dir",
     "project_dirs",
     "UserError",
     "one_line",
+    "error_exit",
+    "guarded",
+    "strip_debug",
     "parse_version",
     "is_compatible",
     "IncompatibleVersion",
@@ -87,6 +94,43 @@ def one_line(e: BaseException) -> str:
     "An error's message as one line: a `KeyError`'s text without its quotes, newlines folded."
     msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
     return " ".join(str(msg).split())
+
+
+# %% ../nbs/00_contracts.ipynb #266bad03
+# MemoryError: train.OutOfMemory says what to change
+INPUT_ERRORS = (ValueError, KeyError, OSError, MemoryError)
+
+
+def error_exit(prog: str, e: BaseException) -> int:
+    """Print `e` as `prog: error: ...` on one line; its exit status (a `UserError`'s `exit_code`,
+    else 2)."""
+    print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+    return getattr(e, "exit_code", 2)
+
+
+# %% ../nbs/00_contracts.ipynb #345cd28c
+def guarded(prog: str, fn: Callable[[], int | None]) -> int:
+    """Run `fn()` inside the error boundary: expected failures become one line and exit 2, unless
+    debugging."""
+    try:
+        return int(fn() or 0)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, *INPUT_ERRORS) as e:
+        if os.environ.get("QMIND_DEBUG"):
+            raise
+        return error_exit(prog, e)
+
+
+# %% ../nbs/00_contracts.ipynb #943b7b54
+def strip_debug(argv: list[str]) -> list[str]:
+    """`argv` without `--debug`, which may stand anywhere; when it was there, `QMIND_DEBUG=1` is
+    set, and the environment carries it to torchrun's workers."""
+    if "--debug" not in argv:
+        return list(argv)
+    os.environ["QMIND_DEBUG"] = "1"
+    return [a for a in argv if a != "--debug"]
 
 
 # %% ../nbs/00_contracts.ipynb #cce90593

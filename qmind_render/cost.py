@@ -12,7 +12,8 @@ import json
 import math
 
 from .cloud import RunSpec, load_menu
-from .config import config_from_dict, config_to_dict, load_config, precision_dtype
+from .config import config_from_dict, config_to_dict, load_config
+from .device import precision_dtype
 from .util import format_table, median_time
 
 # %% auto #0

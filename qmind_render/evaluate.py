@@ -24,7 +24,8 @@ from qmind_render.checkpoint import (
     load_model,
     run_dir_of,
 )
-from .config import load_config, precision_dtype
+from .config import load_config
+from .device import pick_device, precision_dtype
 from .data import DatasetError, fetch, open_store
 from .splits import apply_split, load_split
 from .model import Diffusion, build_model, prepare_batch, to_uint8
@@ -61,8 +62,7 @@ __all__ = [
     "psnr_curve",
     "report_md",
     "eval_main",
-    "run",
-    "run_main",
+    "headline",
     "bench_eval",
 ]
 
@@ -185,7 +185,6 @@ def load_for_eval(
 ) -> Loaded:
     """The EMA model of a checkpoint, with its dataset (fetched, verified) and split, on `device`
     (default: `eval.device`)."""
-    from qmind_render.train import pick_device
 
     try:
         path = find_checkpoint(target)
@@ -754,12 +753,14 @@ def eval_main(argv: list[str]) -> int:
     )
     a = p.parse_intermixed_args(argv)  # options anywhere on the line
     res = evaluate(a.target, a.overrides)
-    print(_headline(res))
+    print(headline(res))
     print(f"report: {run_dir_of(res['checkpoint']) / 'eval' / 'report.md'}")
     return 0
 
 
-def _headline(res: dict) -> str:
+# %% ../nbs/60_evaluate.ipynb #34e2926f
+def headline(res: dict) -> str:
+    "One line: PSNR held-out/in-distribution at each DDIM step count, and the baseline's."
     h, t = res["parts"]["heldout"], res["parts"]["train"]
     ks = " ".join(
         f"{k}:{h[f'ddim_{k}']['psnr']:.2f}/{t[f'ddim_{k}']['psnr']:.2f}" for k in res["ddim_steps"]
@@ -768,81 +769,6 @@ def _headline(res: dict) -> str:
         f"PSNR held-out/in-dist by DDIM steps {ks} dB; baseline "
         f"{h['baseline']['psnr']:.2f}/{t['baseline']['psnr']:.2f} dB"
     )
-
-
-# %% ../nbs/60_evaluate.ipynb #44004bc4
-def run(
-    config=None,
-    overrides: list[str] = (),
-    root: str | Path | None = None,
-    workers: int | None = None,
-    log=print,
-) -> dict:
-    "The main job: dataset (if missing) -> train -> eval -> report."
-    from qmind_render.data import list_datasets
-    from qmind_render.generate import check_workers, generate
-    from qmind_render.train import make_runs_root, runs_root, train
-
-    t0, cfg = time.monotonic(), load_config(config, list(overrides))
-    # a bad --runs or --workers: one line before anything is made
-    make_runs_root(root)
-    check_workers(workers)
-    store = open_store(cfg.data.store)
-    if cfg.data.dataset in list_datasets(store):
-        log(f"[1/3] dataset {cfg.data.dataset}: in {store.uri}, reusing it")
-    else:
-        log(
-            f"[1/3] dataset {cfg.data.dataset}: not in {store.uri}, generating "
-            f"{cfg.data.episodes * cfg.data.frames_per_episode} samples"
-        )
-        generate(cfg.data, workers=workers)
-    log(
-        f"[2/3] training {cfg.name}: {cfg.train.steps} steps of batch {cfg.train.batch}, "
-        f"model {cfg.model.size}"
-    )
-    tr = train(cfg, root)
-    log(
-        f"      {tr['status']} at step {tr['step']} ({tr['seconds']} s); checkpoint "
-        f"{tr['last_checkpoint']}"
-    )
-    if not tr["status"].startswith("finished"):
-        return {"train": tr, "eval": None}
-    ev_path = runs_root(root) / cfg.name / "eval" / "eval.json"
-    if ev_path.is_file() and json.loads(ev_path.read_text())["checkpoint"] == tr["last_checkpoint"]:
-        log(f"[3/3] evaluation of {Path(tr['last_checkpoint']).name}: done earlier")
-        ev = json.loads(ev_path.read_text())
-    else:
-        log("[3/3] evaluating")
-        ev = evaluate(tr["last_checkpoint"], log=log)
-    log(
-        f"      {_headline(ev)}\n      report: {ev_path.parent / 'report.md'}  "
-        f"({time.monotonic() - t0:.0f} s in all)"
-    )
-    return {"train": tr, "eval": ev}
-
-
-def run_main(argv: list[str]) -> int:
-    "`qmind run [CONFIG] [key=value ...]`"
-    import argparse
-    from qmind_render.config import add_config_args, config_args
-
-    p = argparse.ArgumentParser(
-        prog="qmind run",
-        description="The main job: dataset (if missing) -> train -> eval -> report.",
-    )
-    add_config_args(p)
-    p.add_argument(
-        "--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)"
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="dataset generation processes (default: one per core)",
-    )
-    a = p.parse_intermixed_args(argv)  # options anywhere on the line
-    res = run(*config_args(a), a.runs, a.workers)
-    return 0 if res["eval"] is not None else 1
 
 
 # %% ../nbs/60_evaluate.ipynb #7dd21a87
@@ -860,7 +786,6 @@ def bench_eval(
     from qmind_render.model import synthetic_batch
     from qmind_render.sampler import fast_dtype
     from qmind_render.grid import load_grid
-    from qmind_render.train import pick_device
 
     cfg, grid = load_config(None, [f"model.size={size}"]), load_grid()
     dev, steps = (

@@ -22,11 +22,13 @@ from .config import load_config
 from .data import list_datasets, open_store
 from .generate import generate
 from .splits import make_split, save_split
-from .evaluate import bench_eval, psnr_curve, run
+from .evaluate import bench_eval, psnr_curve
+from .pipeline import run
 from .model_bench import bench_throughput
 from .sampler import bench_sampler
 from .serve_bench import bench_serve
-from .train import Meter, batches, loop_step, pick_device, read_metrics, setup, train
+from .device import pick_device
+from .train import Meter, batches, loop_step, read_metrics, setup, train
 from .util import atomic_write, device_sync
 
 # %% auto #0

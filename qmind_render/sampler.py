@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from fastcore.basics import patch
 
-from .config import precision_dtype
+from .device import precision_dtype
 from .contracts import UserError
 from qmind_render.model import (
     COND_KEYS,

@@ -21,13 +21,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from qmind_render.config import (
-    config_to_dict,
-    load_config,
-    precision_dtype,
-    resolve_precision,
-    save_config,
-)
+from .config import config_to_dict, load_config, save_config
 from qmind_render.checkpoint import (
     check_resume,
     checkpoint_name,
@@ -37,8 +31,9 @@ from qmind_render.checkpoint import (
     save_checkpoint,
     versions,
 )
-from .contracts import UserError
+from .contracts import UserError, guarded, strip_debug
 from .data import fetch, git_commit, open_store
+from .device import pick_device, precision_dtype, resolve_precision
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid
@@ -55,12 +50,10 @@ from .util import atomic_write, save_image
 
 # %% auto #0
 __all__ = [
-    "DEVICES",
     "WANDB_MODES",
     "RunsError",
     "runs_root",
     "make_runs_root",
-    "pick_device",
     "Dist",
     "dist_from_env",
     "step_seed",
@@ -133,42 +126,7 @@ def make_runs_root(root: str | Path | None = None) -> Path:
     return path
 
 
-# what train.device, eval.device and --device take
-DEVICES = "auto, cpu, mps, cuda or cuda:N"
-
-
-def pick_device(name: str = "auto", local_rank: int = 0, key: str = "train.device") -> torch.device:
-    """`auto`: this rank's GPU when there is one, else the CPU. A device this machine lacks (CUDA,
-    Apple's MPS, any other accelerator torch knows) is a `ValueError` naming `key`, asked of its
-    torch backend (`torch.cuda`, `torch.mps`, ...)."""
-    if name == "auto":
-        return (
-            torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-        )
-    try:
-        dev = torch.device(name)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"{key}={name!r} is not a device: use {DEVICES}") from None
-    if dev.type == "cpu":
-        return dev
-    backend = getattr(torch, dev.type, None)
-    if not (hasattr(backend, "is_available") and hasattr(backend, "device_count")):
-        raise ValueError(f"{key}={name}: not a device this project runs on; use {DEVICES}")
-    kind = dev.type.upper()
-    if not backend.is_available():
-        raise ValueError(
-            f"{key}={name}, but this machine has no {kind} device (torch {torch.__version__}): "
-            f"use {key}=auto (the GPU where there is one) or {key}=cpu"
-        )
-    n = backend.device_count()
-    if (dev.index or 0) >= n:
-        raise ValueError(
-            f"{key}={name}, but this machine has {n} {kind} device(s): use "
-            f"{dev.type}:0..{dev.type}:{n - 1}"
-        )
-    return dev
-
-
+# %% ../nbs/50_train.ipynb #0fa72861
 @dataclass(frozen=True)
 class Dist:
     "This process's place in a data-parallel job (rank 0 of 1 without torchrun)."
@@ -890,9 +848,7 @@ def train_main(argv: list[str]) -> int:
 # %% ../nbs/50_train.ipynb #700ece8a
 # python -m qmind_render.train / torchrun -m ...
 if __name__ == "__main__" and "__file__" in globals():
-    from qmind_render.cli import main as _cli
-
-    sys.exit(_cli(["train", *sys.argv[1:]]))
+    sys.exit(guarded("qmind train", lambda: train_main(strip_debug(sys.argv[1:]))))
 
 
 # %% ../nbs/50_train.ipynb #4cdae4a2

@@ -45,10 +45,11 @@ HEAVY_FIRST = {
     "test_engine.py": 34,
     "test_data_cli.py": 31,
     "test_notebook[98_deck_numbers.ipynb]": 26,
-    "test_notebook[95_docs.ipynb]": 25,
+    "test_notebook[96_docs.ipynb]": 25,
     "test_notebook[50_train.ipynb]": 25,
     "test_workbook.py": 24,
     "test_notebook[60_evaluate.ipynb]": 22,
+    "test_notebook[65_pipeline.ipynb]": 20,
     "test_cli.py": 22,
     "test_notebook[85_cost.ipynb]": 21,
 }

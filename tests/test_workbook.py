@@ -138,16 +138,18 @@ NOT_STAGES = {
     "00_contracts",
     "00_util",
     "01_config",
+    "02_device",
     "90_cli",
-    "95_docs",
-    "96_talks",
+    "94_runner",
+    "95_talks",
+    "96_docs",
     "98_deck_numbers",
     "index",
 }
 # Notebooks that may name pyplot, and why: neither draws with it.
 PYPLOT_OK = {
     "05_viz": "checks that drawing leaves pyplot's list of figures empty",
-    "96_talks": "its toy talk draws with pyplot, as the talks do, to check that the talk "
+    "95_talks": "its toy talk draws with pyplot, as the talks do, to check that the talk "
     "kernel captures the figure",
 }
 
