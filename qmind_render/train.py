@@ -21,7 +21,13 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .config import config_to_dict, load_config, save_config
+from qmind_render.config import (
+    ExperimentConfig,
+    Precision,
+    config_to_dict,
+    load_config,
+    save_config,
+)
 from qmind_render.checkpoint import (
     check_resume,
     checkpoint_name,
@@ -70,7 +76,8 @@ __all__ = [
     "setup",
     "state_dict",
     "restore",
-    "maybe_restore",
+    "pin_precision",
+    "resume",
     "NonFiniteError",
     "draw_timesteps",
     "sampler_timesteps",
@@ -203,7 +210,7 @@ def wandb_mode() -> str:
 class Tracker:
     "metrics.jsonl + PNGs in the run dir, and wandb when configured."
 
-    def __init__(self, run_dir: Path, cfg, resume_step: int = 0):
+    def __init__(self, run_dir: Path, cfg: ExperimentConfig, resume_step: int = 0):
         self.run_dir, self.wandb = Path(run_dir), None
         self.path = self.run_dir / "metrics.jsonl"
         self._truncate(resume_step)
@@ -357,7 +364,7 @@ class Guard:
 
 @dataclass
 class Run:
-    cfg: object
+    cfg: ExperimentConfig  # one config for the whole run: train.precision pinned before setup
     dir: Path
     dist: Dist
     device: torch.device
@@ -383,14 +390,14 @@ class Run:
 
 
 # %% ../nbs/50_train.ipynb #04a0c962
-def _data(cfg):
+def _data(cfg: ExperimentConfig):
     """The split (a small file, checked first) and the fetched, verified dataset; their errors say
     what to do."""
     split = load_split(cfg.data.holdout)
     return fetch(open_store(cfg.data.store), cfg.data.dataset), split
 
 
-def _model(cfg, dist: Dist, device: torch.device):
+def _model(cfg: ExperimentConfig, dist: Dist, device: torch.device):
     from qmind_render.grid import load_grid
 
     # initial weights: a function of the seed
@@ -406,7 +413,7 @@ def _model(cfg, dist: Dist, device: torch.device):
 
 
 # %% ../nbs/50_train.ipynb #4681b7ef
-def setup(cfg, root: str | Path | None = None) -> Run:
+def setup(cfg: ExperimentConfig, root: str | Path | None = None) -> Run:
     "Everything a run needs, from its config."
     dist = dist_from_env()
     device = pick_device(cfg.train.device, dist.local_rank)
@@ -479,22 +486,24 @@ def restore(run: Run, ckpt: dict, path: Path) -> None:
 
 
 # %% ../nbs/50_train.ipynb #00d4179a
-def maybe_restore(run: Run) -> None:
-    """Restore the checkpoint `train.resume` asks for (after `check_resume`); `latest` falls back
-    past corrupt files. A run asked for `train.precision=auto` is pinned here: to the checkpoint's
-    precision when it resumes, else to this device's."""
-    got = pick_resume(run.dir, run.cfg.train.resume, set_aside=run.dist.main)
-    if run.cfg.train.precision == "auto":
-        pinned = (
-            got[1]["config"]["train"]["precision"]
-            if got
-            else resolve_precision("auto", run.device).value
-        )
-        run.cfg = load_config(config_to_dict(run.cfg), [f"train.precision={pinned}"])
+def pin_precision(
+    cfg: ExperimentConfig, got: tuple | None, device: torch.device
+) -> ExperimentConfig:
+    """`cfg` with `train.precision=auto` made concrete before anything is built, so a run holds one
+    config: the precision of the checkpoint it resumes (`got`, from `pick_resume`), else this
+    device's (`resolve_precision`)."""
+    if cfg.train.precision != "auto":
+        return cfg
+    pinned = got[1]["config"]["train"]["precision"] if got else resolve_precision("auto", device)
+    return load_config(config_to_dict(cfg), [f"train.precision={Precision(pinned).value}"])
+
+
+def resume(run: Run, got: tuple | None) -> None:
+    """Restore the checkpoint `pick_resume` chose (None: a fresh start), after `check_resume`: the
+    same config where it matters and the same dataset *content*."""
     if got is None:
         return
     path, ckpt = got
-    # the same dataset *content*, too
     check_resume(ckpt, run.cfg, path, run.ds.manifest.content_sha256)
     restore(run, ckpt, path)
 
@@ -746,15 +755,21 @@ def _due(run: Run, last_save: float) -> bool:
 
 # %% ../nbs/50_train.ipynb #6ac2ac33
 def train(
-    cfg, root: str | Path | None = None, stop_after: int | None = None, progress: bool = True
+    cfg: ExperimentConfig,
+    root: str | Path | None = None,
+    stop_after: int | None = None,
+    progress: bool = True,
 ) -> dict:
     """Train (or resume, or report finished) the run `cfg` describes; returns a summary.
     `stop_after`: checkpoint and return after that many steps of this call, as if interrupted;
     `progress`: show it (stderr)."""
+    dist = dist_from_env()
+    device = pick_device(cfg.train.device, dist.local_rank)
+    # `latest` falls back past corrupt files; a refused resume leaves the run dir as it was
+    got = pick_resume(make_runs_root(root) / cfg.name, cfg.train.resume, set_aside=dist.main)
+    cfg = pin_precision(cfg, got, device)
     run, t = setup(cfg, root), cfg.train
-    # a refused resume leaves the run dir as it was
-    maybe_restore(run)
-    cfg = run.cfg  # with train.precision=auto pinned
+    resume(run, got)
     if run.dist.main:
         save_config(cfg, run.dir / "config.yaml")
     start, t_start = run.step, time.monotonic()

@@ -25,7 +25,8 @@ from qmind_render.checkpoint import (
     save_checkpoint,
     seal,
 )
-from qmind_render.train import NonFiniteError, maybe_restore, read_metrics, save, setup, train
+from qmind_render.checkpoint import pick_resume
+from qmind_render.train import NonFiniteError, read_metrics, resume, save, setup, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
@@ -651,11 +652,10 @@ def test_python_and_numpy_random_states_are_restored(data):
     want = random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.randn()
     random.seed(99)
     np.random.seed(99)
-    maybe_restore(
-        again := setup(
-            load_config(None, args(data, "rng", 2, "train.ckpt_every_steps=0")), data / "runs"
-        )
+    again = setup(
+        load_config(None, args(data, "rng", 2, "train.ckpt_every_steps=0")), data / "runs"
     )
+    resume(again, pick_resume(again.dir, "latest"))
     assert again.last_ckpt is not None
     assert (
         random.random(),
