@@ -328,7 +328,7 @@ class PlaySession:
 
     def __init__(self, seed: int, theme: int, lighting: int, steps: int, noise_seed: int = 0):
         from qmind_render.game import Game
-        from qmind_render.skinner import episode_materials
+        from qmind_render.cells import episode_materials
 
         self.game = Game(seed=seed, materials=episode_materials(seed))
         self.theme, self.lighting, self.steps, self.noise_seed = theme, lighting, steps, noise_seed

@@ -46,7 +46,7 @@ COMMANDS: dict[str, Command] = {
         "resolve an experiment config (file + key=value) and print it",
     ),
     "render": Command(
-        "qmind_render.skinner:render_main",
+        "qmind_render.explorer:render_main",
         "write an episode's channels, map and skinned frames as PNGs",
     ),
     "data": Command(
@@ -104,7 +104,7 @@ COMMANDS: dict[str, Command] = {
 # `qmind bench NAME`: functions returning a dict of measured numbers.
 BENCHES: dict[str, str] = {
     "engine": "qmind_render.episode:bench_engine",
-    "skinner": "qmind_render.skinner:bench_skinner",
+    "skinner": "qmind_render.explorer:bench_skinner",
     "data": "qmind_render.data_cli:bench_data",
     "model": "qmind_render.model_bench:bench_model",
     "sampler": "qmind_render.sampler:bench_sampler",

@@ -90,7 +90,7 @@ class ShardJob:
 def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
     "One episode's engine channels and factor labels (not yet skinned)."
     from qmind_render.episode import render_episode
-    from qmind_render.skinner import episode_materials
+    from qmind_render.cells import episode_materials
 
     theme, lighting = frame_factors(seed, n_frames, grid.shape)
     frames = list(
@@ -111,7 +111,8 @@ def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[
 def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
     """Add the skinned frames and the factor cells, painting all frames of one (theme, lighting) in
     one call."""
-    from qmind_render.skinner import cell_mask, skin
+    from qmind_render.cells import cell_mask
+    from qmind_render.skinner import skin
 
     theme, lighting = arrays["theme"], arrays["lighting"]
     rgb = np.empty((len(theme), *spec.size, 3), np.uint8)

@@ -10,11 +10,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import os
-import platform
-import statistics
-import time
-from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -27,16 +22,14 @@ from qmind_render.contracts import (
     validate,
     validate_theme,
 )
-from .grid import FactorGrid, light_colour, load_grid, validate_lighting
-from .util import save_image
-from .viz import channel_strip, figure_of, mosaic
+from .grid import light_colour, validate_lighting
 
 # %% auto #0
 __all__ = [
     "SKINNER_VERSION",
     "CHANNEL_SPEC",
     "SURFACES",
-    "MIN_CELL_DISTANCE",
+    "skin_spec",
     "engine_frame",
     "corridor_frame",
     "repeats",
@@ -46,20 +39,6 @@ __all__ = [
     "stack_frames",
     "wall_frame",
     "column_steps",
-    "with_material",
-    "cell_grid",
-    "swatch_grid",
-    "cell_distances",
-    "materials_present",
-    "frame_cells",
-    "frame_cells_batch",
-    "cell_mask",
-    "episode_materials",
-    "explorer_view",
-    "explore",
-    "write_pngs",
-    "render_main",
-    "bench_skinner",
 ]
 
 # %% ../nbs/20_skinner.ipynb #1fef030b
@@ -69,7 +48,8 @@ SURFACES = ("ceiling", "wall", "floor", "enemy")  # class ids 0..3, as the kerne
 
 
 @functools.cache
-def _spec():
+def skin_spec():
+    "The channel spec the skinner paints from, loaded once; refused if the skinner cannot read it."
     spec = load_spec()
     check_compatible("channel_spec", spec.version, CHANNEL_SPEC, "the skinner")
     if tuple(spec.classes) != SURFACES or spec.n_materials != 5:
@@ -454,7 +434,7 @@ def _skin_kernel(surface, material, uv, light, depth, T, Lg, HALF, NZ, RT, out):
 # %% ../nbs/20_skinner.ipynb #9ef29e7e
 def _check_channels(channels: dict) -> tuple:
     "Cheap structural checks; returns the leading (batch) shape."
-    spec = _spec()
+    spec = skin_spec()
     if not isinstance(channels, dict):
         raise TypeError(f"channels are a dict of arrays, got {type(channels).__name__}")
     for name in ("surface", "material", "uv", "light", "depth"):
@@ -510,7 +490,7 @@ def skin(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     "Paint the frame for `theme` and `lighting`: uint8 RGB [H, W, 3], or [B, H, W, 3] for a batch."
     T, Lg = skin_params(theme, lighting)
     lead = _check_channels(channels)
-    out = np.empty(lead + _spec().size + (3,), np.uint8)
+    out = np.empty(lead + skin_spec().size + (3,), np.uint8)
     c = channels
     bad = _skin_kernel(
         _pixels(c["surface"]),
@@ -526,8 +506,10 @@ def skin(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
         out.reshape(-1, 3),
     )
     if bad:
-        validate(channels, _spec(), batch=bool(lead))  # names the channel and the rule
-        raise ChannelError("surface", "paintable", f"{bad} pixels could not be painted", _spec())
+        validate(channels, skin_spec(), batch=bool(lead))  # names the channel and the rule
+        raise ChannelError(
+            "surface", "paintable", f"{bad} pixels could not be painted", skin_spec()
+        )
     return out
 
 
@@ -538,7 +520,7 @@ def skin_batch(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
             "surface",
             "shape",
             f"skin_batch wants [B, H, W], got {np.shape(channels.get('surface'))}",
-            _spec(),
+            skin_spec(),
         )
     return skin(channels, theme, lighting)
 
@@ -579,330 +561,3 @@ def wall_frame(
 def column_steps(rgb: np.ndarray) -> np.ndarray:
     "Mean absolute difference between neighbouring columns of an image, [W - 1]."
     return np.abs(np.diff(rgb.astype(np.int16), axis=1)).mean(axis=(0, 2))
-
-
-# %% ../nbs/20_skinner.ipynb #7eb1906d
-def with_material(channels: dict, material: int) -> dict:
-    "The same frame with every wall pixel made of `material`."
-    walls = channels["surface"] == SURFACES.index("wall")
-    return {**channels, "material": np.where(walls, np.uint8(material), channels["material"])}
-
-
-def cell_grid(channels: dict, material: int, grid: FactorGrid | None = None) -> np.ndarray:
-    """One frame skinned for every (theme, lighting), walls of `material`: uint8 mosaic, rows
-    themes, columns lights."""
-    grid = grid or load_grid()
-    ch = with_material(channels, material)
-    return mosaic([[skin(ch, t, l) for l in grid.lightings] for t in grid.themes])
-
-
-def swatch_grid(lighting: dict, grid: FactorGrid | None = None, **wall) -> np.ndarray:
-    "Flat walls of every material (columns) in every theme (rows) under `lighting`."
-    grid = grid or load_grid()
-    return mosaic(
-        [
-            [skin(wall_frame(m, **wall), t, lighting) for m in range(len(grid.materials))]
-            for t in grid.themes
-        ]
-    )
-
-
-# %% ../nbs/20_skinner.ipynb #d0bee6fe
-MIN_CELL_DISTANCE = 10.0  # uint8 levels, mean over wall pixels and channels
-
-
-def cell_distances(channels: dict, grid: FactorGrid | None = None) -> tuple[list, np.ndarray]:
-    "(cells, D): D[i, j] = mean |difference| of wall pixels between cells i and j on `channels`."
-    grid = grid or load_grid()
-    walls = channels["surface"] == SURFACES.index("wall")
-    if not walls.any():
-        raise ValueError("the frame shows no wall; pick one with wall pixels")
-    cells = grid.cells()
-    X = np.stack(
-        [
-            skin(with_material(channels, m), grid.theme(t), grid.lighting(l))[walls]
-            for t, m, l in cells
-        ]
-    )
-    X = X.reshape(len(cells), -1).astype(np.float32)
-    D = np.stack([np.abs(X - x).mean(axis=1) for x in X])
-    return cells, D
-
-
-# %% ../nbs/20_skinner.ipynb #8d95a9b8
-def materials_present(channels: dict) -> np.ndarray:
-    "Which wall materials have at least one pixel: bool [M] for a frame, [B, M] for a batch."
-    spec = _spec()
-    surf, mat = np.asarray(channels["surface"]), np.asarray(channels["material"])
-    lead, M = surf.shape[:-2], spec.n_materials
-    walls = surf == SURFACES.index("wall")
-    if (mat[walls] >= M).any():
-        raise ChannelError(
-            "material",
-            "applies_to",
-            f"wall pixels must carry a material id 0..{M - 1}, found "
-            f"{sorted(set(np.unique(mat[walls]).tolist()) - set(range(M)))}",
-            spec,
-        )
-    B = int(np.prod(lead, dtype=np.int64))
-    ids = np.where(walls, mat, M).reshape(B, -1).astype(np.int64) + (M + 1) * np.arange(B)[:, None]
-    counts = np.bincount(ids.ravel(), minlength=B * (M + 1)).reshape(B, M + 1)
-    return (counts[:, :M] > 0).reshape(*lead, M)
-
-
-# %% ../nbs/20_skinner.ipynb #d84c2ed6
-def frame_cells(
-    channels: dict, theme_id: int, lighting_id: int
-) -> tuple[tuple[int, int, int], ...]:
-    """The (theme, material, light) cells whose pixels appear in one frame skinned with (theme_id,
-    lighting_id)."""
-    present = materials_present(channels)
-    if present.ndim != 1:
-        raise ValueError(
-            f"one frame expected, got a batch of {present.shape[0]}: use frame_cells_batch"
-        )
-    return tuple((int(theme_id), int(m), int(lighting_id)) for m in np.flatnonzero(present))
-
-
-def frame_cells_batch(
-    channels: dict, theme_ids, lighting_ids
-) -> list[tuple[tuple[int, int, int], ...]]:
-    "`frame_cells` for a batch; `theme_ids`/`lighting_ids` are one id per frame (or one for all)."
-    present = materials_present(channels)
-    B = present.shape[0]
-    t, l = np.broadcast_to(theme_ids, (B,)), np.broadcast_to(lighting_ids, (B,))
-    return [
-        tuple((int(t[b]), int(m), int(l[b])) for m in np.flatnonzero(present[b])) for b in range(B)
-    ]
-
-
-def cell_mask(
-    channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] | None = None
-) -> np.ndarray:
-    """Cells present as a bool [B, T·M·L] mask (or [T·M·L] for one frame), index (t·M + m)·L + l;
-    `shape`: (T, M, L), default the grid file's."""
-    present = materials_present(channels)
-    one = present.ndim == 1
-    present = present.reshape(-1, present.shape[-1])
-    T, M, L = shape or load_grid().shape
-    B = present.shape[0]
-    t, l = (
-        np.broadcast_to(theme_ids, (B,)).astype(np.int64),
-        np.broadcast_to(lighting_ids, (B,)).astype(np.int64),
-    )
-    out = np.zeros((B, T * M * L), bool)
-    b, m = np.nonzero(present)
-    out[b, (t[b] * M + m) * L + l[b]] = True
-    return out[0] if one else out
-
-
-# %% ../nbs/20_skinner.ipynb #42978a7a
-_PAIRS = tuple(itertools.combinations(range(5), 2))
-
-
-def episode_materials(seed: int, n_materials: int = 5) -> list[int]:
-    """The wall materials episode `seed` is rendered with: 50 of every 60 seeds one material, 10 a
-    pair."""
-    if n_materials != 5:
-        raise ValueError(f"the policy is written for 5 materials, not {n_materials}")
-    k = int(seed) % 60
-    return [k % n_materials] if k < 50 else list(_PAIRS[k - 50])
-
-
-# %% ../nbs/20_skinner.ipynb #f0d0c0eb
-def explorer_view(
-    seed: int, frame: int, theme, material, lighting, grid: FactorGrid | None = None
-) -> np.ndarray:
-    """Channels and skinned frame of (seed, frame), walls of `material` (None: the map's own), as
-    one uint8 strip."""
-    grid = grid or load_grid()
-    ch = engine_frame(seed, frame, None if material is None else [int(material)])
-    return channel_strip(ch, skin(ch, grid.theme(theme), grid.lighting(lighting)))
-
-
-# %% ../nbs/20_skinner.ipynb #645b388d
-def explore(grid: FactorGrid | None = None):
-    "Interactive explorer: sliders and menus for seed, frame, theme, material and light."
-    import ipywidgets as w
-
-    grid = grid or load_grid()
-
-    def view(seed, frame, theme, material, light):  # interact displays the figure it returns
-        return figure_of(
-            explorer_view(seed, frame, theme, material, light, grid),
-            size=2.2,
-            title="depth · surface · material · u · v · light · skinned",
-        )
-
-    # a widget: it displays as controls
-    return w.interactive(
-        view,
-        seed=w.IntSlider(0, 0, 999),
-        frame=w.IntSlider(0, 0, 199),
-        theme=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.theme_names)]),
-        material=w.Dropdown(
-            options=[("map's own", None)] + [(n, i) for i, n in enumerate(grid.materials)]
-        ),
-        light=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.lighting_names)]),
-    )
-
-
-# %% ../nbs/20_skinner.ipynb #86111637
-def _frames(frames):
-    "Frames as an iterator of one-frame dicts (accepts an iterable of frames or one batch dict)."
-    if isinstance(frames, dict):
-        if np.ndim(frames["surface"]) == 2:
-            yield frames
-        else:
-            for i in range(len(frames["surface"])):
-                yield {k: v[i] for k, v in frames.items()}
-    else:
-        yield from frames
-
-
-def write_pngs(
-    frames,
-    out_dir: str | Path,
-    theme,
-    lighting,
-    grid: FactorGrid | None = None,
-    strip: bool = False,
-    start: int = 0,
-    scale: int = 1,
-    labels: bool = False,
-) -> list[Path]:
-    """Skin `frames` with (theme, lighting) and write `out_dir/frame_NNNNN.png` per frame (the
-    engine's strips' names); returns the paths. With `strip`, each PNG is the frame's
-    `channel_strip` (upscaled by `scale`, panels named when `labels`) ending in the skinned frame.
-    """
-    grid = grid or load_grid()
-    th = theme if isinstance(theme, dict) else grid.theme(theme)
-    li = lighting if isinstance(lighting, dict) else grid.lighting(lighting)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i, ch in enumerate(_frames(frames), start):
-        rgb = skin(ch, th, li)
-        paths.append(out_dir / f"frame_{i:05d}.png")
-        save_image(channel_strip(ch, rgb, scale=scale, labels=labels) if strip else rgb, paths[-1])
-    return paths
-
-
-# %% ../nbs/20_skinner.ipynb #855ff1ef
-def render_main(argv: list[str] | None = None) -> int:
-    """`qmind render --seed S --frames N --out DIR [--theme T] [--lighting L]`; returns the exit
-    status."""
-    import sys
-
-    from qmind_render.episode import render_episode
-    from qmind_render.game import render_parser, write_episode
-
-    p = render_parser()
-    p.add_argument(
-        "--theme", default=None, help="theme name or id: also write skinned strips to OUT/skinned/"
-    )
-    p.add_argument(
-        "--lighting", default="daylight", help="lighting setup name or id (default: daylight)"
-    )
-    try:
-        a = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    try:
-        n = write_episode(a)
-        if a.theme is not None:
-            grid = load_grid()
-            th, li = grid.theme(a.theme), grid.lighting(a.lighting)
-            mats = None if a.materials is None else [int(m) for m in a.materials.split(",")]
-            # same frames as the strips, same numbers
-            for i, f in enumerate(render_episode(a.seed, a.frames, mats)):
-                if i % a.every == 0:
-                    write_pngs(
-                        [f],
-                        a.out / "skinned",
-                        th,
-                        li,
-                        grid,
-                        strip=True,
-                        start=i,
-                        scale=a.scale,
-                        labels=True,
-                    )
-    except (ValueError, KeyError) as e:
-        print(
-            f"qmind render: error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr
-        )
-        return 2
-    print(
-        f"wrote {n} frame strips and map.png to {a.out}"
-        + (
-            f"; skinned strips ({a.theme}, {a.lighting}) in {a.out / 'skinned'}"
-            if a.theme is not None
-            else ""
-        )
-    )
-    return 0
-
-
-# %% ../nbs/20_skinner.ipynb #ba31c362
-def _bench_frames(n: int, source: str) -> dict[str, np.ndarray]:
-    if source == "corridor":
-        return stack_frames(
-            corridor_frame(shift=0.37 * i, materials=[(i + k) % 5 for k in range(5)])
-            for i in range(n)
-        )
-    if source == "engine":
-        from qmind_render.episode import render_batch
-
-        per = 64
-        frames = list(render_batch(list(range(-(-n // per))), per))  # [n_seeds, ...] per step
-        return {k: np.concatenate([f[k] for f in frames])[:n] for k in frames[0]}
-    raise ValueError(f"source must be 'corridor' or 'engine', got {source!r}")
-
-
-# %% ../nbs/20_skinner.ipynb #d8ed2860
-def _pin(core):
-    "Pin this process to one core; returns the previous affinity (None when not pinned)."
-    if core is None or not hasattr(os, "sched_setaffinity"):
-        return None
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {sorted(before)[int(core) % len(before)]})
-    return before
-
-
-def bench_skinner(
-    frames: int = 1024, repeats: int = 7, source: str = "corridor", core: int | None = 0
-) -> dict:
-    """Frames/s of `skin` on one core (64×64): median of `repeats` runs over a batch of `frames`
-    frames."""
-    import numba
-
-    batch, grid = _bench_frames(int(frames), source), load_grid()
-    pairs = [(t, l) for t in grid.themes for l in grid.lightings]
-    before = _pin(core)
-    try:
-        skin({k: v[:2] for k, v in batch.items()}, *pairs[0])  # compile or load the cached kernel
-        secs = []
-        for r in range(int(repeats)):
-            t0 = time.perf_counter()
-            skin(batch, *pairs[r % len(pairs)])
-            secs.append(time.perf_counter() - t0)
-    finally:
-        if before is not None:
-            os.sched_setaffinity(0, before)
-    fps = [len(batch["surface"]) / s for s in secs]
-    return {
-        "frames_per_s": float(statistics.median(fps)),
-        "us_per_frame": 1e6 * statistics.median(secs) / frames,
-        "frames": int(frames),
-        "repeats": int(repeats),
-        "runs_frames_per_s": [round(x) for x in fps],
-        "source": source,
-        "pinned_to_one_core": before is not None,
-        "load_avg_1m": os.getloadavg()[0],
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "numba": numba.__version__,
-        "numpy": np.__version__,
-        "skinner_version": SKINNER_VERSION,
-    }

@@ -1,7 +1,7 @@
-"""The skinner (nbs/20_skinner.ipynb): determinism (in process, in fresh processes, compiled vs
-plain Python), golden bytes, seamless wrap, all 100 cells distinct, refusals that name the field,
-and the exact factor cells of a frame. Each property test is paired with a check that it fails on a
-broken skinner, so a test that passes means something.
+"""The skinner (nbs/20_skinner.ipynb) and its factor cells (nbs/21_cells.ipynb): determinism (in
+process, in fresh processes, compiled vs plain Python), golden bytes, seamless wrap, all 100 cells
+distinct, refusals that name the field, and the exact factor cells of a frame. Each property test is
+paired with a check that it fails on a broken skinner, so a test that passes means something.
 
 Regenerate the golden hashes after an intended change of skinned bytes (and a SKINNER_VERSION bump):
     python tests/test_skinner.py --update-golden
@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
+from qmind_render import cells as cl
+from qmind_render import explorer as ex
 from qmind_render import skinner as sk
 from qmind_render.contracts import ChannelError, ThemeError
 from qmind_render.grid import LightingError, grid_path, load_grid
@@ -211,13 +213,13 @@ def test_seam_test_fails_on_noise_that_does_not_tile(monkeypatch):
 
 
 def _closest(frame) -> float:
-    cells, D = sk.cell_distances(frame, GRID)
+    cells, D = cl.cell_distances(frame, GRID)
     assert len(cells) == 100
     return float((D + np.diag(np.full(len(cells), np.inf))).min())
 
 
 def test_all_cells_distinct_on_the_corridor():
-    assert _closest(sk.corridor_frame(shift=0.3)) > sk.MIN_CELL_DISTANCE
+    assert _closest(sk.corridor_frame(shift=0.3)) > cl.MIN_CELL_DISTANCE
 
 
 def test_all_cells_distinct_on_an_engine_frame():
@@ -228,7 +230,7 @@ def test_all_cells_distinct_on_an_engine_frame():
 def test_distinctness_test_fails_when_lighting_is_ignored(monkeypatch):
     real, day = sk.skin_params, GRID.lighting(0)
     monkeypatch.setattr(sk, "skin_params", lambda theme, lighting: real(theme, day))
-    assert _closest(sk.corridor_frame(shift=0.3)) <= sk.MIN_CELL_DISTANCE
+    assert _closest(sk.corridor_frame(shift=0.3)) <= cl.MIN_CELL_DISTANCE
 
 
 # --- refusals -----------------------------------------------------------------------------------
@@ -316,28 +318,28 @@ def test_skin_refuses_malformed_records_and_channels():
 
 
 def test_frame_cells_exact_on_known_materials():
-    f = sk.with_material(sk.corridor_frame(materials=(0,)), 2)
+    f = cl.with_material(sk.corridor_frame(materials=(0,)), 2)
     walls = np.argwhere(f["surface"] == 1)
     f["material"][tuple(walls[7])] = 4  # a single pixel of metal
-    assert sk.frame_cells(f, 3, 1) == ((3, 2, 1), (3, 4, 1))
+    assert cl.frame_cells(f, 3, 1) == ((3, 2, 1), (3, 4, 1))
     f["material"][tuple(walls[7])] = 2
-    assert sk.frame_cells(f, 3, 1) == ((3, 2, 1),)
+    assert cl.frame_cells(f, 3, 1) == ((3, 2, 1),)
     enemy_only = {
         **f,
         "surface": np.where(f["surface"] == 1, 0, f["surface"]).astype(np.uint8),
         "material": np.full_like(f["material"], 255),
     }
-    assert sk.frame_cells(enemy_only, 0, 0) == ()
+    assert cl.frame_cells(enemy_only, 0, 0) == ()
 
 
 def test_frame_cells_batch_and_mask_agree_with_frames():
     frames = [sk.corridor_frame(materials=ms) for ms in [(0,), (1, 3), (0, 1, 2, 3, 4), (4, 4, 2)]]
     t, l = [0, 1, 2, 4], [3, 2, 1, 0]
     batch = sk.stack_frames(frames)
-    per_frame = [sk.frame_cells(f, ti, li) for f, ti, li in zip(frames, t, l)]
-    assert sk.frame_cells_batch(batch, t, l) == per_frame
+    per_frame = [cl.frame_cells(f, ti, li) for f, ti, li in zip(frames, t, l)]
+    assert cl.frame_cells_batch(batch, t, l) == per_frame
     assert per_frame[1] == ((1, 1, 2), (1, 3, 2)) and len(per_frame[2]) == 5
-    mask = sk.cell_mask(batch, t, l)
+    mask = cl.cell_mask(batch, t, l)
     assert [tuple(GRID.cells()[i] for i in np.flatnonzero(r)) for r in mask] == per_frame
 
 
@@ -345,13 +347,13 @@ def test_frame_cells_on_engine_frames_match_the_material_channel():
     episode = pytest.importorskip("qmind_render.episode")
     for seed in (2, 50):  # one single-material episode, one pair
         frames = sk.stack_frames(
-            episode.render_episode(seed, 12, materials=sk.episode_materials(seed))
+            episode.render_episode(seed, 12, materials=cl.episode_materials(seed))
         )
-        for i, cells in enumerate(sk.frame_cells_batch(frames, 1, 2)):
+        for i, cells in enumerate(cl.frame_cells_batch(frames, 1, 2)):
             walls = frames["surface"][i] == 1
             expect = sorted(set(np.unique(frames["material"][i][walls]).tolist()))
             assert [m for _, m, _ in cells] == expect
-            assert set(expect) <= set(sk.episode_materials(seed))
+            assert set(expect) <= set(cl.episode_materials(seed))
 
 
 # --- the rest of the public API -----------------------------------------------------------------
@@ -361,14 +363,14 @@ def test_write_pngs_round_trip(tmp_path):
     from PIL import Image
 
     frames = [sk.corridor_frame(shift=0.2 * i) for i in range(3)]
-    paths = sk.write_pngs(frames, tmp_path, "lab", "toxic")
+    paths = ex.write_pngs(frames, tmp_path, "lab", "toxic")
     assert [p.name for p in paths] == ["frame_00000.png", "frame_00001.png", "frame_00002.png"]
     want = sk.skin(frames[2], GRID.theme("lab"), GRID.lighting("toxic"))
     assert np.array_equal(np.asarray(Image.open(paths[2])), want)
 
 
 def test_bench_skinner_reports_numbers():
-    r = sk.bench_skinner(frames=32, repeats=2)
+    r = ex.bench_skinner(frames=32, repeats=2)
     assert r["frames_per_s"] > 0 and r["frames"] == 32 and len(r["runs_frames_per_s"]) == 2
     json.dumps(r)  # the CLI prints it as JSON
 
@@ -387,6 +389,32 @@ def test_the_factor_grid_has_its_own_home():
         "LIGHTING_SCHEMA",
     }
     assert moved <= set(fg.__all__) and not moved & set(sk.__all__)  # one home per name
+
+
+def test_cells_and_explorer_have_their_own_homes():
+    "What a frame's cells are (`cells`) and how the skinner is looked at and run (`explorer`)."
+    cells = {
+        "MIN_CELL_DISTANCE",
+        "materials_present",
+        "frame_cells",
+        "frame_cells_batch",
+        "cell_mask",
+        "with_material",
+        "episode_materials",
+        "cell_distances",
+    }
+    explorer = {
+        "explorer_view",
+        "explore",
+        "cell_grid",
+        "swatch_grid",
+        "write_pngs",
+        "render_main",
+        "bench_skinner",
+    }
+    assert cells <= set(cl.__all__) and explorer <= set(ex.__all__)
+    assert not (cells | explorer) & set(sk.__all__)
+    assert not cells & set(ex.__all__) and not explorer & set(cl.__all__)
 
 
 if __name__ == "__main__" and "--update-golden" in sys.argv:

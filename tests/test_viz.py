@@ -13,7 +13,7 @@ from PIL import Image
 from qmind_render import engine as E
 from qmind_render import episode as EP
 from qmind_render import game as G
-from qmind_render import skinner as sk
+from qmind_render import explorer as ex
 from qmind_render import viz
 from qmind_render.contracts import load_spec, random_frame
 
@@ -29,7 +29,7 @@ def test_qmind_render_output_draws_with_one_palette(tmp_path):
     one colour."""
     out = tmp_path / "r"
     assert (
-        sk.render_main(
+        ex.render_main(
             ["--seed", "2", "--frames", "1", "--scale", "1", "--out", str(out), "--theme", "lab"]
         )
         == 0
