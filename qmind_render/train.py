@@ -38,7 +38,9 @@ from qmind_render.checkpoint import (
     versions,
 )
 from .contracts import UserError
-from .data import fetch, git_commit, open_store
+from .cache import fetch
+from .data import git_commit
+from .stores import open_store
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid

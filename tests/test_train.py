@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from qmind_render.config import load_config, resolve_precision
-from qmind_render.data import fetch, open_store
+from qmind_render.cache import fetch
+from qmind_render.stores import open_store
 from qmind_render.generate import generate
 from qmind_render.checkpoint import (
     CheckpointError,
