@@ -89,13 +89,15 @@ def generate_part(
     part record."""
     import qmind_render.data as D
     import qmind_render.generate as G
+    from qmind_render.cache import default_cache_dir
     from qmind_render.config import DataConfig
     from qmind_render.grid import load_grid
+    from qmind_render.stores import open_store
 
     ranges = plan_array(data, per_index)
     if not 0 <= index < len(ranges):
         raise CloudError(f"array index {index}: this plan has indices 0..{len(ranges) - 1}")
-    r, ds, store = ranges[index], data["dataset"], D.open_store(data["store"])
+    r, ds, store = ranges[index], data["dataset"], open_store(data["store"])
     if store.exists(D.dataset_key(ds, "manifest.json")):
         raise D.DatasetExists(ds, "is already committed; datasets are immutable")
     cfg = DataConfig(**data)
@@ -110,7 +112,7 @@ def generate_part(
             f"part {index} was made by another plan or code version ({rec['generator']}); "
             "use a new dataset ID",
         )
-    staging = Path(cache or D.default_cache_dir()) / ds / f"part-{index:05d}"
+    staging = Path(cache or default_cache_dir()) / ds / f"part-{index:05d}"
     staging.mkdir(parents=True, exist_ok=True)
     sub = dataclasses.replace(cfg, seed_start=r.seed_start, episodes=r.episodes)
     jobs = [
@@ -140,8 +142,9 @@ def commit_parts(data: dict):
     """The final step: check every array index's part, then write the manifest (idempotent when
     already committed)."""
     import qmind_render.data as D
+    from qmind_render.stores import open_store
 
-    ds, store = data["dataset"], D.open_store(data["store"])
+    ds, store = data["dataset"], open_store(data["store"])
     parts = _data_parts(store, ds)
     if not parts:
         raise D.DatasetError(

@@ -26,7 +26,9 @@ from qmind_render.checkpoint import (
 )
 from .config import load_config
 from .device import pick_device, precision_dtype
-from .data import DatasetError, fetch, open_store
+from .cache import fetch
+from .data import DatasetError
+from .stores import open_store
 from .splits import apply_split, load_split
 from .model import Diffusion, build_model, prepare_batch, to_uint8
 from .sampler import GraphSampler

@@ -19,7 +19,8 @@ from typing import Callable
 import torch
 
 from .config import load_config
-from .data import list_datasets, open_store
+from .data import list_datasets
+from .stores import open_store
 from .generate import generate
 from .splits import make_split, save_split
 from .evaluate import bench_eval, psnr_curve

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 from .config import load_config
-from .data import list_datasets, open_store
+from .data import list_datasets
 from .evaluate import evaluate, headline
 from .generate import check_workers, generate
+from .stores import open_store
 from .train import make_runs_root, runs_root, train
 
 # %% auto #0

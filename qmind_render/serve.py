@@ -402,7 +402,7 @@ def compiled_path(served: Served, cache: str | Path | None = None) -> Path:
     shapes, the dtype, the device, the CPU's vector ISA and the torch version: a package is reused
     only for exactly the network it was compiled from."""
     from qmind_render import model as model_module
-    from qmind_render.data import default_cache_dir
+    from qmind_render.cache import default_cache_dir
 
     m, dev = served.model, served.device
     h = hashlib.sha256(

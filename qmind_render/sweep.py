@@ -350,7 +350,8 @@ assert isinstance(LocalBackend(), Backend)
 # %% ../nbs/86_sweep.ipynb #612a18ca
 def prepare_datasets(runs: list[RunSpec], workers: int | None = None, log=print) -> None:
     "Generate each dataset the runs need and the store lacks, once, before any run starts."
-    from qmind_render.data import list_datasets, open_store
+    from qmind_render.data import list_datasets
+    from qmind_render.stores import open_store
     from qmind_render.generate import generate
 
     done = set()

@@ -38,8 +38,10 @@ from qmind_render.checkpoint import (
     versions,
 )
 from .contracts import UserError, guarded, strip_debug
-from .data import fetch, git_commit, open_store
+from .cache import fetch
+from .data import git_commit
 from .device import pick_device, precision_dtype, resolve_precision
+from .stores import open_store
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid

@@ -791,7 +791,9 @@ def test_batch_array_job_then_dependent_commit(store, batch_queue):
 
 
 def test_batch_indices_and_commit_against_s3(store, tmp_path, monkeypatch):
-    from qmind_render.data import DatasetError, open_store, read_manifest, verify_dataset
+    from qmind_render.cache import verify_dataset
+    from qmind_render.data import DatasetError, read_manifest
+    from qmind_render.stores import open_store
 
     monkeypatch.setenv("QMIND_CACHE", str(tmp_path / "cache"))
     data = {

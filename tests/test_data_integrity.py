@@ -10,25 +10,22 @@ import os
 import numpy as np
 import pytest
 
+from qmind_render.cache import RECIPE, fetch, seal_manifest, verify_dataset
 from qmind_render.cli import main
 from qmind_render.config import DataConfig
 from qmind_render.contracts import load_spec
 from qmind_render.data import (
-    RECIPE,
     DatasetError,
     DatasetWriter,
     Grid,
     dataset_key,
-    fetch,
-    open_store,
     random_samples,
     read_manifest,
-    seal_manifest,
-    verify_dataset,
 )
 from qmind_render.generate import generate, repair_dataset
 from qmind_render.loader import make_loader
 from qmind_render.splits import make_split
+from qmind_render.stores import open_store
 
 SPEC, GRID = load_spec(), Grid.of()
 MANIFEST = "manifest.json"

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from qmind_render.cache import fetch, verify_dataset
 from qmind_render.contracts import load_spec
 from qmind_render.data import (
     DatasetError,
@@ -15,16 +16,12 @@ from qmind_render.data import (
     DatasetExists,
     DatasetWriter,
     Grid,
-    S3Store,
-    StoreError,
     dataset_key,
-    fetch,
     list_datasets,
-    open_store,
     random_samples,
     read_manifest,
-    verify_dataset,
 )
+from qmind_render.stores import S3Store, StoreError, open_store
 
 SPEC, GRID = load_spec(), Grid.of()
 

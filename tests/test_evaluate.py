@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.data import fetch, open_store
+from qmind_render.cache import fetch
+from qmind_render.stores import open_store
 from qmind_render.splits import apply_split, load_split
 from qmind_render.evaluate import (
     EvalError,

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from qmind_render.cache import fetch
 from qmind_render.config import load_config
 from qmind_render.device import resolve_precision
-from qmind_render.data import fetch, open_store
+from qmind_render.stores import open_store
 from qmind_render.generate import generate
 from qmind_render.checkpoint import (
     CheckpointError,
