@@ -21,7 +21,8 @@ from omegaconf import OmegaConf
 
 from .config import config_from_dict, config_to_dict
 from .contracts import UserError, check_spec_version, contract_versions
-from .model import ConditionalUNet, Diffusion, build_model
+from .diffusion import Diffusion
+from .model import ConditionalUNet, build_model
 from .util import atomic_write
 
 # %% auto #0

@@ -75,7 +75,8 @@ def deck_sizing(menu: dict | None = None) -> list[dict]:
 # %% ../nbs/85_cost.ipynb #95591248
 def _model_and_batch(model_cfg, n: int):
     import torch
-    from qmind_render.model import build_model, prepare_batch, synthetic_batch
+    from qmind_render.encodings import prepare_batch, synthetic_batch
+    from qmind_render.model import build_model
 
     torch.manual_seed(0)
     m = build_model(model_cfg)
@@ -110,7 +111,8 @@ def measure_model(model_cfg, n: int = 2) -> dict:
     """Parameters, forward GFLOP per frame, the counted (forward + backward) / forward ratio,
     activation bytes per sample."""
     from qmind_render.flops import forward_flops, train_flops
-    from qmind_render.model import Diffusion, n_params
+    from qmind_render.diffusion import Diffusion
+    from qmind_render.model import n_params
 
     m, x0, cond = _model_and_batch(model_cfg, n)
     fwd = forward_flops(m, batch=n)
@@ -280,7 +282,9 @@ def step_seconds(cfg, threads: int | None = None, batch_cap: int = 8, iters: int
     `batch_cap` and scaled to its batch."""
     import torch
 
-    from qmind_render.model import Diffusion, build_model, prepare_batch, synthetic_batch
+    from qmind_render.diffusion import Diffusion
+    from qmind_render.encodings import prepare_batch, synthetic_batch
+    from qmind_render.model import build_model
     from qmind_render.model_bench import train_step
     from qmind_render.grid import load_grid
     from qmind_render.optim import make_optimizer

@@ -30,7 +30,9 @@ from .cache import fetch
 from .data import DatasetError
 from .stores import open_store
 from .splits import apply_split, load_split
-from .model import Diffusion, build_model, prepare_batch, to_uint8
+from .diffusion import Diffusion, to_uint8
+from .encodings import prepare_batch
+from .model import build_model
 from .sampler import GraphSampler
 from .viz import episode_frames, heatmap, sample_grid, write_gif
 from .contracts import UserError
@@ -785,7 +787,7 @@ def bench_eval(
     """Seconds to render, score and classify `frames` frames at each of `steps` DDIM step counts
     (default: `eval.ddim_steps`), and to fit the classifiers as evaluation does (`classifier_steps`,
     default `eval.classifier_steps`, one head per factor of the grid file)."""
-    from qmind_render.model import synthetic_batch
+    from qmind_render.encodings import synthetic_batch
     from qmind_render.sampler import fast_dtype
     from qmind_render.grid import load_grid
 

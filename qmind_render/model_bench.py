@@ -16,16 +16,9 @@ import torch
 import torch.nn as nn
 
 from .flops import train_flops
-from qmind_render.model import (
-    ConditionalUNet,
-    Diffusion,
-    build_model,
-    diffusion_loss,
-    model_config,
-    n_params,
-    prepare_batch,
-    synthetic_batch,
-)
+from .diffusion import Diffusion, diffusion_loss
+from .encodings import model_config, prepare_batch, synthetic_batch
+from .model import ConditionalUNet, build_model, n_params
 from .optim import make_optimizer
 from .util import device_sync, interleaved, median_time
 

@@ -33,7 +33,8 @@ from qmind_render.checkpoint import (
 )
 from .config import config_from_dict, load_config
 from .contracts import UserError, ChannelError, ChannelSpec, validate
-from .model import Diffusion, build_model, to_uint8
+from .diffusion import Diffusion, to_uint8
+from .model import build_model
 from .util import device_sync, interleaved
 from .sampler import GraphSampler, InferenceNet, fast_dtype
 from .util import atomic_write

@@ -45,14 +45,9 @@ from .stores import open_store
 from .loader import make_loader
 from .splits import load_split
 from .viz import sample_grid
-from qmind_render.model import (
-    Diffusion,
-    build_model,
-    ddim_sample,
-    diffusion_loss,
-    prepare_batch,
-    to_uint8,
-)
+from .diffusion import Diffusion, ddim_sample, diffusion_loss, to_uint8
+from .encodings import prepare_batch
+from .model import build_model
 from .optim import make_ema, make_optimizer, masked_step
 from .util import atomic_write, save_image
 

@@ -25,7 +25,9 @@ from qmind_render.checkpoint import (
     versions,
 )
 from qmind_render.config import config_to_dict, load_config
-from qmind_render.model import build_model, ddim_sample, prepare_batch, synthetic_batch
+from qmind_render.diffusion import ddim_sample
+from qmind_render.encodings import prepare_batch, synthetic_batch
+from qmind_render.model import build_model
 from qmind_render.optim import make_ema
 from qmind_render.grid import load_grid
 

@@ -1,8 +1,9 @@
-"""The model (nbs/40_model.ipynb): sizes and parameter counts, encoders (one-hot exactness, uv wrap,
-palette planes, the channel count following the choices), the schedule and DDIM update checked
-number for number against diffusers, DDIM exactness with an oracle for any step count, determinism
-from a generator, the deck's overfit-one-batch test, and bad inputs named. Where a comparison could
-pass vacuously, a paired check shows it fails on a wrong input.
+"""The network and its process (nbs/39_encodings, 40_model, 41_diffusion): sizes and parameter
+counts, encoders (one-hot exactness, uv wrap, palette planes, the channel count following the
+choices), the schedule and DDIM update checked number for number against diffusers, DDIM exactness
+with an oracle for any step count, determinism from a generator, the deck's overfit-one-batch test,
+and bad inputs named. Where a comparison could pass vacuously, a paired check shows it fails on a
+wrong input.
 
 diffusers is a dev-only dependency (`pip install diffusers`: it does not pull torch); its tests are
 skipped without it."""
@@ -15,26 +16,20 @@ import torch
 import torch.nn as nn
 
 from qmind_render.contracts import load_spec
-from qmind_render.model import (
+from qmind_render.diffusion import Diffusion, ddim_sample, diffusion_loss
+from qmind_render.encodings import (
     COND_ENCS,
     MATERIAL_ENCS,
-    SIZES,
-    ConditionalUNet,
     ConditionEncoder,
-    Diffusion,
     Encoded,
     Encodings,
     ModelInputError,
-    UNetSize,
-    build_model,
     condition_tables,
-    ddim_sample,
-    diffusion_loss,
     model_config,
-    n_params,
     prepare_batch,
     synthetic_batch,
 )
+from qmind_render.model import SIZES, ConditionalUNet, UNetSize, build_model, n_params
 from qmind_render.flops import forward_flops
 from qmind_render.optim import make_ema
 from qmind_render.model_bench import bench_cpu, bench_throughput
@@ -615,11 +610,43 @@ def test_defaults_live_in_the_config():
         Diffusion.from_config(model_config(prediction="x0"))
 
 
-def test_the_model_module_is_the_network_and_the_diffusion():
-    """Training loops, the benchmark and weights files live in their own modules, each name in one
-    home."""
+def test_the_model_module_is_the_network():
+    """The network's inputs, the diffusion process, training loops, the benchmark and weights files
+    live in their own modules, each name in one home."""
     import qmind_render.model as model
-    from qmind_render import checkpoint, model_bench, train
+    from qmind_render import checkpoint, diffusion, encodings, model_bench, train
+
+    # the inputs (checks, encodings, batches) and the process (schedule, objective, DDIM): their own
+    inputs = {
+        "ModelInputError",
+        "check_tensor",
+        "choice",
+        "Encodings",
+        "condition_tables",
+        "ConditionEncoder",
+        "COND_KEYS",
+        "prepare_batch",
+        "synthetic_batch",
+    }
+    process = {
+        "SCHEDULES",
+        "make_schedule",
+        "Diffusion",
+        "draw_noise",
+        "min_snr_weight",
+        "diffusion_loss",
+        "ddim_sample",
+        "to_uint8",
+    }
+    assert inputs <= set(encodings.__all__) and process <= set(diffusion.__all__)
+    assert {"UNet", "ConditionalUNet", "SIZES", "build_model", "n_params"} <= set(model.__all__)
+    assert not (inputs | process) & set(model.__all__) and not process & set(vars(model))
+    assert not process & set(vars(encodings))
+    assert (
+        diffusion.Diffusion.__module__ == "qmind_render.diffusion"
+        and encodings.ConditionEncoder.__module__ == "qmind_render.encodings"
+        and model.ConditionalUNet.encode.__module__ == "qmind_render.model"
+    )
 
     assert (
         train.quick_train.__module__ == "qmind_render.train"

@@ -202,7 +202,7 @@ def test_the_grid_file_is_the_one_source_of_the_grid_size(tmp_path, monkeypatch)
     import qmind_render.grid as G
     from qmind_render.cells import cell_mask
     from qmind_render.data import DatasetWriter, Grid
-    from qmind_render.model import synthetic_batch
+    from qmind_render.encodings import synthetic_batch
     from qmind_render.splits import make_split
     from qmind_render.stores import open_store
 

@@ -1,4 +1,4 @@
-"""The fast sampler (nbs/42_sampler.ipynb); evaluation and serving through it are tested in their
+"""The fast sampler (nbs/43_sampler.ipynb); evaluation and serving through it are tested in their
 own files.
 
 On every machine: the sampler's fixed-buffer path (what a GPU captures and replays; on a CPU the
@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from qmind_render.config import load_config
-from qmind_render.model import Diffusion, build_model, ddim_sample, prepare_batch, synthetic_batch
+from qmind_render.diffusion import Diffusion, ddim_sample
+from qmind_render.encodings import prepare_batch, synthetic_batch
+from qmind_render.model import build_model
 from qmind_render.sampler import GraphSampler, SamplerError
 from qmind_render.grid import load_grid
 
