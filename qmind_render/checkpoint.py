@@ -19,7 +19,7 @@ import torch
 
 from omegaconf import OmegaConf
 
-from .config import config_from_dict, config_to_dict
+from .config import ExperimentConfig, config_from_dict, config_to_dict
 from .contracts import UserError, check_spec_version, contract_versions
 from .diffusion import Diffusion
 from .model import ConditionalUNet, build_model
@@ -408,7 +408,9 @@ def _get(d: dict, key: str):
     return d
 
 
-def check_resume(ckpt: dict, cfg, path: Path, dataset_sha256: str | None = None) -> None:
+def check_resume(
+    ckpt: dict, cfg: ExperimentConfig, path: Path, dataset_sha256: str | None = None
+) -> None:
     """Refuse a checkpoint from an incompatible config or contract version, or (given this run's
     dataset's `dataset_sha256`) one trained on other content under the same dataset name, naming
     what differs."""

@@ -387,9 +387,10 @@ def load_config(
     config: str | os.PathLike | dict | None = None,
     overrides: list[str] = (),
     root: str | os.PathLike | None = None,
-) -> DictConfig:
+) -> ExperimentConfig:
     """Embedded defaults <- YAML file (path, name under sweeps/exp/, or a dict) <- `key=value`
-    overrides, type- and range-checked."""
+    overrides, type- and range-checked: an `ExperimentConfig` (OmegaConf's typed view of it, so
+    later stages read `cfg.train.lr` and a typo or a wrong type is refused by name)."""
     cfg = OmegaConf.structured(ExperimentConfig)
     if isinstance(config, dict):
         cfg = _merge(cfg, config, "the given dict")
@@ -412,7 +413,7 @@ def config_to_dict(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
 
-def config_from_dict(d: dict) -> DictConfig:
+def config_from_dict(d: dict) -> ExperimentConfig:
     "A config back from plain data (a checkpoint's or a run dir's), type-checked like a file."
     return load_config(dict(d))
 
@@ -444,7 +445,7 @@ def config_args(a) -> tuple[str | None, list[str]]:
     return (None, [config, *overrides]) if config and "=" in config else (config, overrides)
 
 
-def config_from_args(a) -> DictConfig:
+def config_from_args(a) -> ExperimentConfig:
     "The config that parsed `add_config_args` arguments name."
     return load_config(*config_args(a))
 

@@ -12,7 +12,7 @@ import json
 import math
 
 from .cloud import RunSpec, load_menu
-from .config import config_from_dict, config_to_dict, load_config
+from .config import ExperimentConfig, config_from_dict, config_to_dict, load_config
 from .device import precision_dtype
 from .util import format_table, median_time
 
@@ -277,7 +277,9 @@ def sweep_cost(
 
 
 # %% ../nbs/85_cost.ipynb #79e87002
-def step_seconds(cfg, threads: int | None = None, batch_cap: int = 8, iters: int = 3) -> float:
+def step_seconds(
+    cfg: ExperimentConfig, threads: int | None = None, batch_cap: int = 8, iters: int = 3
+) -> float:
     """Seconds of one training step of `cfg` on this machine's CPU, measured at a batch of at most
     `batch_cap` and scaled to its batch."""
     import torch

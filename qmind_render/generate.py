@@ -155,7 +155,7 @@ def _reusable(job: ShardJob) -> ShardInfo | None:
 
 
 # %% ../nbs/35_generate.ipynb #f0983799
-def plan_shards(cfg, staging: Path, fingerprint: str) -> list[ShardJob]:
+def plan_shards(cfg: DataConfig, staging: Path, fingerprint: str) -> list[ShardJob]:
     "Consecutive seeds grouped into shards of about `cfg.shard_size` samples."
     per = max(1, cfg.shard_size // cfg.frames_per_episode)
     seeds = list(range(cfg.seed_start, cfg.seed_start + cfg.episodes))
@@ -165,7 +165,7 @@ def plan_shards(cfg, staging: Path, fingerprint: str) -> list[ShardJob]:
     ]
 
 
-def generator_record(cfg, shape) -> tuple[dict, str]:
+def generator_record(cfg: DataConfig, shape) -> tuple[dict, str]:
     """What makes a dataset's bytes (recipe, engine and skinner versions, grid, commit), and its
     fingerprint."""
     from qmind_render import engine, skinner
