@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, as one prepared run on a machine with a CUDA GPU (see nbs/75_gpu.ipynb), from the repository root:
+# The GPU check, as one prepared run on a machine with a CUDA GPU (see nbs/77_gpu.ipynb), from the repository root:
 #   bash infra/gpu_check.sh [OUT_DIR] [key=value ...]      e.g. bash infra/gpu_check.sh "$OUT" recipe=True
 # 1. installs the wheels carried in .whl/ (a machine without this project's dependencies; see README, On a GPU),
 # 2. runs the CUDA tests (the sampler's graph against the eager loop; a training step that never syncs),

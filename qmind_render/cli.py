@@ -66,7 +66,7 @@ COMMANDS: dict[str, Command] = {
         "the main job: dataset (if missing) -> train -> eval -> report",
     ),
     "serve": Command(
-        "qmind_render.app:serve_main",
+        "qmind_render.server:serve_main",
         "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, "
         "the playable page at /",
     ),

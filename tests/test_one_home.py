@@ -35,7 +35,7 @@ def _hits(pattern: str, allowed: dict[str, tuple[str, ...]], skip=("util.py",)) 
 # util.atomic_write's temporary path.
 WRITES_ALLOWED = {
     # a response body in memory
-    "app.py": ("np.save(buf", ".save(buf"),
+    "protocol.py": ("np.save(buf", ".save(buf"),
     # a zip member, in memory
     "data.py": ("z.open(info",),
     "checkpoint.py": ("atomic_write(path, write=lambda tmp: torch.save",),
@@ -108,7 +108,7 @@ def test_no_private_name_is_imported_across_modules():
 
 def _config_defaults() -> dict[str, list]:
     from qmind_render import config as C
-    from qmind_render.app import ServeSettings
+    from qmind_render.settings import ServeSettings
 
     out = {}
     for cls in (
@@ -177,7 +177,7 @@ def test_config_defaults_are_written_once():
     from qmind_render.evaluate import train_classifier
     from qmind_render.loader import make_loader
     from qmind_render.optim import EMA, make_ema
-    from qmind_render.serve import RenderItem, render_item
+    from qmind_render.protocol import RenderItem, render_item
 
     required = {
         save_checkpoint: "keep_last",

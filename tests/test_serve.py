@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from qmind_render.game import Game
-from qmind_render.app import encode_array, render_request
+from qmind_render.protocol import encode_array, render_request
 from qmind_render.serve import load_served
 from qmind_render.serve_bench import load_test
 
@@ -503,10 +503,11 @@ def idle_server():
     """An in-process server (an untrained tiny model) whose /play sessions idle out after IDLE_S,
     pinging its clients every 0.2 s and closing one that does not answer within 0.6 s (uvicorn's
     keepalive, sped up from 20 s)."""
-    from qmind_render import app
+    from qmind_render import server
     from qmind_render.serve import random_served
+    from qmind_render.settings import ServeSettings
 
-    real = app._uvicorn_config
+    real = server._uvicorn_config
 
     def fast_pings(*a, **kw):
         c = real(*a, **kw)
@@ -514,10 +515,10 @@ def idle_server():
         return c
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(app, "_uvicorn_config", fast_pings)
-        srv = app.ServerThread(
+        mp.setattr(server, "_uvicorn_config", fast_pings)
+        srv = server.ServerThread(
             random_served("tiny"),
-            app.ServeSettings(backend="eager", steps=1, session_idle_s=IDLE_S, max_sessions=2),
+            ServeSettings(backend="eager", steps=1, session_idle_s=IDLE_S, max_sessions=2),
         )
     with srv as url:
         yield url
@@ -818,7 +819,8 @@ def test_a_corrupt_latest_checkpoint_says_what_serve_takes(run_dir, tmp_path, ca
 
 
 def test_onnx_renders_like_eager(run_dir, channels):
-    from qmind_render.serve import Renderer, render_item
+    from qmind_render.protocol import render_item
+    from qmind_render.serve import Renderer
 
     sv = load_served(run_dir)
     items = [render_item(channels, t, t % 4, sv.grid, sv.spec, seed=t, steps=2) for t in range(3)]

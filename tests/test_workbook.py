@@ -132,15 +132,19 @@ def test_every_notebook_is_valid_nbformat():
 
 
 # The notebooks in nbs/ that are not stages of the system, so end with no picture: the foundations
-# before the picture stage exists (contracts, helpers, configs), the stores (where bytes live: a
-# folder or a bucket, nothing of the system's to draw), the workbook's own tooling, and the landing
-# page.
+# before the picture stage exists (contracts, helpers, configs, the device), the stores (where bytes
+# live: a folder or a bucket, nothing of the system's to draw), the server's chapters around its app
+# (the wire protocol, the settings, running it: the app's chapter draws the server's frame), the
+# workbook's own tooling, and the landing page.
 NOT_STAGES = {
     "00_contracts",
     "00_util",
     "01_config",
     "02_device",
     "30_stores",
+    "70_protocol",
+    "73_settings",
+    "75_server",
     "90_cli",
     "94_runner",
     "95_talks",
