@@ -60,6 +60,7 @@ __all__ = [
     "check_model_config",
     "load_model",
     "shipped_path",
+    "read_shipped",
     "load_shipped",
 ]
 
@@ -498,15 +499,20 @@ def check_model_config(asked, trained, what: str = "the checkpoint") -> None:
 
 
 def load_model(
-    ck: dict, model_cfg=None, device="cpu", what: str = "the checkpoint"
+    ck: dict,
+    model_cfg=None,
+    device="cpu",
+    what: str = "the checkpoint",
+    trained: ExperimentConfig | None = None,
 ) -> tuple[ConditionalUNet, Diffusion]:
     """The EMA model of `ck` (eval mode, float32, on `device`) and its diffusion, as `model_cfg`
-    (default: the checkpoint's) describes them."""
+    (default: the checkpoint's) describes them. `trained`: `ck`'s config, parsed, from a caller
+    that holds it already (parsed here otherwise)."""
     from qmind_render.grid import load_grid
 
     check_versions(ck, what)
     # keys added since the checkpoint: their defaults
-    trained = config_from_dict(ck["config"]).model
+    trained = (trained if trained is not None else config_from_dict(ck["config"])).model
     mcfg = model_cfg if model_cfg is not None else trained
     check_model_config(mcfg, trained, what)
     model = build_model(mcfg, grid=load_grid())
@@ -524,9 +530,9 @@ def shipped_path() -> Path:
     return Path(qmind_render.__file__).resolve().parent / "assets" / "shipped.pt"
 
 
-def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffusion, dict]:
-    """The shipped model (eval mode, float32 weights), its diffusion schedule, and its provenance
-    (config, metrics, ...)."""
+def read_shipped(path: str | Path | None = None) -> dict:
+    """The shipped model's file, read with `weights_only=True` and its seal checked: the EMA
+    weights (`ema`) and the provenance beside them (config, metrics, commit, ...)."""
     path = Path(path or shipped_path())
     if not path.is_file():
         raise FileNotFoundError(
@@ -537,5 +543,12 @@ def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffu
     check_seal(
         blob, path, WeightsError, "; reinstall the package, or write a new one with qmind ship"
     )
-    model, diffusion = load_model(blob, what=f"the shipped model {path}")
+    return blob
+
+
+def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffusion, dict]:
+    """The shipped model (eval mode, float32 weights), its diffusion schedule, and its provenance
+    (config, metrics, ...)."""
+    blob = read_shipped(path)
+    model, diffusion = load_model(blob, what=f"the shipped model {Path(path or shipped_path())}")
     return model, diffusion, {k: v for k, v in blob.items() if k != "ema"}

@@ -27,11 +27,12 @@ from qmind_render.checkpoint import (
     load_checkpoint,
     load_model,
     load_shipped,
+    read_shipped,
     run_dir_of,
     save_sealed,
     shipped_path,
 )
-from .config import config_from_dict, load_config
+from .config import ExperimentConfig, config_from_dict, load_config
 from .contracts import UserError, ChannelSpec
 from .diffusion import Diffusion, to_uint8
 from .model import build_model
@@ -80,7 +81,7 @@ class Served:
 
     model: torch.nn.Module
     diffusion: Diffusion
-    cfg: object
+    cfg: ExperimentConfig
     grid: object
     source: str
     step: int = 0
@@ -128,7 +129,9 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
         # sealed, weights_only
         path = find_checkpoint(checkpoint)
         ck = load_checkpoint(path, use="serve it with --checkpoint {path}")
-        model, diffusion = load_model(ck, device=device, what=f"checkpoint {path}")
+        # parsed once, handed to the loader and kept
+        cfg = config_from_dict(ck["config"])
+        model, diffusion = load_model(ck, device=device, what=f"checkpoint {path}", trained=cfg)
     except CheckpointError as e:
         raise ServeError(str(e)) from None
     ev = find_run_eval(path)
@@ -136,7 +139,7 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
     return Served(
         model,
         diffusion,
-        config_from_dict(ck["config"]),
+        cfg,
         load_grid(),
         str(path),
         int(ck["step"]),
@@ -157,17 +160,21 @@ def find_run_eval(path: Path) -> dict | None:
 def _shipped_served(device: str = "cpu") -> Served:
     from qmind_render.grid import load_grid
 
-    # sealed and versions checked there
+    # sealed there; versions checked by load_model
     try:
-        model, diffusion, about = load_shipped()
+        blob = read_shipped()
     except FileNotFoundError as e:
         raise ServeError(f"{e}; or serve a run you trained: --checkpoint runs/quickstart") from None
+    cfg = config_from_dict(blob["config"])
+    what = f"the shipped model {shipped_path()}"
+    model, diffusion = load_model(blob, device=device, what=what, trained=cfg)
+    about = {k: v for k, v in blob.items() if k != "ema"}
     return Served(
-        model.to(device),
+        model,
         diffusion,
-        config_from_dict(about["config"]),
+        cfg,
         load_grid(),
-        f"shipped:{about['config']['model']['size']}",
+        f"shipped:{cfg.model.size}",
         int(about["step"]),
         about,
     )
