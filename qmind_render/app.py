@@ -46,6 +46,7 @@ def _b64(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a, np.uint8).tobytes()).decode()
 
 
+# %% ../nbs/74_app.ipynb #338dc3b5
 class PlaySession:
     "One player: a game, a theme and lighting, a noise seed and a step count."
 
@@ -110,6 +111,7 @@ def page_file(name: str) -> str:
     return (Path(qmind_render.__file__).resolve().parent / "assets" / name).read_text()
 
 
+# %% ../nbs/74_app.ipynb #6e3d01bb
 def play_page() -> str:
     """The playable page's HTML; its style and script come from the app too (`/static/play.css`,
     `/static/play.js`)."""
@@ -184,6 +186,7 @@ class _State:
         }
 
 
+# %% ../nbs/74_app.ipynb #5e7310fd
 async def _read_body(request, limit: int) -> bytes:
     n = request.headers.get("content-length")
     if n is not None and (not DIGITS.fullmatch(n) or int(n) > limit):
@@ -354,6 +357,7 @@ async def _close(ws, code: int, reason: str):
         pass  # the client may already be gone
 
 
+# %% ../nbs/74_app.ipynb #b9818d4e
 async def _play(ws, st: _State):
     from starlette.websockets import WebSocketDisconnect
 

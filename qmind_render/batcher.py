@@ -56,6 +56,7 @@ class Metrics:
         }
 
 
+# %% ../nbs/72_batcher.ipynb #6fd83413
 _MODEL_THREAD: ThreadPoolExecutor | None = None
 
 
@@ -69,11 +70,13 @@ def model_thread() -> ThreadPoolExecutor:
     return _MODEL_THREAD
 
 
+# %% ../nbs/72_batcher.ipynb #0cf8d542
 def on_model_thread(fn: Callable, *args, **kw):
     "Call `fn` on the model thread and wait for it."
     return model_thread().submit(fn, *args, **kw).result()
 
 
+# %% ../nbs/72_batcher.ipynb #e5a8d758
 class MicroBatcher:
     """Group concurrent `submit`s into batches of up to `max_batch`, waiting at most `max_wait_ms`
     for more. Interactive work (a player's next frame) goes first: a batch holds one kind, and a

@@ -57,6 +57,7 @@ def shard_fix(store: Store, m: Manifest) -> str:
     return f"dataset {m.id} has no generation recipe to repair from: write it again under a new ID"
 
 
+# %% ../nbs/32_cache.ipynb #a760501b
 def verify_shard(path: Path, info: ShardInfo, dataset: str, fix: str = "") -> None:
     """Size and sha256 of a local shard file against its manifest record; `fix` says what to do
     about a bad one."""
@@ -85,6 +86,7 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("QMIND_CACHE") or Path.home() / ".cache" / "qmind-render")
 
 
+# %% ../nbs/32_cache.ipynb #9877bbae
 @dataclass
 class LocalDataset:
     """A fetched, verified dataset: its manifest, a local path for every shard, and the stat of each
@@ -111,6 +113,7 @@ def _stamp(path: Path) -> list:
     return [s.st_size, s.st_mtime_ns, s.st_ino]
 
 
+# %% ../nbs/32_cache.ipynb #9de29e86
 def _verified(path: Path, m: Manifest) -> dict:
     """The verified cache of `m`: local path -> [size, mtime_ns, inode, sha256] of each shard file
     hashed since it last changed."""
@@ -126,6 +129,7 @@ def _verified(path: Path, m: Manifest) -> dict:
     return seen["shards"] if fresh else {}
 
 
+# %% ../nbs/32_cache.ipynb #93a63075
 def _local_copy(store: Store, m: Manifest, info: ShardInfo, cache: Path) -> Path:
     """Where a shard is read: in place for a local store, else a copy in the cache (downloaded when
     absent)."""
@@ -144,6 +148,7 @@ def _local_copy(store: Store, m: Manifest, info: ShardInfo, cache: Path) -> Path
     return p
 
 
+# %% ../nbs/32_cache.ipynb #b76ffe84
 def fetch(
     store: Store, dataset: str, cache: Path | None = None, spec: ChannelSpec | None = None
 ) -> LocalDataset:
@@ -213,6 +218,7 @@ def cells(self: LocalDataset) -> np.ndarray:
     return self._cells
 
 
+# %% ../nbs/32_cache.ipynb #519bfc20
 @patch(as_prop=True)
 def offsets(self: LocalDataset) -> np.ndarray:
     "Global index of each shard's first sample (and the total at the end)."
@@ -228,6 +234,7 @@ def shard_files(store: Store, dataset: str) -> list[str]:
     )
 
 
+# %% ../nbs/32_cache.ipynb #ddeb8c1a
 def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
     """Re-hash every shard of `m` in the store (no cache) and find shard files its manifest does not
     list: the problems found."""
@@ -263,12 +270,14 @@ def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
     return problems
 
 
+# %% ../nbs/32_cache.ipynb #775ee59a
 def verify_dataset(store: Store, dataset: str, spec: ChannelSpec | None = None) -> list[str]:
     """Check the manifest (shape, content hash), re-hash every shard in the store (ignoring any
     cache); return the problems (empty = good)."""
     return [str(e) for e in check_shards(store, read_manifest(store, dataset, spec))]
 
 
+# %% ../nbs/32_cache.ipynb #42b2d44e
 def seal_manifest(store: Store, dataset: str, spec: ChannelSpec | None = None) -> Manifest:
     """Seal a manifest written before sealing (no content hash) once its shape and every shard check
     out."""

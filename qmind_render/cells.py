@@ -63,6 +63,7 @@ def frame_cells(
     return tuple((int(theme_id), int(m), int(lighting_id)) for m in np.flatnonzero(present))
 
 
+# %% ../nbs/21_cells.ipynb #8e7cd199
 def frame_cells_batch(
     channels: dict, theme_ids, lighting_ids
 ) -> list[tuple[tuple[int, int, int], ...]]:
@@ -75,6 +76,7 @@ def frame_cells_batch(
     ]
 
 
+# %% ../nbs/21_cells.ipynb #b4326a94
 def cell_mask(
     channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] | None = None
 ) -> np.ndarray:

@@ -71,11 +71,13 @@ class CheckpointError(UserError, RuntimeError):
     file."""
 
 
+# %% ../nbs/48_checkpoint.ipynb #123d2fa2
 def checkpoint_name(step: int) -> str:
     "The file name of step `step`'s checkpoint: `0000020.pt`."
     return f"{int(step):07d}.pt"
 
 
+# %% ../nbs/48_checkpoint.ipynb #3f49d0a8
 def step_of(path: str | Path) -> int:
     """The step a checkpoint's name says (`.../0000020.pt` -> 20); another name is a
     `CheckpointError`."""
@@ -92,11 +94,13 @@ def step_of(path: str | Path) -> int:
     return int(name[:7])
 
 
+# %% ../nbs/48_checkpoint.ipynb #e2a42fd7
 def checkpoints(run_dir: str | Path) -> list[Path]:
     "A run's checkpoints, oldest first."
     return sorted((Path(run_dir) / "checkpoints").glob("[0-9]" * 7 + ".pt"))
 
 
+# %% ../nbs/48_checkpoint.ipynb #46112ac0
 def run_dir_of(path: str | Path) -> Path:
     """The run dir a checkpoint file belongs to (`RUN/checkpoints/0000020.pt` -> `RUN`); else the
     file's folder."""
@@ -104,6 +108,7 @@ def run_dir_of(path: str | Path) -> Path:
     return p.parent.parent if p.parent.name == "checkpoints" else p.parent
 
 
+# %% ../nbs/48_checkpoint.ipynb #a8a9654a
 def find_checkpoint(target: str | Path) -> Path:
     "A checkpoint file, or the latest one in a run dir."
     p = Path(target)
@@ -125,6 +130,7 @@ class WeightsError(UserError, ValueError):
     "A weights file that is corrupt: the message names it and where to get a good one."
 
 
+# %% ../nbs/48_checkpoint.ipynb #14a6791d
 def content_hash(state: dict) -> str:
     """sha256 of a weights file's content (its `sha256` entry aside): tensors by dtype, shape and
     bytes, plain values by repr."""
@@ -151,11 +157,13 @@ def content_hash(state: dict) -> str:
     return h.hexdigest()
 
 
+# %% ../nbs/48_checkpoint.ipynb #cafa227e
 def seal(state: dict) -> dict:
     "`state` with the hash of its content, as `sha256`."
     return {**state, "sha256": content_hash(state)}
 
 
+# %% ../nbs/48_checkpoint.ipynb #02949ab8
 def seal_problem(state: dict) -> str | None:
     """What is wrong with `state`'s seal: `unsealed` (it has none), `malformed` (not a sha256),
     `mismatch` (the content changed); None: nothing."""
@@ -167,11 +175,13 @@ def seal_problem(state: dict) -> str | None:
     return None if s == content_hash(state) else "mismatch"
 
 
+# %% ../nbs/48_checkpoint.ipynb #eed42583
 def is_sealed_ok(state: dict) -> bool:
     "Does `state` carry a seal, and match it?"
     return seal_problem(state) is None
 
 
+# %% ../nbs/48_checkpoint.ipynb #cd47b91f
 def check_seal(state: dict, path, error: type = CheckpointError, fix: str = "") -> None:
     """Refuse the weights file `path` (as `error`, its message ending with `fix`) when its seal is
     malformed or does not match; one written before seals existed passes, with one warning line on
@@ -210,6 +220,7 @@ def move(x, device):
     return x
 
 
+# %% ../nbs/48_checkpoint.ipynb #99d6b621
 def save_sealed(state: dict, path: str | Path) -> Path:
     """Write `state` (on the CPU), sealed, to `path` atomically; a failed write is a
     `CheckpointError` and leaves `path` as it was."""
@@ -224,6 +235,7 @@ def save_sealed(state: dict, path: str | Path) -> Path:
     return path
 
 
+# %% ../nbs/48_checkpoint.ipynb #f4f33bbb
 def save_checkpoint(state: dict, run_dir: str | Path, keep_last: int) -> Path:
     """Write `state`, sealed, atomically as `checkpoints/{step:07d}.pt`; prune to the last
     `keep_last` (training's `train.keep_last`; 0: keep all)."""
@@ -262,6 +274,7 @@ def read_checkpoint(path: str | Path) -> dict:
     return ck
 
 
+# %% ../nbs/48_checkpoint.ipynb #20bd5f69
 def load_checkpoint(path: str | Path, map_location="cpu", use: str = "") -> dict:
     """Read a checkpoint with `weights_only=True` and check its seal. A bad file is a
     `CheckpointError` naming it, the run's other checkpoints and, with `use`, how the caller's
@@ -280,6 +293,7 @@ def load_checkpoint(path: str | Path, map_location="cpu", use: str = "") -> dict
     return ck if str(map_location) == "cpu" else move(ck, map_location)
 
 
+# %% ../nbs/48_checkpoint.ipynb #dab407ea
 def reseal(path: str | Path) -> Path:
     """Seal a weights file written before seals existed, as it is now (check it first: the seal
     vouches for these bytes from now on)."""
@@ -305,6 +319,7 @@ def versions() -> dict:
     }
 
 
+# %% ../nbs/48_checkpoint.ipynb #a64f04f7
 def check_versions(ck: dict, what: str) -> None:
     "Refuse a checkpoint (or shipped model) `what` whose channel spec this code does not speak."
     try:
@@ -345,6 +360,7 @@ def resume_from(run_dir: str | Path, resume: str) -> Path | None:
     )
 
 
+# %% ../nbs/48_checkpoint.ipynb #8e339ed3
 def newest_good(run_dir: str | Path, set_aside: bool = True) -> tuple[Path, dict] | None:
     """The newest checkpoint that reads and matches its seal. Newer corrupt ones are set aside as
     `NAME.corrupt` (`set_aside`: one process of a job does it), and each is reported on stderr; none
@@ -374,6 +390,7 @@ def newest_good(run_dir: str | Path, set_aside: bool = True) -> tuple[Path, dict
     return None
 
 
+# %% ../nbs/48_checkpoint.ipynb #110e9a2d
 def pick_resume(
     run_dir: str | Path, resume: str, set_aside: bool = True
 ) -> tuple[Path, dict] | None:
@@ -409,6 +426,7 @@ def _get(d: dict, key: str):
     return d
 
 
+# %% ../nbs/48_checkpoint.ipynb #7fe39fd6
 def check_resume(
     ckpt: dict, cfg: ExperimentConfig, path: Path, dataset_sha256: str | None = None
 ) -> None:
@@ -454,6 +472,7 @@ def rng_state() -> dict:
     }
 
 
+# %% ../nbs/48_checkpoint.ipynb #d79cd84f
 def restore_rng(rng: dict) -> None:
     """Put back the global RNG states `rng_state` captured (a checkpoint's `rng`; older ones lack
     the positions)."""
@@ -478,6 +497,7 @@ def ema_weights(ck: dict) -> dict:
     return {k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")}
 
 
+# %% ../nbs/48_checkpoint.ipynb #dc7b9b5f
 # how the network runs, not what it is: a loader may choose
 RUNTIME_MODEL_KEYS = ("channels_last",)
 
@@ -498,6 +518,7 @@ def check_model_config(asked, trained, what: str = "the checkpoint") -> None:
         )
 
 
+# %% ../nbs/48_checkpoint.ipynb #db8f5b7f
 def load_model(
     ck: dict,
     model_cfg=None,
@@ -530,6 +551,7 @@ def shipped_path() -> Path:
     return Path(qmind_render.__file__).resolve().parent / "assets" / "shipped.pt"
 
 
+# %% ../nbs/48_checkpoint.ipynb #21b259b8
 def read_shipped(path: str | Path | None = None) -> dict:
     """The shipped model's file, read with `weights_only=True` and its seal checked: the EMA
     weights (`ema`) and the provenance beside them (config, metrics, commit, ...)."""
@@ -546,6 +568,7 @@ def read_shipped(path: str | Path | None = None) -> dict:
     return blob
 
 
+# %% ../nbs/48_checkpoint.ipynb #a7528cc9
 def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffusion, dict]:
     """The shipped model (eval mode, float32 weights), its diffusion schedule, and its provenance
     (config, metrics, ...)."""

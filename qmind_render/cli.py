@@ -178,6 +178,7 @@ def versions() -> dict[str, str]:
     return v
 
 
+# %% ../nbs/90_cli.ipynb #696b8aed
 def version_main(argv: list[str]) -> int:
     "`qmind version [--json]`"
     p = argparse.ArgumentParser(
@@ -201,6 +202,7 @@ def machine() -> dict:
     }
 
 
+# %% ../nbs/90_cli.ipynb #ec86def5
 def _kwargs(items: list[str]) -> dict:
     import yaml
 

@@ -76,6 +76,7 @@ def assets_dir() -> Path:
     return Path(qmind_render.__file__).resolve().parent / "assets"
 
 
+# %% ../nbs/80_cloud.ipynb #4251a94c
 @dataclass(frozen=True)
 class InstanceType:
     """One row of the menu. Prices are USD per hour, us-east-1; `family` is the EC2 quota family (G,
@@ -110,12 +111,14 @@ def _read_menu(path: str) -> dict:
         return yaml.safe_load(f)
 
 
+# %% ../nbs/80_cloud.ipynb #ea7e89c2
 def load_menu(path: str | Path | None = None) -> dict[str, InstanceType]:
     "The instance menu: name -> `InstanceType`, in the file's order."
     d = _read_menu(str(path or assets_dir() / "instances.yaml"))
     return {r["name"]: InstanceType(**r) for r in d["instances"]}
 
 
+# %% ../nbs/80_cloud.ipynb #f394a655
 def menu_source(path: str | Path | None = None) -> dict:
     "Where the menu's prices come from: region, date, source."
     d = _read_menu(str(path or assets_dir() / "instances.yaml"))
@@ -127,6 +130,7 @@ class CloudError(UserError, RuntimeError):
     "A cloud operation was refused or failed: the message says what, where, and what to do."
 
 
+# %% ../nbs/80_cloud.ipynb #d92a1c29
 def instance_type(name: str, menu: dict[str, InstanceType] | None = None) -> InstanceType:
     "The menu's row for `name`; an unknown name is a `CloudError` naming the closest ones."
     menu = menu or load_menu()
@@ -165,6 +169,7 @@ def aws_session(region: str | None = None, profile: str | None = None):
     return s
 
 
+# %% ../nbs/80_cloud.ipynb #ba22195f
 def aws_client(session, service: str, max_attempts: int | None = None):
     """A client with standard-mode retries (backoff with jitter; `max_attempts` in all, default 8 or
     $QMIND_AWS_MAX_ATTEMPTS) and bounded timeouts."""
@@ -247,6 +252,7 @@ def explain(e: Exception, what: str) -> CloudError:
     )
 
 
+# %% ../nbs/80_cloud.ipynb #86100d49
 def aws_call(what: str, fn, *args, **kw):
     "Call `fn`, turning botocore errors into `CloudError` (see `explain`)."
     from botocore.exceptions import BotoCoreError, ClientError
@@ -264,18 +270,22 @@ def all_pages(client, op: str, key: str, **kw) -> list[dict]:
     return aws_call(op.replace("_", " "), lambda: [x for p in pages for x in p.get(key, [])])
 
 
+# %% ../nbs/80_cloud.ipynb #a42f8368
 def utc_stamp() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# %% ../nbs/80_cloud.ipynb #ae674255
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+# %% ../nbs/80_cloud.ipynb #53766b76
 def _cell(v) -> str:
     return "" if v is None else f"{v:,.2f}" if isinstance(v, float) else str(v)
 
 
+# %% ../nbs/80_cloud.ipynb #bfbb6f65
 def table(rows: list[dict], cols: list[str] | None = None) -> str:
     """AWS rows (instances, quotas, costs) as a plain-text table: dollars and hours to two decimals,
     a blank where a value is missing."""
@@ -315,15 +325,18 @@ def job_tags(owner: str, project: str = PROJECT, **extra) -> dict[str, str]:
     return tags
 
 
+# %% ../nbs/80_cloud.ipynb #c82c2380
 def tag_list(tags: dict) -> list[dict]:
     return [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
+# %% ../nbs/80_cloud.ipynb #3b67569c
 def tag_specs(tags: dict, *kinds: str) -> list[dict]:
     "EC2 `TagSpecifications` giving `tags` to each resource kind created by one call."
     return [{"ResourceType": k, "Tags": tag_list(tags)} for k in kinds]
 
 
+# %% ../nbs/80_cloud.ipynb #11059a68
 def default_owner(session=None) -> str:
     """`$QMIND_OWNER`, else the caller's name from STS (last part of the ARN: the SSO session or IAM
     user)."""
@@ -369,6 +382,7 @@ class RunSpec:
         return f"{self.store.rstrip('/')}/datasets/{self.dataset}"
 
 
+# %% ../nbs/80_cloud.ipynb #7e9cea99
 @runtime_checkable
 class Backend(Protocol):
     """Where a run executes. `submit` returns a JSON-able job record; `status` maps it to one of
@@ -400,6 +414,7 @@ def check_run(run: RunSpec) -> RunSpec:
     return run
 
 
+# %% ../nbs/80_cloud.ipynb #821f24d7
 def papermill_parameters(run: RunSpec, run_dir: str) -> dict:
     "The values the job passes to the template's `parameters` cell."
     return {
@@ -410,6 +425,7 @@ def papermill_parameters(run: RunSpec, run_dir: str) -> dict:
     }
 
 
+# %% ../nbs/80_cloud.ipynb #6a20cc18
 def split_s3(uri: str) -> tuple[str, str]:
     "`s3://bucket/a/b` -> `('bucket', 'a/b')`."
     bucket, _, key = uri.removeprefix("s3://").partition("/")
@@ -438,6 +454,7 @@ def trust_policy(role: str) -> dict:
     }
 
 
+# %% ../nbs/80_cloud.ipynb #f9bbf2fd
 def iam_policy(
     role: str = "job",
     bucket: str = "BUCKET",
@@ -557,6 +574,7 @@ def ensure_bucket(session, bucket: str, tags: dict, create: bool = False) -> str
     )
 
 
+# %% ../nbs/80_cloud.ipynb #2045b177
 def s3_exists_bucket(s3, bucket: str) -> bool:
     from botocore.exceptions import ClientError
 
@@ -569,6 +587,7 @@ def s3_exists_bucket(s3, bucket: str) -> bool:
         raise explain(e, f"head bucket {bucket}") from None
 
 
+# %% ../nbs/80_cloud.ipynb #23f02474
 def check_bucket_region(session, store: str) -> str:
     "The store's bucket region; a `CloudError` when it is not the session's region."
     bucket = split_s3(store)[0]
@@ -604,6 +623,7 @@ def abort_rule(prefix: str = "", days: int = ABORT_AFTER_DAYS) -> dict:
     }
 
 
+# %% ../nbs/80_cloud.ipynb #87d29d85
 def _covers(rule: dict, prefix: str) -> bool:
     "Does `rule` abort unfinished uploads for every key under `prefix`?"
     f = rule.get("Filter", {"Prefix": rule.get("Prefix", "")})
@@ -615,6 +635,7 @@ def _covers(rule: dict, prefix: str) -> bool:
     )
 
 
+# %% ../nbs/80_cloud.ipynb #52c3bc4d
 def ensure_abort_rule(session, bucket: str, prefix: str = "", days: int = ABORT_AFTER_DAYS) -> str:
     """Add `abort_rule` to the bucket's lifecycle configuration, keeping the rules already there;
     nothing if one covers it."""
@@ -696,6 +717,7 @@ def ensure_roles(session, bucket: str, prefix: str, tags: dict) -> list[str]:
     ]
 
 
+# %% ../nbs/80_cloud.ipynb #78f6af20
 def setup(
     session,
     store: str,

@@ -56,6 +56,7 @@ class ShardRange:
     n_shards: int
 
 
+# %% ../nbs/83_cloud_batch.ipynb #c5426c99
 def plan_array(data: dict, per_index: int) -> list[ShardRange]:
     """Split a config's `data` section into array indices of about `per_index` episodes (rounded up
     to whole shards)."""
@@ -72,6 +73,7 @@ def plan_array(data: dict, per_index: int) -> list[ShardRange]:
     ]
 
 
+# %% ../nbs/83_cloud_batch.ipynb #719a6ff5
 def part_key(dataset: str, index: int) -> str:
     return f"datasets/{dataset}/parts/part-{index:05d}.json"
 
@@ -82,6 +84,7 @@ def _data_parts(store, dataset: str) -> list[dict]:
     return [json.loads(store.get_bytes(k)) for k in sorted(keys)]
 
 
+# %% ../nbs/83_cloud_batch.ipynb #37a8f514
 def generate_part(
     data: dict, index: int, per_index: int, workers: int | None = None, cache: Path | None = None
 ) -> dict:
@@ -277,6 +280,7 @@ def register(self: BatchDataJobs, tags: dict) -> str:
     return r["jobDefinitionArn"]
 
 
+# %% ../nbs/83_cloud_batch.ipynb #fa2b5973
 @patch
 def submit(self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = False) -> dict:  # noqa: F811 (patched per backend)
     "Submit the array job and the commit job (or, with `dry_run`, return the plan)."
@@ -333,6 +337,7 @@ def submit(self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = Fals
     }
 
 
+# %% ../nbs/83_cloud_batch.ipynb #fbd33c40
 @patch
 def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per backend)
     "queued | running | done (the manifest is committed) | failed."
@@ -355,6 +360,7 @@ def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per
     )
 
 
+# %% ../nbs/83_cloud_batch.ipynb #d1fe509c
 @patch
 def cancel(self: BatchDataJobs, record: dict) -> None:  # noqa: F811 (patched per backend)
     "Terminate the array job (every index) and the commit job."
@@ -376,6 +382,7 @@ def _data_job_env() -> tuple[dict, int]:
     return job["data"], int(job["per_index"])
 
 
+# %% ../nbs/83_cloud_batch.ipynb #08cc4ee8
 def data_part_main(argv: list[str]) -> int:
     """`qmind aws data-part`: one array index (AWS_BATCH_JOB_ARRAY_INDEX; 0 when the array has one
     index)."""
@@ -391,6 +398,7 @@ def data_part_main(argv: list[str]) -> int:
     return 0
 
 
+# %% ../nbs/83_cloud_batch.ipynb #3352bcd8
 def data_commit_main(argv: list[str]) -> int:
     """`qmind aws data-commit [--store S3 --dataset ID]`: write the manifest once every index has
     finished."""

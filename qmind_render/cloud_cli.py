@@ -155,6 +155,7 @@ def _launch_args(p) -> None:
     )
 
 
+# %% ../nbs/84_cloud_cli.ipynb #9339994d
 def _age_arg(s: str) -> dt.timedelta:
     import argparse
 
@@ -164,6 +165,7 @@ def _age_arg(s: str) -> dt.timedelta:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+# %% ../nbs/84_cloud_cli.ipynb #01c393da
 def _parser():
     import argparse
 
@@ -292,6 +294,7 @@ def _config(a) -> dict:
     return config_to_dict(config_from_args(a))
 
 
+# %% ../nbs/84_cloud_cli.ipynb #b992a302
 def read_job(ref: str) -> dict:
     "A job record from a path to job.json, a run dir, or a run name (runs/<name>/job.json)."
     p = Path(ref)
@@ -303,6 +306,7 @@ def read_job(ref: str) -> dict:
     )
 
 
+# %% ../nbs/84_cloud_cli.ipynb #26238a09
 def backend_for(job: dict):
     "The backend that can read `job`'s status."
     kinds = {"ec2": EC2Backend, "sagemaker": SageMakerBackend}
@@ -313,6 +317,7 @@ def backend_for(job: dict):
     return kinds[job["backend"]](region=job.get("region"), budget=None)
 
 
+# %% ../nbs/84_cloud_cli.ipynb #263acf3f
 def _launch(a) -> int:
     cfg = _config(a)
     run = RunSpec(a.name or f"{cfg['name']}-s{cfg['seed']}", cfg, a.notebook, a.estimate)
@@ -346,6 +351,7 @@ def _launch(a) -> int:
     return 0
 
 
+# %% ../nbs/84_cloud_cli.ipynb #ad1ba021
 def _data(a) -> int:
     data = _config(a)["data"]
     bj = BatchDataJobs(
@@ -403,6 +409,7 @@ def _money(a) -> int:
     return 0
 
 
+# %% ../nbs/84_cloud_cli.ipynb #d51fb966
 _PASSTHROUGH = {
     "watchdog": watchdog_main,
     "data-part": data_part_main,
@@ -421,6 +428,7 @@ def aws_main(argv: list[str]) -> int:
     return guarded(f"qmind aws {a.cmd}", lambda: _aws(a))
 
 
+# %% ../nbs/84_cloud_cli.ipynb #eafa153c
 def _aws(a) -> int:
     if a.cmd == "launch":
         return _launch(a)

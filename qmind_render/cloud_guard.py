@@ -72,12 +72,14 @@ class OverBudget(CloudError):
     budget."""
 
 
+# %% ../nbs/81_cloud_guard.ipynb #44f41d50
 def max_cost(usd_per_hour: float, max_hours: float, instances: int = 1) -> float:
     """A job's cap: the most it can be billed, the hourly price at most × the hours it may live ×
     its instances."""
     return round(usd_per_hour * max_hours * instances, 2)
 
 
+# %% ../nbs/81_cloud_guard.ipynb #fc5a1451
 def check_cap(
     cap_usd: float, status: dict, what: str, estimate_usd: float | None = None, basis: str = ""
 ) -> dict:
@@ -112,12 +114,14 @@ def _tags(res: dict) -> dict:
     return {t["Key"]: t["Value"] for t in res.get("Tags", [])}
 
 
+# %% ../nbs/81_cloud_guard.ipynb #948cb638
 def _cap_of(tags: dict) -> float:
     """What a live job may spend: its cap tag (its estimate, for a job launched before the guard
     charged caps)."""
     return float(tags.get(CAP_TAG, tags.get(ESTIMATE_TAG, 0)))
 
 
+# %% ../nbs/81_cloud_guard.ipynb #6c0ec253
 def committed_usd(session) -> float:
     """What live project jobs (pending/running EC2 instances, in-progress SageMaker jobs) may spend
     at most: their caps."""
@@ -136,6 +140,7 @@ def committed_usd(session) -> float:
     return round(total + _sagemaker_committed(session), 2)
 
 
+# %% ../nbs/81_cloud_guard.ipynb #468f2fb7
 def _sagemaker_committed(session) -> float:
     """The caps of in-progress project training jobs (0 for an identity that may not list them: it
     cannot start one either)."""
@@ -157,6 +162,7 @@ def _sagemaker_committed(session) -> float:
     return total
 
 
+# %% ../nbs/81_cloud_guard.ipynb #796826ff
 def budget_status(session, name: str = PROJECT, reserve_usd: float = 0.0) -> dict:
     "Limit, spent, committed by live jobs, reserve and what is left of budget `name`."
     acct = cloud.aws_call(
@@ -186,6 +192,7 @@ def budget_status(session, name: str = PROJECT, reserve_usd: float = 0.0) -> dic
     }
 
 
+# %% ../nbs/81_cloud_guard.ipynb #0f97bc21
 @dataclass
 class BudgetGuard:
     "Refuses what the budget cannot pay for. `check` reads the budget afresh each time."
@@ -203,6 +210,7 @@ class BudgetGuard:
         return check_cap(cap_usd, self.status(), what, estimate_usd, basis)
 
 
+# %% ../nbs/81_cloud_guard.ipynb #6f8aa6e0
 def check_sweep(backend, runs: list[RunSpec], guard: BudgetGuard, what: str = "sweep") -> float:
     """Refuse a whole sweep up front when the sum of its runs' caps exceeds what is left; return
     that sum."""
@@ -327,6 +335,7 @@ def cost_review_request(start: dt.date, end: dt.date, tag: str = "owner") -> dic
     }
 
 
+# %% ../nbs/81_cloud_guard.ipynb #c14cb547
 def parse_cost_groups(pages: list[dict], tag: str = "owner") -> list[tuple[str, float]]:
     """(tag value, USD) summed over the period, most expensive first; untagged spend as '(no owner
     tag)'."""
@@ -339,6 +348,7 @@ def parse_cost_groups(pages: list[dict], tag: str = "owner") -> list[tuple[str, 
     return sorted(((k, round(v, 2)) for k, v in total.items()), key=lambda kv: (-kv[1], kv[0]))
 
 
+# %% ../nbs/81_cloud_guard.ipynb #636c0680
 def cost_review(
     session, days: int = 7, tag: str = "owner", end: dt.date | None = None
 ) -> list[tuple[str, float]]:
@@ -378,6 +388,7 @@ class Orphan:
     upload_id: str | None = None
 
 
+# %% ../nbs/81_cloud_guard.ipynb #f0b2a116
 def keep_tag(tags: dict) -> str:
     "The keep tag exempting a resource from cleanup, as `key=value` ('' when it has none)."
     return next(
@@ -390,6 +401,7 @@ def keep_tag(tags: dict) -> str:
     )
 
 
+# %% ../nbs/81_cloud_guard.ipynb #aabdd3e6
 def parse_age(s: str) -> dt.timedelta:
     "'90s', '30m', '2h', '3d', or '0', as a timedelta."
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", str(s).strip())
@@ -400,6 +412,7 @@ def parse_age(s: str) -> dt.timedelta:
     )
 
 
+# %% ../nbs/81_cloud_guard.ipynb #c94077a4
 def _span(d: dt.timedelta) -> str:
     "A timedelta as `parse_age` reads it: 24h, 30m, 3d."
     s = d.total_seconds()
@@ -423,6 +436,7 @@ def stopped_at(instance: dict) -> dt.datetime:
     return dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
 
 
+# %% ../nbs/81_cloud_guard.ipynb #2a38fc90
 def classify_orphans(
     volumes: list[dict],
     snapshots: list[dict],
@@ -528,6 +542,7 @@ def project_stores(session) -> list[str]:
     return out
 
 
+# %% ../nbs/81_cloud_guard.ipynb #536fd6fe
 def unfinished_uploads(session, stores: list[str] | None = None) -> list[dict]:
     """Multipart uploads neither completed nor aborted under each store (default: `project_stores`),
     with their bucket."""
@@ -547,6 +562,7 @@ def unfinished_uploads(session, stores: list[str] | None = None) -> list[dict]:
     return out
 
 
+# %% ../nbs/81_cloud_guard.ipynb #15fb6991
 def find_orphans(
     session,
     now: dt.datetime | None = None,
@@ -572,6 +588,7 @@ def find_orphans(
     )
 
 
+# %% ../nbs/81_cloud_guard.ipynb #f21ac6b4
 _VERBS = {
     "instance": ("terminate", "terminated"),
     "volume": ("delete", "deleted"),
@@ -666,6 +683,7 @@ def vcpus_needed(jobs: list[tuple[str, int, str]]) -> dict[tuple[str, str], int]
     return need
 
 
+# %% ../nbs/81_cloud_guard.ipynb #c45a7a71
 def quota_rows(need: dict, limits: dict, in_use: dict) -> list[dict]:
     """One row per (family, market): the quota, its limit, what runs now, what the jobs need, what
     is short."""
@@ -696,6 +714,7 @@ def _family(instance: str) -> str | None:
     return "G" if m.group(1) in ("g", "vt") else "P" if m.group(1) == "p" else None
 
 
+# %% ../nbs/81_cloud_guard.ipynb #0491f651
 def in_use_vcpus(session) -> dict[tuple[str, str], int]:
     "vCPUs of running and pending G and P instances, per (family, market)."
     ec2, used, menu = cloud.aws_client(session, "ec2"), {}, load_menu()
@@ -719,6 +738,7 @@ def in_use_vcpus(session) -> dict[tuple[str, str], int]:
     return used
 
 
+# %% ../nbs/81_cloud_guard.ipynb #520f9ad1
 def quota_report(session, need: dict) -> list[dict]:
     "`quota_rows` with the limits from Service Quotas and the vCPUs running now."
     sq, limits = cloud.aws_client(session, "service-quotas"), {}
@@ -742,6 +762,7 @@ def quota_report(session, need: dict) -> list[dict]:
     return quota_rows(need, limits, in_use_vcpus(session))
 
 
+# %% ../nbs/81_cloud_guard.ipynb #3c6b85d9
 def request_increase(session, family: str, market: str, vcpus: int, dry_run: bool = False) -> dict:
     "Ask Service Quotas to raise (family, market) to `vcpus`; return the request's id and status."
     code, qname = QUOTAS[(family, market)]

@@ -89,6 +89,7 @@ def render_template(text: str, values: dict) -> str:
     return re.sub(r"@([A-Z][A-Z0-9_]*)@", lambda m: shlex.quote(str(values[m.group(1)])), text)
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #5682b8d9
 def render_user_data(
     run: RunSpec,
     code_uri: str,
@@ -137,6 +138,7 @@ def _git(root: Path, *args: str) -> str:
     return r.stdout.strip()
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #f9fb87d4
 def code_version(root: str | Path | None = None, allow_dirty: bool = False) -> tuple[str, str]:
     """(tree-ish to archive, archive name) for the checkout at `root` (default: this package's
     repository)."""
@@ -153,6 +155,7 @@ def code_version(root: str | Path | None = None, allow_dirty: bool = False) -> t
     return stash, f"{head[:12]}+dirty-{stash[:8]}"
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #2b305950
 def s3_exists(s3, bucket: str, key: str) -> bool:
     "Does `s3://bucket/key` exist? (Other failures are explained, not swallowed.)"
     from botocore.exceptions import ClientError
@@ -166,6 +169,7 @@ def s3_exists(s3, bucket: str, key: str) -> bool:
         raise explain(e, f"head s3://{bucket}/{key}") from None
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #f13014ad
 def stage_code(
     session, store: str, root: str | Path | None = None, allow_dirty: bool = False
 ) -> str:
@@ -193,6 +197,7 @@ def load_watchdog():
     return mod
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #43fd3af7
 def watchdog_main(argv: list[str]) -> int:
     "`qmind aws watchdog ...`: the same script, run from the installed package."
     return load_watchdog().main(argv)
@@ -208,6 +213,7 @@ class LaunchFailed(CloudError):
     "A launch that did not come up; whatever it created has been terminated."
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #07e180f8
 def _default_region(region: str | None = None) -> str:
     return (
         region
@@ -239,6 +245,7 @@ class CappedJobs(AwsBackend):
         return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #435b881d
 @dataclass
 class EC2Backend(CappedJobs):
     """Each run on its own EC2 instance, which uploads its run dir and terminates itself when the
@@ -342,6 +349,7 @@ def check_dataset(session, run: RunSpec) -> None:
         )
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #f4842620
 def resolve_image(session, parameter: str = DLAMI_PARAMETER) -> str:
     """The AMI id behind an SSM public parameter (default: the Deep Learning Base AMI, NVIDIA
     driver, Ubuntu 22.04)."""
@@ -366,6 +374,7 @@ def _instance(ec2, iid: str) -> dict | None:
     return next((i for res in r["Reservations"] for i in res["Instances"]), None)
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #6146dc6c
 def abandon(ec2, instance_id: str, spot_request_id: str | None = None) -> None:
     """Cancel a launch's spot request (first, so AWS cannot fulfil it again), then terminate its
     instance and volume."""
@@ -378,6 +387,7 @@ def abandon(ec2, instance_id: str, spot_request_id: str | None = None) -> None:
     cloud.aws_call(f"terminate {instance_id}", ec2.terminate_instances, InstanceIds=[instance_id])
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #95fa35a8
 def launch_instance(
     ec2,
     params: dict,
@@ -488,11 +498,13 @@ def put_record(session, uri: str, record: dict) -> None:
     )
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #4373dd39
 @patch
 def check_ready(self: CappedJobs) -> None:
     "What a backend needs of its own before anything is created (EC2: nothing more)."
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #69cb85a1
 @patch
 def submit(self: CappedJobs, run: RunSpec, dry_run: bool = False) -> dict:
     """Start `run` as the backend's job (or, with `dry_run`, return its plan); returns the job
@@ -525,6 +537,7 @@ def submit(self: CappedJobs, run: RunSpec, dry_run: bool = False) -> dict:
     return job
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #cb02e171
 @patch
 def launch(self: EC2Backend, run: RunSpec, plan: dict, s, tags: dict) -> dict:
     "Launch `run`'s instance (`submit` has checked everything else); returns its job record."
@@ -567,6 +580,7 @@ def read_status_json(session, run_uri: str) -> dict | None:
     )
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #9d4982f9
 def finished_state(session, run_uri: str) -> str:
     """'done' when the job's status.json says exit code 0, else 'failed' (also when it never wrote
     one)."""
@@ -574,6 +588,7 @@ def finished_state(session, run_uri: str) -> str:
     return "done" if st and st.get("exit_code") == 0 else "failed"
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #04d4a8ec
 @patch
 def status(self: EC2Backend, job: dict) -> str:
     "queued (pending) | running | done | failed, from the instance state and the run's status.json."
@@ -589,6 +604,7 @@ def status(self: EC2Backend, job: dict) -> str:
     return finished_state(s, job["run_uri"])
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #59bfd474
 @patch
 def cancel(self: EC2Backend, job: dict) -> None:
     """Terminate the job's instance (its exit trap still uploads what it has) and cancel its spot
@@ -619,6 +635,7 @@ class SageMakerBackend(CappedJobs):
     name: str = field(default="sagemaker", init=False)
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #10291d9d
 def training_job_name(run_name: str, suffix: str) -> str:
     """A SageMaker job name (unique forever in an account, at most 63 characters) for one attempt at
     a run."""
@@ -640,6 +657,7 @@ def _channel(name: str, uri: str) -> dict:
     }
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #29f5d697
 @patch
 def request(self: SageMakerBackend, run: RunSpec, job_name: str, tags: dict) -> dict:
     "The `CreateTrainingJob` request for `run`."
@@ -673,6 +691,7 @@ def request(self: SageMakerBackend, run: RunSpec, job_name: str, tags: dict) -> 
     }
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #f8d9445f
 @patch
 def plan(self: SageMakerBackend, run: RunSpec) -> dict:  # noqa: F811 (patched per backend)
     "What `submit` would create and what it would cost (no AWS calls)."
@@ -736,6 +755,7 @@ def check_ready(self: SageMakerBackend) -> None:  # noqa: F811 (patched per back
         )
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #81c0f672
 @patch
 def launch(self: SageMakerBackend, run: RunSpec, plan: dict, s, tags: dict) -> dict:  # noqa: F811 (patched per backend)
     """Create `run`'s training job, its config in the run dir first (`submit` has checked everything
@@ -763,6 +783,7 @@ def launch(self: SageMakerBackend, run: RunSpec, plan: dict, s, tags: dict) -> d
     }
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #2478c4a9
 @patch
 def status(self: SageMakerBackend, job: dict) -> str:  # noqa: F811 (patched per backend)
     "queued | running | done | failed, from the training job's status."
@@ -780,6 +801,7 @@ def status(self: SageMakerBackend, job: dict) -> str:  # noqa: F811 (patched per
     return "done" if st == "Completed" else "failed"
 
 
+# %% ../nbs/82_cloud_jobs.ipynb #066c412e
 @patch
 def cancel(self: SageMakerBackend, job: dict) -> None:  # noqa: F811 (patched per backend)
     "Stop the training job (SageMaker uploads its checkpoints)."

@@ -60,6 +60,7 @@ class MaterialEnc(str, Enum):
     embedding = "embedding"
 
 
+# %% ../nbs/01_config.ipynb #adf58b56
 class ThemeEnc(str, Enum):
     "How the theme (and the lighting setup) conditions the model."
 
@@ -68,6 +69,7 @@ class ThemeEnc(str, Enum):
     param_vector = "param_vector"
 
 
+# %% ../nbs/01_config.ipynb #a5191abd
 class Precision(str, Enum):
     """What a run computes in: fp32, bf16 (autocast), or auto: bf16 where the device has it
     natively, else fp32."""
@@ -77,17 +79,20 @@ class Precision(str, Enum):
     auto = "auto"
 
 
+# %% ../nbs/01_config.ipynb #9a01d6a7
 class Prediction(str, Enum):
     eps = "eps"
     v = "v"
     edm = "edm"  # edm: Karras et al. (2022) preconditioning, σ_data 0.5
 
 
+# %% ../nbs/01_config.ipynb #3cfb6069
 class Schedule(str, Enum):
     cosine = "cosine"
     linear = "linear"
 
 
+# %% ../nbs/01_config.ipynb #9f488e7d
 class Loss(str, Enum):
     """What the training loss compares: the network's target (ε or v), the clean frame it implies,
     or the target weighted by min-SNR-γ."""
@@ -97,11 +102,13 @@ class Loss(str, Enum):
     min_snr = "min_snr"
 
 
+# %% ../nbs/01_config.ipynb #ab21c993
 class Tracker(str, Enum):
     wandb = "wandb"
     none = "none"
 
 
+# %% ../nbs/01_config.ipynb #2be5fed4
 class NonFinite(str, Enum):
     "What a NaN/Inf loss or gradient does: stop the run, or skip that step."
 
@@ -125,6 +132,7 @@ class DataConfig:
     shard_size: int = 1000
 
 
+# %% ../nbs/01_config.ipynb #151b0594
 @dataclass
 class ModelConfig:
     "The conditional U-Net and its encodings."
@@ -184,6 +192,7 @@ class TrainConfig:
     finetune_steps: int = 0
 
 
+# %% ../nbs/01_config.ipynb #3c1de04a
 @dataclass
 class EvalConfig:
     "Evaluation on held-out and training cells."
@@ -196,6 +205,7 @@ class EvalConfig:
     classifier_steps: int = 300
 
 
+# %% ../nbs/01_config.ipynb #0c76491d
 @dataclass
 class ExperimentConfig:
     "Everything that changes a run."
@@ -215,6 +225,7 @@ class ConfigError(UserError, ValueError):
     "A config could not be loaded: the message names the key, the source and the fix."
 
 
+# %% ../nbs/01_config.ipynb #ffcf55a5
 def _section_type(key: str):
     "The dataclass that holds the last part of dotted `key`, or None."
     t = ExperimentConfig
@@ -226,6 +237,7 @@ def _section_type(key: str):
     return t if is_dataclass(t) else None
 
 
+# %% ../nbs/01_config.ipynb #b30a9744
 def _closest(key: str) -> str | None:
     t = _section_type(key)
     if t is None:
@@ -287,6 +299,7 @@ def _read_yaml(path: Path) -> dict:
     return d
 
 
+# %% ../nbs/01_config.ipynb #5074c169
 def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
     try:
         return OmegaConf.merge(cfg, other)
@@ -294,6 +307,7 @@ def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
         raise _explain(e, source) from None
 
 
+# %% ../nbs/01_config.ipynb #91e7c5d0
 def _override(cfg: DictConfig, item: str) -> DictConfig:
     if "=" not in item or item.startswith("="):
         raise ConfigError(f"override '{item}' is not key=value (e.g. train.lr=1e-4)")
@@ -313,18 +327,22 @@ def _at_least(n):
     return (lambda v: v >= n), f"must be at least {n}"
 
 
+# %% ../nbs/01_config.ipynb #59afad1d
 def _above(n):
     return (lambda v: v > n), f"must be above {n}"
 
 
+# %% ../nbs/01_config.ipynb #eb547f1b
 def _fraction():
     return (lambda v: 0 <= v < 1), "must be in [0, 1)"
 
 
+# %% ../nbs/01_config.ipynb #ea8fb50f
 def _in_unit():
     return (lambda v: 0 <= v <= 1), "must be in [0, 1]"
 
 
+# %% ../nbs/01_config.ipynb #18372593
 _NAME = (
     lambda v: bool(_FOLDER_NAME.fullmatch(v)),
     "must be one folder name: letters, digits and . _ + = -, no / or leading .",
@@ -413,6 +431,7 @@ def config_to_dict(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
 
+# %% ../nbs/01_config.ipynb #df59ac34
 def config_from_dict(d: dict) -> ExperimentConfig:
     "A config back from plain data (a checkpoint's or a run dir's), type-checked like a file."
     return load_config(dict(d))
@@ -439,12 +458,14 @@ def add_config_args(p, overrides_help: str = "key=value overrides, e.g. train.lr
     return p
 
 
+# %% ../nbs/01_config.ipynb #263a4d0c
 def config_args(a) -> tuple[str | None, list[str]]:
     "(config, overrides) from parsed `add_config_args` arguments."
     config, overrides = a.config, list(a.overrides)
     return (None, [config, *overrides]) if config and "=" in config else (config, overrides)
 
 
+# %% ../nbs/01_config.ipynb #0581fc72
 def config_from_args(a) -> ExperimentConfig:
     "The config that parsed `add_config_args` arguments name."
     return load_config(*config_args(a))

@@ -58,6 +58,7 @@ def contracts_dir() -> Path:
     return Path(qmind_render.__file__).resolve().parent / "contracts"
 
 
+# %% ../nbs/00_contracts.ipynb #f005ebed
 def project_dirs(root: str | Path | None = None) -> list[Path]:
     """Where the project's `sweeps/` (experiments, splits) is looked for, in order: `root` when
     given; else the working folder, its parents, and the checkout this package was installed from
@@ -71,6 +72,7 @@ def project_dirs(root: str | Path | None = None) -> list[Path]:
     return [d for i, d in enumerate(out) if d.resolve() not in {x.resolve() for x in out[:i]}]
 
 
+# %% ../nbs/00_contracts.ipynb #8b96b14b
 def _read_yaml(path: Path, what: str) -> dict:
     path = Path(path)
     if not path.is_file():
@@ -90,6 +92,7 @@ class UserError(Exception):
     exit_code = 2
 
 
+# %% ../nbs/00_contracts.ipynb #a5968e5b
 def one_line(e: BaseException) -> str:
     "An error's message as one line: a `KeyError`'s text without its quotes, newlines folded."
     msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
@@ -145,6 +148,7 @@ def parse_version(v: str) -> tuple[int, int, int]:
     return tuple(int(x) for x in m.groups())
 
 
+# %% ../nbs/00_contracts.ipynb #0fd4063b
 def is_compatible(made: str, reader: str) -> bool:
     "Can code at version `reader` read data made under version `made`?"
     (M, m, _), (RM, Rm, _) = parse_version(made), parse_version(reader)
@@ -167,6 +171,7 @@ class IncompatibleVersion(UserError, ValueError):
         )
 
 
+# %% ../nbs/00_contracts.ipynb #7c6560b9
 def check_compatible(contract: str, made: str, reader: str, what: str = "data") -> None:
     """Raise `IncompatibleVersion` (naming both versions and `what`) unless `made` is readable by
     `reader`."""
@@ -225,12 +230,14 @@ def load_spec(path: str | Path | None = None) -> ChannelSpec:
     return _load_spec(*_cache_key(path))
 
 
+# %% ../nbs/00_contracts.ipynb #b16b9d06
 def _cache_key(path: Path) -> tuple[str, int]:
     if not path.is_file():
         raise FileNotFoundError(f"not found: {path}")
     return str(path.resolve()), path.stat().st_mtime_ns
 
 
+# %% ../nbs/00_contracts.ipynb #7e022a61
 @functools.lru_cache(maxsize=16)
 def _load_spec(path: str, mtime_ns: int) -> ChannelSpec:
     path = Path(path)
@@ -329,6 +336,7 @@ def _check_ids(name, x, rules, spec):
         raise ChannelError(name, "class set", f"allowed {what}, found {bad[:8]}", spec)
 
 
+# %% ../nbs/00_contracts.ipynb #cba07b29
 def _check_applies_to(sample, spec):
     rules = spec.channels["material"]
     on = np.isin(sample["surface"], [spec.surface_id(c) for c in rules["applies_to"]])
@@ -390,6 +398,7 @@ def jsonschema():
     return js
 
 
+# %% ../nbs/00_contracts.ipynb #b058da5a
 @dataclass(frozen=True)
 class ThemeSchema:
     "The parsed `theme_schema.yaml`."
@@ -405,6 +414,7 @@ class ThemeSchema:
         return jsonschema().Draft202012Validator(self.schema)
 
 
+# %% ../nbs/00_contracts.ipynb #f55c51ca
 def load_theme_schema(path: str | Path | None = None) -> ThemeSchema:
     """Load the theme schema (default: the project's `contracts/theme_schema.yaml`); cached until
     the file changes."""
@@ -412,6 +422,7 @@ def load_theme_schema(path: str | Path | None = None) -> ThemeSchema:
     return _load_theme_schema(*_cache_key(path))
 
 
+# %% ../nbs/00_contracts.ipynb #e081efd8
 @functools.lru_cache(maxsize=16)
 def _load_theme_schema(path: str, mtime_ns: int) -> ThemeSchema:
     path = Path(path)
@@ -432,6 +443,7 @@ class ThemeError(UserError, ValueError):
         )
 
 
+# %% ../nbs/00_contracts.ipynb #6c212bfe
 def _field_path(parts) -> str:
     out = ""
     for p in parts:
@@ -439,6 +451,7 @@ def _field_path(parts) -> str:
     return out or "<record>"
 
 
+# %% ../nbs/00_contracts.ipynb #bd6162ac
 def validate_theme(record: dict, schema: ThemeSchema) -> dict:
     """Check a theme record against the schema; raise `ThemeError` naming the field. Returns
     `record`."""
@@ -461,12 +474,14 @@ def _resolve_ref(node: dict, root: dict) -> dict:
     return node
 
 
+# %% ../nbs/00_contracts.ipynb #c3b9be3c
 def _root_get(root: dict, keys) -> dict:
     for k in keys:
         root = root[k]
     return root
 
 
+# %% ../nbs/00_contracts.ipynb #cf0576f3
 def _leaf_bounds(schema: dict, path: str) -> tuple[float, float]:
     node = schema
     for part in path.replace("[*]", ".[*]").split("."):
@@ -486,6 +501,7 @@ def _leaf_values(record, path: str) -> list[float]:
     return [float(v) for n in nodes for v in np.ravel(n)]
 
 
+# %% ../nbs/00_contracts.ipynb #835d9c93
 def theme_parts(record: dict, schema: ThemeSchema) -> dict[str, np.ndarray]:
     """A validated theme's parameters by `x-param-vector` path, in the vector's order: {path:
     float32 values in [0, 1]}."""
@@ -499,6 +515,7 @@ def theme_parts(record: dict, schema: ThemeSchema) -> dict[str, np.ndarray]:
     return out
 
 
+# %% ../nbs/00_contracts.ipynb #e3383a35
 def theme_vector(record: dict, schema: ThemeSchema) -> np.ndarray:
     """A validated theme as its parameter vector (float32, every entry in [0, 1]): `theme_parts` end
     to end."""

@@ -52,6 +52,7 @@ def gpu_hours(flops: float, tflops: float | None, utilisation: float) -> float |
     return None if not tflops else flops / (tflops * 1e12 * utilisation) / 3600
 
 
+# %% ../nbs/85_cost.ipynb #54ee556e
 def deck_sizing(menu: dict | None = None) -> list[dict]:
     "The deck's 'sizing the job' rows: hours and on-demand dollars per run on L4, L40S and H100."
     menu = menu or load_menu()
@@ -87,6 +88,7 @@ def _model_and_batch(model_cfg, n: int):
     return m, x0, cond
 
 
+# %% ../nbs/85_cost.ipynb #5fbba415
 def saved_activation_bytes(model, x0, cond) -> int:
     """Bytes autograd keeps for backward in one forward of `model` on this batch (parameters not
     counted)."""
@@ -107,6 +109,7 @@ def saved_activation_bytes(model, x0, cond) -> int:
     return total
 
 
+# %% ../nbs/85_cost.ipynb #14113803
 def measure_model(model_cfg, n: int = 2) -> dict:
     """Parameters, forward GFLOP per frame, the counted (forward + backward) / forward ratio,
     activation bytes per sample."""
@@ -138,10 +141,12 @@ def memory_gb(params: int, activation_bytes_per_sample: float, batch: int) -> di
     return d | {"total": sum(d.values())}
 
 
+# %% ../nbs/85_cost.ipynb #b3db3f4e
 def _per_run(hours, price, gpus):
     return None if hours is None or price is None else hours * price / gpus
 
 
+# %% ../nbs/85_cost.ipynb #74fb554e
 def instance_rows(
     flops: float, mem_total_gb: float, menu: dict, utilisation: float, budget: float | None
 ) -> list[dict]:
@@ -165,6 +170,7 @@ def instance_rows(
     return rows
 
 
+# %% ../nbs/85_cost.ipynb #08f2488c
 _MEASURED: dict[str, dict] = {}
 
 
@@ -226,6 +232,7 @@ def format_plan(p: dict) -> str:
     return "\n".join(head + ["", format_table(p["instances"]), ""] + deck)
 
 
+# %% ../nbs/85_cost.ipynb #3e8bd7ab
 def cost_main(argv: list[str]) -> int:
     """`qmind cost CONFIG [key=value ...] [--instance NAME] [--budget USD] [--utilisation U]
     [--json]`"""
@@ -313,6 +320,7 @@ def step_seconds(
     return s * cfg.train.batch * cfg.train.grad_accum / b
 
 
+# %% ../nbs/85_cost.ipynb #97d002e0
 def estimate_wall(
     runs: list[RunSpec],
     backend: str = "local",

@@ -131,6 +131,7 @@ class DatasetError(UserError, ValueError):
         )
 
 
+# %% ../nbs/31_data.ipynb #990659ca
 def check_arrays(arrays: dict, spec: ChannelSpec, grid: Grid, where: str = "shard") -> int:
     "Check that `arrays` holds every sample field with one common length; return that length."
     fields = sample_fields(spec, grid.n_cells)
@@ -162,6 +163,7 @@ def shard_bytes(arrays: dict) -> bytes:
     return buf.getvalue()
 
 
+# %% ../nbs/31_data.ipynb #154b3587
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -185,10 +187,12 @@ class ShardInfo:
         return shard_index(self.file)
 
 
+# %% ../nbs/31_data.ipynb #1118e3d4
 def shard_name(index: int) -> str:
     return f"shard-{index:05d}.npz"
 
 
+# %% ../nbs/31_data.ipynb #1a154b5c
 def shard_index(name: str) -> int:
     "The number in a shard's file name: `shard-00012.npz` -> 12."
     m = re.fullmatch(r"shard-(\d{5})\.npz", name)
@@ -197,6 +201,7 @@ def shard_index(name: str) -> int:
     return int(m[1])
 
 
+# %% ../nbs/31_data.ipynb #f67b8e2b
 def write_shard(arrays: dict, path: Path) -> ShardInfo:
     "Write one shard atomically; return its manifest record."
     data = shard_bytes(arrays)
@@ -206,6 +211,7 @@ def write_shard(arrays: dict, path: Path) -> ShardInfo:
     )
 
 
+# %% ../nbs/31_data.ipynb #f968f9b7
 def load_shard(path: Path, fields: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     "Read a shard's arrays (all, or just `fields`). No checksum here: `verify_shard` does that."
     with np.load(path, allow_pickle=False) as z:
@@ -278,6 +284,7 @@ class Manifest:
         return (json.dumps(d, indent=1, sort_keys=True) + "\n").encode()
 
 
+# %% ../nbs/31_data.ipynb #75c85bf2
 DERIVED = ("content_sha256", "n_samples")
 
 
@@ -298,6 +305,7 @@ def _whole(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x > 0
 
 
+# %% ../nbs/31_data.ipynb #88739039
 def _shard_fault(i: int, s) -> str | None:
     "What is wrong with shard record `i`, or None."
     if not isinstance(s, dict) or set(s) != {"file", "n", "bytes", "sha256"}:
@@ -318,6 +326,7 @@ def _shard_fault(i: int, s) -> str | None:
         return f"shard {s['file']} has sha256={s['sha256']!r}, expected 64 hex digits"
 
 
+# %% ../nbs/31_data.ipynb #19559ba4
 def manifest_fault(d, dataset: str) -> str | None:
     "The first thing wrong with the shape of a manifest (its parsed JSON) of `dataset`, or None."
     if not isinstance(d, dict):
@@ -366,6 +375,7 @@ def data_cmd(action: str, dataset: str, store: Store | None = None, extra: str =
     return f"`qmind data {action} {dataset}{extra}{opt}`"
 
 
+# %% ../nbs/31_data.ipynb #89edcf5e
 def parse_manifest(
     data: bytes, dataset: str, sealed: bool = True, store: Store | None = None
 ) -> Manifest:
@@ -403,6 +413,7 @@ def parse_manifest(
     return Manifest(**{k: v for k, v in d.items() if k in Manifest.__dataclass_fields__})
 
 
+# %% ../nbs/31_data.ipynb #3dbb5529
 def check_manifest(m: Manifest, spec: ChannelSpec | None = None) -> Manifest:
     "Refuse a manifest made under an incompatible channel spec (both versions in the message)."
     try:
@@ -450,10 +461,12 @@ def dataset_key(dataset: str, name: str = "") -> str:
     return f"datasets/{dataset}/{name}"
 
 
+# %% ../nbs/31_data.ipynb #be107786
 class DatasetExists(DatasetError):
     "Writing to an ID that already has a manifest."
 
 
+# %% ../nbs/31_data.ipynb #54f5cfdd
 class DatasetWriter:
     "Write shards, then the manifest, for one new dataset ID in `store`."
 
@@ -495,6 +508,7 @@ def add_shard(
     return info
 
 
+# %% ../nbs/31_data.ipynb #e10f3144
 @patch
 def put(self: DatasetWriter, local: Path, info: ShardInfo) -> None:
     "Upload a shard file already written locally (skipped when the store has it at the same size)."
@@ -504,6 +518,7 @@ def put(self: DatasetWriter, local: Path, info: ShardInfo) -> None:
     self.shards[info.index] = info
 
 
+# %% ../nbs/31_data.ipynb #fb7e068b
 @patch
 def commit(self: DatasetWriter, seeds: tuple[int, int], generator: dict | None = None) -> Manifest:
     "Write the manifest (the commit marker) after every shard is in place."
@@ -536,6 +551,7 @@ def list_datasets(store: Store) -> list[str]:
     return sorted({k.split("/")[1] for k in store.list("datasets") if k.endswith("/manifest.json")})
 
 
+# %% ../nbs/31_data.ipynb #aee65248
 def read_manifest(
     store: Store, dataset: str, spec: ChannelSpec | None = None, sealed: bool = True
 ) -> Manifest:

@@ -107,6 +107,7 @@ def _ls(store: Store) -> int:
     return 0
 
 
+# %% ../nbs/36_data_cli.ipynb #f841807e
 def _verify(store: Store, dataset: str, seal: bool) -> int:
     if seal:
         m = seal_manifest(store, dataset)
@@ -219,6 +220,7 @@ def bench_data(
     }
 
 
+# %% ../nbs/36_data_cli.ipynb #0c26e99c
 def _timed(fn) -> float:
     t = time.perf_counter()
     fn()

@@ -126,6 +126,7 @@ def q_sample(self: Diffusion, x0, t, noise):
     return a * x0 + s * noise
 
 
+# %% ../nbs/41_diffusion.ipynb #f4b851e4
 @patch
 def target(self: Diffusion, x0, t, noise):
     """What the network learns to output: ε, v = √ᾱ_t ε - √(1-ᾱ_t) x0, or EDM's F = (x0 -
@@ -139,6 +140,7 @@ def target(self: Diffusion, x0, t, noise):
     return a * noise - s * x0
 
 
+# %% ../nbs/41_diffusion.ipynb #b155df0e
 @patch
 def split(self: Diffusion, out, x_t, t):
     "The network's output at (x_t, t) -> (predicted x0, predicted ε)."
@@ -159,6 +161,7 @@ def draw_noise(shape, generator, device):
     return torch.randn(shape, generator=generator, device=g_dev).to(device)
 
 
+# %% ../nbs/41_diffusion.ipynb #9788b957
 def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) -> torch.Tensor:
     """Min-SNR-γ (Hang et al., 2023): the loss weight per timestep that makes ε or v errors count as
     min(SNR, γ) x0 errors."""
@@ -169,6 +172,7 @@ def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) ->
     return (snr.clamp(max=gamma) / (snr if diffusion.prediction == "eps" else snr + 1)).float()
 
 
+# %% ../nbs/41_diffusion.ipynb #b4c40152
 def diffusion_loss(
     model: nn.Module,
     diffusion: Diffusion,
@@ -210,6 +214,7 @@ def ddim_timesteps(self: Diffusion, steps: int) -> list[int]:
     ]
 
 
+# %% ../nbs/41_diffusion.ipynb #1882be40
 @patch
 def ddim_step(
     self: Diffusion, out, x_t, t: int, t_prev: int, eta: float = 0.0, noise=None, clip: bool = True
@@ -267,6 +272,7 @@ def ddim_sample(
     return x
 
 
+# %% ../nbs/41_diffusion.ipynb #ac307a2d
 def to_uint8(x: torch.Tensor, numpy: bool = True) -> np.ndarray | torch.Tensor:
     """Frames [B, 3, H, W] in [-1, 1] -> uint8 [B, H, W, 3] (the dataset's rgb): numpy, or
     (`numpy=False`) a tensor where `x` is."""

@@ -74,6 +74,7 @@ class Page:
     section: str  # "Home", "Chapters", a sub-folder's name, or "Talks"
 
 
+# %% ../nbs/96_docs.ipynb #6964d9c1
 def page_name(nb_rel: str | Path) -> str:
     """The page a notebook becomes: `10_engine.ipynb` -> `engine.md`, `talks/12_autograd.ipynb` ->
     `talks/autograd.md`."""
@@ -81,12 +82,14 @@ def page_name(nb_rel: str | Path) -> str:
     return (p.parent / (re.sub(r"^\d+_", "", p.stem) + ".md")).as_posix()
 
 
+# %% ../nbs/96_docs.ipynb #0881d9fa
 def _section(rel: Path) -> str:
     if len(rel.parts) == 1:
         return "Home" if rel.name == "index.ipynb" else "Chapters"
     return "Talks" if rel.parts[0] == "talks" else rel.parts[0].replace("_", " ").capitalize()
 
 
+# %% ../nbs/96_docs.ipynb #52704485
 def find_pages(nbs: Path) -> list[Page]:
     """Every notebook under `nbs` as a page: Home, the chapters in order, each sub-folder, Talks
     last."""
@@ -148,6 +151,7 @@ def execute_nb(
     write_nb(nb, dst)
 
 
+# %% ../nbs/96_docs.ipynb #daeb5d4a
 def process_nb(
     src: Path, dst: Path, cwd: Path, lenient: bool = True, skip_flags: tuple[str, ...] = ("slow",)
 ) -> list[str]:
@@ -194,6 +198,7 @@ class lenient_exec_show_docs(exec_show_docs):
             self.k.exc = None
 
 
+# %% ../nbs/96_docs.ipynb #167e7208
 class DocsFilter(FilterDefaults):
     "nbdev's `FilterDefaults` with `exec_show_docs` made lenient (see above)."
 
@@ -245,6 +250,7 @@ def _render_job(job: dict) -> dict:
     return {**result, "seconds": time.perf_counter() - t0}
 
 
+# %% ../nbs/96_docs.ipynb #0f6b5bc0
 def _page_state(r: dict) -> str:
     "What became of one page's notebook: FAILED, cached, executed or processed."
     if r["error"]:
@@ -252,6 +258,7 @@ def _page_state(r: dict) -> str:
     return "cached" if r["cached"] else "executed" if r["executed"] else "processed"
 
 
+# %% ../nbs/96_docs.ipynb #eacbc8ca
 def _run_job(job: dict, workers: threading.local, started: list) -> dict:
     """Render one notebook in a worker process. A notebook to execute gets a fresh process of its
     own (as `nbdev-test` isolates them); one only processed (its definitions and `show_doc` calls
@@ -283,6 +290,7 @@ def _run_job(job: dict, workers: threading.local, started: list) -> dict:
     }
 
 
+# %% ../nbs/96_docs.ipynb #93b5e71a
 def render_notebooks(
     pages: list[Page],
     out: Path,
@@ -368,6 +376,7 @@ def quarto_options(source: str) -> tuple[dict, str]:
     return opts, "\n".join(lines)
 
 
+# %% ../nbs/96_docs.ipynb #7dabcf17
 def _front_matter(cell) -> str | None:
     src = cell.source.strip()
     if cell.cell_type != "raw" or not src.startswith("---"):
@@ -377,6 +386,7 @@ def _front_matter(cell) -> str | None:
     return md + (f"\n\n> {fm['description']}" if fm.get("description") else "")
 
 
+# %% ../nbs/96_docs.ipynb #6c83f55c
 def markdown_ready(nb: dict):
     """A copy of a processed notebook fit for nbconvert's Markdown exporter (front matter, Quarto
     options, nbdev's extra keys)."""
@@ -406,6 +416,7 @@ def markdown_ready(nb: dict):
     return nb
 
 
+# %% ../nbs/96_docs.ipynb #76d0c720
 def notebook_markdown(nb: dict, stem: str) -> tuple[str, dict[str, bytes]]:
     """A processed notebook as (Markdown, {image file relative to the page: bytes}); images go in
     `STEM_files/`."""
@@ -422,6 +433,7 @@ def notebook_markdown(nb: dict, stem: str) -> tuple[str, dict[str, bytes]]:
     return body, dict(res.get("outputs", {}))
 
 
+# %% ../nbs/96_docs.ipynb #2e3394db
 def local_links(md: str, page: str, pages: set[str], site_url: str) -> str:
     """Point nbdev's links to the published site (`SITE_URL/engine.html#x`) at local pages, relative
     to `page`."""
@@ -448,6 +460,7 @@ def _talks_module():
         raise
 
 
+# %% ../nbs/96_docs.ipynb #5f26a0a5
 def build_slides(out_dir: Path, cache: Path | None = None) -> list[Path] | None:
     """The talks' slides written by `qmind_render.talks.build_talks(out_dir)` (reused from `cache`
     when unchanged), or None without a talks module."""
@@ -462,6 +475,7 @@ def build_slides(out_dir: Path, cache: Path | None = None) -> list[Path] | None:
     return slides
 
 
+# %% ../nbs/96_docs.ipynb #4628cd44
 def _title(page: Page) -> str:
     "A page's title: the notebook's first `# heading`, else its name."
     for c in json.loads(page.src.read_text())["cells"]:
@@ -472,6 +486,7 @@ def _title(page: Page) -> str:
     return Path(page.rel).stem.replace("_", " ").capitalize()
 
 
+# %% ../nbs/96_docs.ipynb #cd4465c8
 def _subtitle(page: Page) -> str:
     for c in json.loads(page.src.read_text())["cells"]:
         if c["cell_type"] == "markdown" and (
@@ -481,6 +496,7 @@ def _subtitle(page: Page) -> str:
     return ""
 
 
+# %% ../nbs/96_docs.ipynb #c2b38c69
 def talks_index(talks: list[Page], slides: list[Path] | None, talks_dir: Path) -> str:
     """The Talks page (`talks/index.md`): the deck's topics in its order
     (`qmind_render.talks.DECK_TOPICS`), each with its number, deck, and talk (page, slides,
@@ -552,6 +568,7 @@ def slugify(value: str, separator: str = "-") -> str:
     return re.sub(r"\s+", separator, re.sub(r"[^\w\s.-]", "", value).strip().lower())
 
 
+# %% ../nbs/96_docs.ipynb #49119613
 def nav(pages: list[Page]) -> list:
     "MkDocs' `nav`: Home, the chapters, each sub-folder, Talks (its index page first)."
     out, sections = [], {}
@@ -566,6 +583,7 @@ def nav(pages: list[Page]) -> list:
     return out + [{k: v} for k, v in sections.items()]
 
 
+# %% ../nbs/96_docs.ipynb #092d9e7b
 SITE_CSS = """/* qmind docs: room for 100-column code and figures at a laptop's 1280 px */
 .md-grid { max-width: 1440px; }
 .md-typeset pre > code { font-size: .74em; }
@@ -626,6 +644,7 @@ def _site_url() -> str:
     return f"{cfg.get('doc_host', '')}{cfg.get('doc_baseurl', '')}" if cfg.get("doc_host") else ""
 
 
+# %% ../nbs/96_docs.ipynb #dd55a46c
 def write_pages(pages: list[Page], proc: Path, docs: Path, site_url: str) -> int:
     """Every processed notebook as a Markdown page (and its images) under `docs`; returns the number
     of images."""
@@ -645,6 +664,7 @@ def write_pages(pages: list[Page], proc: Path, docs: Path, site_url: str) -> int
     return n
 
 
+# %% ../nbs/96_docs.ipynb #57a95f25
 def build_site(
     root: Path,
     out: Path | None = None,
@@ -736,6 +756,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+# %% ../nbs/96_docs.ipynb #669a6664
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
@@ -745,6 +766,7 @@ class _Server(http.server.ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+# %% ../nbs/96_docs.ipynb #5ebc6679
 def serve_site(
     site: Path, port: int = 0, host: str = "127.0.0.1"
 ) -> http.server.ThreadingHTTPServer:

@@ -56,6 +56,7 @@ class ModelInputError(UserError, ValueError):
         super().__init__(f"{tensor}: {detail}")
 
 
+# %% ../nbs/39_encodings.ipynb #e4ca0b91
 _KINDS = {
     "float": ("a floating point", lambda d: d.is_floating_point),
     "int": (
@@ -97,6 +98,7 @@ def choice(value, enum: type[Enum], key: str) -> str:
         ) from None
 
 
+# %% ../nbs/39_encodings.ipynb #6cdd758c
 MATERIAL_ENCS = tuple(e.value for e in MaterialEnc)
 COND_ENCS = tuple(e.value for e in ThemeEnc)  # theme and lighting
 _DEFAULT = ModelConfig()  # the defaults: one place, the config dataclass
@@ -137,6 +139,7 @@ class Encodings:
         )
 
 
+# %% ../nbs/39_encodings.ipynb #40cb0a61
 def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
     """A `ModelConfig`: `cfg` (the dataclass or its OmegaConf form; None: the defaults) with
     `changes`, e.g. `size="small"`."""
@@ -196,6 +199,7 @@ class Encoded(NamedTuple):
     vec: torch.Tensor | None
 
 
+# %% ../nbs/39_encodings.ipynb #2992aadc
 def _global_encoder(kind: str, n: int, dim: int, emb_dim: int) -> nn.Module | None:
     if kind == "id":
         return nn.Embedding(n, emb_dim)
@@ -338,6 +342,7 @@ def check(self: ConditionEncoder, cond: dict) -> None:
         self.check_ids(cond)
 
 
+# %% ../nbs/39_encodings.ipynb #f55ad95b
 @patch
 def check_ids(self: ConditionEncoder, cond: dict) -> None:
     """Raise `ModelInputError` unless every class, material, theme and lighting id is one this
@@ -410,6 +415,7 @@ def _planes(self: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
     return out
 
 
+# %% ../nbs/39_encodings.ipynb #bec361aa
 def _vec(self: ConditionEncoder, cond: dict) -> torch.Tensor | None:
     vs = []
     for name, proj in (("theme", self.theme_proj), ("lighting", self.lighting_proj)):
@@ -433,10 +439,12 @@ def _as_tensor(name, x):
     )
 
 
+# %% ../nbs/39_encodings.ipynb #6fa9e27b
 def _torch_dtype(np_dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, np_dtype)).dtype
 
 
+# %% ../nbs/39_encodings.ipynb #1f5b102c
 def prepare_batch(
     batch: dict, device=None, spec: ChannelSpec | None = None
 ) -> tuple[torch.Tensor, dict]:

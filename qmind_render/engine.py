@@ -78,6 +78,7 @@ def _project_spec() -> ChannelSpec:
     return load_spec()
 
 
+# %% ../nbs/10_engine.ipynb #db77a37b
 def engine_spec(spec: ChannelSpec | None = None) -> ChannelSpec:
     "`spec` (default: the project's channel spec) after checking that the engine can render it."
     spec = _project_spec() if spec is None else spec
@@ -125,6 +126,7 @@ def _exact(x: float, bits: int = 30) -> float:
     return round(r) / 2.0**bits
 
 
+# %% ../nbs/10_engine.ipynb #f1dc6630
 @functools.lru_cache(maxsize=None)
 def heading_table(n: int = N_HEADINGS) -> np.ndarray:
     "`[n, 2]` float64: cos and sin of heading k = k/n of a turn, identical on every machine."
@@ -194,6 +196,7 @@ def _parse_ascii(text: str) -> list[str]:
     return rows
 
 
+# %% ../nbs/10_engine.ipynb #c06a35f7
 def _from_ascii(cls, text: str, light: float = 1.0, heading: int = 0) -> World:
     "A one-sector world drawn as text (see above)."
     rows = _parse_ascii(text)
@@ -253,6 +256,7 @@ def _falloff(d):
     return FALLOFF2 / (FALLOFF2 + d * d)
 
 
+# %% ../nbs/10_engine.ipynb #8951482b
 @functools.lru_cache(maxsize=16)
 def _tables_for(H: int, W: int, dmax: float, ids: tuple[int, ...]) -> _Tables:
     focal = W / (2 * PLANE)
@@ -274,6 +278,7 @@ def _tables_for(H: int, W: int, dmax: float, ids: tuple[int, ...]) -> _Tables:
     )
 
 
+# %% ../nbs/10_engine.ipynb #a283decb
 def _tables(spec: ChannelSpec) -> _Tables:
     "The frame tables for an (already checked) spec."
     ids = tuple(spec.surface_id(c) for c in ("ceiling", "wall", "floor", "enemy")) + (
@@ -308,6 +313,7 @@ def _cast(grid, px, py, rdx, rdy):
     return (sdx - ddx if side == 0 else sdy - ddy), side, mx, my, lx, ly
 
 
+# %% ../nbs/10_engine.ipynb #3121a5d1
 @njit(cache=True)
 def _wall_u(px, py, d, rdx, rdy, side):
     "Where along the wall face the ray hit, in [0, 1), increasing left to right as seen."
@@ -325,6 +331,7 @@ def _q(x):
     return 0 if k < 0 else (UV_Q if k > UV_Q else k)
 
 
+# %% ../nbs/10_engine.ipynb #e60740ec
 @njit(cache=True)
 def _dbits(d, tab):
     "Stored depth (float16 bits) of perpendicular distance d."
@@ -380,6 +387,7 @@ def _silhouette(u, v):
     return bu * bu + bv * bv <= 1.0 or hu * hu + hv * hv <= 1.0
 
 
+# %% ../nbs/10_engine.ipynb #d94e4a0b
 @njit(cache=True)
 def _sprite_box(tx, ty, tab, H, W):
     """Screen columns x0..x1 and rows y0..y1 (inclusive, clipped) that an enemy at camera (tx, ty)
@@ -427,6 +435,7 @@ def _far_first(ty):
     return order
 
 
+# %% ../nbs/10_engine.ipynb #482c4a09
 @njit(cache=True)
 def _sprites(enemy, n, sector, slight, px, py, dx, dy, plx, ply, tab, out):
     "Project the n enemies into camera space and draw them far to near."
@@ -527,6 +536,7 @@ class Frames(NamedTuple):
         }
 
 
+# %% ../nbs/10_engine.ipynb #67ef411e
 def _alloc(T: int, B: int, H: int, W: int) -> Frames:
     u16, u8 = np.uint16, np.uint8
     return Frames(
@@ -557,6 +567,7 @@ def _draw_all(st, tab, out, t):
         _render(st, b, tab, o, out.zcol[t, b])
 
 
+# %% ../nbs/10_engine.ipynb #37cf3b3c
 def render_world(world: World, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
     "The frame a world shows before anyone moves."
     spec = engine_spec(spec)
@@ -579,6 +590,7 @@ def _open(grid, x, y):
     return grid[iy, ix] == 255
 
 
+# %% ../nbs/10_engine.ipynb #b92958a9
 @njit(cache=True)
 def _fits(grid, x, y, r):
     "Does a box of half-size r centred on (x, y) lie on open cells?"
@@ -590,6 +602,7 @@ def _fits(grid, x, y, r):
     )
 
 
+# %% ../nbs/10_engine.ipynb #c606d988
 @njit(cache=True)
 def _slide(grid, xy, dx, dy, r):
     "Move the box at xy by (dx, dy), one axis at a time."
@@ -619,6 +632,7 @@ def _act(grid, xy, ints, heading, a):
         _slide(grid, xy, -s * STRAFE_STEP, c * STRAFE_STEP, PLAYER_RADIUS)
 
 
+# %% ../nbs/10_engine.ipynb #75839723
 @njit(cache=True)
 def _move_enemies(grid, enemy, edir, n, heading, u):
     "Walk the n enemies one frame; u holds 2 uniforms per enemy from the motion stream."
@@ -686,6 +700,7 @@ def _steer(xy, ints, heading, path):
     return _TURN_R if cross > 0.0 else _TURN_L
 
 
+# %% ../nbs/10_engine.ipynb #52b04384
 @njit(cache=True)
 def _policy(grid, xy, ints, heading, floor, path, u):
     "The built-in player's next action; u holds the frame's 4 policy uniforms."
@@ -729,6 +744,7 @@ def episode_streams(seed: int) -> list[np.random.Generator]:
     return np.random.default_rng(seed).spawn(4)
 
 
+# %% ../nbs/10_engine.ipynb #11534ca7
 class Runner:
     "B worlds, their motion and policy streams, and the tables: advances them T frames at a time."
 

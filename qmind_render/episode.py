@@ -64,6 +64,7 @@ def _apart(a, b) -> bool:
     return ay + ah < by or by + bh < ay or ax + aw < bx or bx + bw < ax
 
 
+# %% ../nbs/11_episode.ipynb #ab94dd18
 def _place_rooms(rng: np.random.Generator, m: int) -> list[tuple[int, int, int, int]]:
     rooms = []
     for _ in range(60):
@@ -81,6 +82,7 @@ def _centre(room) -> tuple[int, int]:
     return room[0] + room[2] // 2, room[1] + room[3] // 2
 
 
+# %% ../nbs/11_episode.ipynb #a3141569
 def _dig(open_, sector, ys, xs, sid):
     "Open the cells (ys, xs); the ones that were walls join sector `sid`."
     new = ~open_[ys, xs]
@@ -88,6 +90,7 @@ def _dig(open_, sector, ys, xs, sid):
     open_[ys, xs] = True
 
 
+# %% ../nbs/11_episode.ipynb #1e189bf3
 def _corridor(open_, sector, a, b, sid, flip: bool, wide: bool):
     "An L-shaped corridor from cell a to cell b (row leg first unless `flip`), 1 or 2 cells wide."
     (ay, ax), (by, bx) = a, b
@@ -149,6 +152,7 @@ def _grow(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+# %% ../nbs/11_episode.ipynb #5939f70c
 def _walls(open_, sector, n_sectors, pillars, rng, allowed):
     """Wall materials: each sector draws one from `allowed`; a wall takes the first sector it
     borders."""
@@ -194,6 +198,7 @@ def check_seed(seed, name: str = "seed") -> int:
     return int(seed)
 
 
+# %% ../nbs/11_episode.ipynb #6bf3adf3
 def _check_materials(materials, n: int) -> np.ndarray:
     "The allowed wall material ids, sorted and unique (default: all of 0..n-1)."
     if materials is None:
@@ -209,6 +214,7 @@ def _check_materials(materials, n: int) -> np.ndarray:
     return np.unique(np.asarray(ids, dtype=np.int64)).astype(np.uint8)
 
 
+# %% ../nbs/11_episode.ipynb #3bbb07fb
 def make_world(
     seed: int, materials: Sequence[int] | None = None, spec: ChannelSpec | None = None
 ) -> World:
@@ -246,6 +252,7 @@ def _check_count(n, name: str = "n_frames") -> int:
     return int(n)
 
 
+# %% ../nbs/11_episode.ipynb #b0c0967d
 def _chunks(runner: Runner, n: int) -> Iterator[Frames]:
     """Buffers of about CHUNK frames at a time (at least one step of every world), until n steps are
     done."""
@@ -254,6 +261,7 @@ def _chunks(runner: Runner, n: int) -> Iterator[Frames]:
         yield runner.run(min(T, n - t0))[0]
 
 
+# %% ../nbs/11_episode.ipynb #5f4a333c
 def _episode(runner: Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
     for out in _chunks(runner, n):
         for t in range(out.surface.shape[0]):
@@ -272,12 +280,14 @@ def render_episode(
     return _episode(Runner([make_world(seed, materials, spec)], [seed], spec), n)
 
 
+# %% ../nbs/11_episode.ipynb #1bd6076c
 def _batch(runner: Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
     for out in _chunks(runner, n):
         for t in range(out.surface.shape[0]):
             yield out.frame(t)
 
 
+# %% ../nbs/11_episode.ipynb #556c84e0
 def render_batch(
     seeds: Sequence[int],
     n_frames: int,
@@ -316,6 +326,7 @@ def episode_hashes(
     return {c: h.hexdigest() for c, h in hs.items()}
 
 
+# %% ../nbs/11_episode.ipynb #86bffdfb
 def golden_record(spec: ChannelSpec | None = None) -> dict:
     "What the goldens file holds: versions, size and the hashes of `GOLDEN_CASES`."
     spec = engine_spec(spec)
@@ -343,6 +354,7 @@ def default_golden_path() -> Path:
     return Path(__file__).resolve().parents[1] / "tests" / "golden" / "engine_hashes.json"
 
 
+# %% ../nbs/11_episode.ipynb #597e3139
 def check_goldens(path: str | Path | None = None) -> list[str]:
     "Differences between the goldens file and this engine (empty when they agree)."
     path = Path(path or default_golden_path())
@@ -372,6 +384,7 @@ def check_goldens(path: str | Path | None = None) -> list[str]:
     return diffs
 
 
+# %% ../nbs/11_episode.ipynb #63ce57b9
 def regen_goldens(path: str | Path | None = None, force: bool = False) -> Path:
     "Write the goldens file; refuses new hashes under an unchanged ENGINE_VERSION unless `force`."
     path, new = Path(path or default_golden_path()), golden_record()
@@ -402,6 +415,7 @@ def _machine() -> dict:
     }
 
 
+# %% ../nbs/11_episode.ipynb #6feae9ef
 def _rate(make, frames: int, repeats: int, H: int, W: int) -> dict:
     """Median frames/s (and pixels/s) over `repeats` runs of the iterator `make(r)`, each `frames`
     frames."""

@@ -81,6 +81,7 @@ def as_float(rgb, device=None) -> torch.Tensor:
     return x.to(x.device if device is None else device).permute(0, 3, 1, 2).float() / 255
 
 
+# %% ../nbs/60_evaluate.ipynb #e99c22c8
 def psnr(pred: torch.Tensor, target: torch.Tensor, cap: float = 100.0) -> torch.Tensor:
     "Per-frame PSNR in dB (capped: identical frames give `cap`)."
     from torchmetrics.functional.image import peak_signal_noise_ratio as tm_psnr
@@ -89,6 +90,7 @@ def psnr(pred: torch.Tensor, target: torch.Tensor, cap: float = 100.0) -> torch.
     return out.nan_to_num(cap, posinf=cap).clamp(max=cap)
 
 
+# %% ../nbs/60_evaluate.ipynb #c94ee3aa
 def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     "Per-frame SSIM (torchmetrics, Gaussian window 11, σ 1.5)."
     from torchmetrics.functional.image import structural_similarity_index_measure as tm_ssim
@@ -109,6 +111,7 @@ def lpips_available() -> bool:
     return any(hub.glob("alexnet-*.pth"))
 
 
+# %% ../nbs/60_evaluate.ipynb #c2d14be3
 def lpips(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
     "Per-frame LPIPS (AlexNet) when available, else None."
     if not lpips_available():
@@ -144,6 +147,7 @@ class EvalError(UserError, ValueError):
     "What was asked for cannot be evaluated; the message says what is missing."
 
 
+# %% ../nbs/60_evaluate.ipynb #33b4f0dd
 @dataclass
 class Loaded:
     cfg: object
@@ -176,6 +180,7 @@ class Loaded:
         )
 
 
+# %% ../nbs/60_evaluate.ipynb #9df604e7
 def eval_batch(device) -> int:
     """Frames per rendering batch: 256 on a GPU (it needs width); 32 on a CPU, where bigger batches
     fall out of cache (500 frames of `small` at 4 steps: 7.7 s at 32, 11 s at 100, 14 s at 250,
@@ -228,6 +233,7 @@ def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
     return np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
 
 
+# %% ../nbs/60_evaluate.ipynb #cfc1db95
 def gather(ds, idx: np.ndarray, shards=None) -> dict:
     """The samples at global indices `idx`, as one batch of tensors; pass a `ShardBatches` as
     `shards` to read each shard once."""
@@ -307,6 +313,7 @@ class FactorNet(torch.nn.Module):
         return {k: head(h) for k, head in self.heads.items()}
 
 
+# %% ../nbs/60_evaluate.ipynb #ee8b407c
 def factor_labels(batch: dict, n_materials: int) -> dict[str, torch.Tensor]:
     "theme, lighting and the single wall material of each frame (-1 where there isn't exactly one)."
     present = torch.stack(
@@ -329,6 +336,7 @@ def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     )
 
 
+# %% ../nbs/60_evaluate.ipynb #7339c016
 def train_classifier(
     frames: torch.Tensor, labels: dict, sizes: dict, steps: int, seed: int = 0, batch: int = 32
 ) -> FactorNet:
@@ -351,6 +359,7 @@ def train_classifier(
     return net.eval()
 
 
+# %% ../nbs/60_evaluate.ipynb #b581ee3d
 def accuracy(net: FactorNet, frames: torch.Tensor, labels: dict) -> dict[str, float]:
     "Per-factor accuracy (frames whose label is -1 are left out)."
     with torch.inference_mode():
@@ -384,6 +393,7 @@ def score(pred_u8, batch: dict) -> dict:
     }
 
 
+# %% ../nbs/60_evaluate.ipynb #beb6fe39
 def summarise(s: dict) -> dict:
     return {
         "psnr": float(np.mean(s["psnr"])),
@@ -393,6 +403,7 @@ def summarise(s: dict) -> dict:
     }
 
 
+# %% ../nbs/60_evaluate.ipynb #7ce94743
 def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
     "Mean of a per-frame value over the frames showing each cell (NaN where none do)."
     cells = np.asarray(cells, dtype=float)
@@ -442,6 +453,7 @@ def _classifiers(
     ), sizes
 
 
+# %% ../nbs/60_evaluate.ipynb #005f93a0
 def _fit_baseline(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000) -> MeanColour:
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
     return MeanColour(ld.ds.manifest.grid["theme"]).fit(gather(ld.ds, pick, shards))
@@ -486,6 +498,7 @@ def _part(
     return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
 
 
+# %% ../nbs/60_evaluate.ipynb #c46edc82
 def evaluate(
     target: str | Path,
     overrides: list[str] = (),
@@ -583,6 +596,7 @@ def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> d
     return pics
 
 
+# %% ../nbs/60_evaluate.ipynb #989858de
 def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
     if ld.cfg.tracker != "wandb":
         return  # a str enum: != compares its value
@@ -668,6 +682,7 @@ def _scores(name: str, d: dict) -> dict:
     }
 
 
+# %% ../nbs/60_evaluate.ipynb #adb944aa
 def _accuracy(name: str, part: str, a: dict) -> dict:
     return {
         "frames": name,
@@ -676,6 +691,7 @@ def _accuracy(name: str, part: str, a: dict) -> dict:
     }
 
 
+# %% ../nbs/60_evaluate.ipynb #810b321a
 def report_md(res: dict, ld: Loaded) -> str:
     "The report as Markdown (tables, then the pictures)."
     table, steps = (lambda rows: format_table(rows, markdown=True)), res["ddim_steps"]

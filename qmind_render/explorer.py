@@ -87,6 +87,7 @@ def cell_grid(channels: dict, material: int, grid: FactorGrid | None = None) -> 
     return mosaic([[skin(ch, t, l) for l in grid.lightings] for t in grid.themes])
 
 
+# %% ../nbs/22_explorer.ipynb #b0d36f2b
 def swatch_grid(lighting: dict, grid: FactorGrid | None = None, **wall) -> np.ndarray:
     "Flat walls of every material (columns) in every theme (rows) under `lighting`."
     grid = grid or load_grid()
@@ -111,6 +112,7 @@ def _frames(frames):
         yield from frames
 
 
+# %% ../nbs/22_explorer.ipynb #907f7575
 def write_pngs(
     frames,
     out_dir: str | Path,
@@ -221,6 +223,7 @@ def _pin(core):
     return before
 
 
+# %% ../nbs/22_explorer.ipynb #2cec8ad3
 def bench_skinner(
     frames: int = 1024, repeats: int = 7, source: str = "corridor", core: int | None = 0
 ) -> dict:

@@ -26,6 +26,7 @@ def _countable_attention():
     return sdpa_kernel([SDPBackend.MATH])
 
 
+# %% ../nbs/42_flops.ipynb #632b2422
 def forward_flops(model: ConditionalUNet, batch: int = 1) -> float:
     "Forward FLOPs per frame (FlopCounterMode; a multiply-add counts 2)."
     from torch.utils.flop_counter import FlopCounterMode
@@ -44,6 +45,7 @@ def forward_flops(model: ConditionalUNet, batch: int = 1) -> float:
     return fc.get_total_flops() / batch
 
 
+# %% ../nbs/42_flops.ipynb #fa0e2964
 def train_flops(model, x0, cond, diffusion) -> float:
     "FLOPs of one training step's forward + backward, counted (FlopCounterMode)."
     from torch.utils.flop_counter import FlopCounterMode
@@ -56,6 +58,7 @@ def train_flops(model, x0, cond, diffusion) -> float:
     return fc.get_total_flops()
 
 
+# %% ../nbs/42_flops.ipynb #f696f5ee
 def size_table(cfg=None, spec=None, tables=None) -> list[dict]:
     "Parameters and forward GFLOPs per 64×64 frame for every registered size."
     out = []

@@ -39,6 +39,7 @@ def _action_index(action) -> int:
     )
 
 
+# %% ../nbs/12_game.ipynb #e8fd2329
 class Game:
     "One world, played a frame at a time."
 
@@ -63,6 +64,7 @@ def _step(self: Game, action: str | int | None = None) -> dict[str, np.ndarray]:
     return out.frame(0, 0)
 
 
+# %% ../nbs/12_game.ipynb #9df1202a
 def _channels(self: Game) -> dict[str, np.ndarray]:
     "The channels of the current state (nothing moves)."
     out = self._runner.draw()
@@ -81,6 +83,7 @@ def _player(self: Game) -> tuple[float, float, float]:
     return x, y, float(h * 360 / N_HEADINGS)
 
 
+# %% ../nbs/12_game.ipynb #f9353f6d
 @property
 def _enemies(self: Game) -> np.ndarray:
     "Enemy positions, [E, 2] (x, y)."
@@ -149,6 +152,7 @@ def render_parser() -> argparse.ArgumentParser:
     return p
 
 
+# %% ../nbs/12_game.ipynb #3ce855b5
 def write_episode(args) -> int:
     if args.frames < 1 or args.every < 1 or args.scale < 1:
         raise ValueError("--frames, --every and --scale must be >= 1")

@@ -82,6 +82,7 @@ class ShardJob:
     fingerprint: str
 
 
+# %% ../nbs/35_generate.ipynb #21eadced
 def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
     "One episode's engine channels and factor labels (not yet skinned)."
     from qmind_render.episode import render_episode
@@ -103,6 +104,7 @@ def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[
     return out
 
 
+# %% ../nbs/35_generate.ipynb #cea226b9
 def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
     """Add the skinned frames and the factor cells, painting all frames of one (theme, lighting) in
     one call."""
@@ -129,6 +131,7 @@ def _grid():
     return load_grid()
 
 
+# %% ../nbs/35_generate.ipynb #f396a0e3
 def make_shard(job: ShardJob) -> ShardInfo:
     "Worker: render, skin and write one shard into the staging folder, with its record."
     spec, grid = load_spec(), _grid()
@@ -143,6 +146,7 @@ def make_shard(job: ShardJob) -> ShardInfo:
     return info
 
 
+# %% ../nbs/35_generate.ipynb #80579176
 def _reusable(job: ShardJob) -> ShardInfo | None:
     rec = Path(job.staging) / f".shard-{job.index:05d}.npz.json"
     if not rec.is_file():
@@ -165,6 +169,7 @@ def plan_shards(cfg: DataConfig, staging: Path, fingerprint: str) -> list[ShardJ
     ]
 
 
+# %% ../nbs/35_generate.ipynb #df54af64
 def generator_record(cfg: DataConfig, shape) -> tuple[dict, str]:
     """What makes a dataset's bytes (recipe, engine and skinner versions, grid, commit), and its
     fingerprint."""
@@ -194,6 +199,7 @@ def check_workers(n: int | None, option: str = "--workers") -> int | None:
     return n
 
 
+# %% ../nbs/35_generate.ipynb #959bb072
 def generate(
     cfg, workers: int | None = None, cache: Path | None = None, progress: bool = True
 ) -> Manifest:

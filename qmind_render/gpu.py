@@ -80,12 +80,14 @@ def loop_config(
     ]
 
 
+# %% ../nbs/77_gpu.ipynb #1efa5a7b
 def _data(cfg) -> None:
     "Generate the config's dataset unless the store has it."
     if cfg.data.dataset not in list_datasets(open_store(cfg.data.store)):
         generate(cfg.data, progress=False)
 
 
+# %% ../nbs/77_gpu.ipynb #aa0bfcc3
 def loop_throughput(overrides: list[str], root: Path) -> dict:
     """Train the run `overrides` describe with `train`; its samples/s (median of the log lines after
     the first) and step time."""
@@ -114,6 +116,7 @@ def _self_device_us(e) -> float:
     )
 
 
+# %% ../nbs/77_gpu.ipynb #7fc813c9
 def profile_steps(
     overrides: list[str], root: Path, steps: int = 5, warmup: int = 3, top: int = 12
 ) -> dict:
@@ -177,6 +180,7 @@ def _part(r: dict, name: str, fn: Callable, out: Path | None, log) -> None:
     _save(r, out)
 
 
+# %% ../nbs/77_gpu.ipynb #efc66bb6
 def _save(r: dict, out: Path | None) -> None:
     """The results so far to `out` (when given), whole or not at all: a bench stopped part-way
     leaves every finished part."""
@@ -184,6 +188,7 @@ def _save(r: dict, out: Path | None) -> None:
         atomic_write(out, json.dumps(r, indent=1, default=str))
 
 
+# %% ../nbs/77_gpu.ipynb #0c49ab2c
 def _model_part(device: str, size: str, batches, compiles, peak_n: int, iters: int = 10) -> dict:
     keep = (
         "step_s",
@@ -317,6 +322,7 @@ def run_recipe(root: Path, config: str = "gpu", overrides: list[str] = ()) -> di
     }
 
 
+# %% ../nbs/77_gpu.ipynb #658735d8
 def curve_figure(rows: list[dict], title: str = "PSNR against minutes of training"):
     "The recipe's curve: held-out and training-cell PSNR (2 DDIM steps) of each kept checkpoint."
     from matplotlib.figure import Figure
@@ -359,6 +365,7 @@ def _dig(d, *keys):
     return d
 
 
+# %% ../nbs/77_gpu.ipynb #36637bb8
 def _values(r: dict) -> dict:
     "The measured value behind each goal (None where this result has none)."
     s, loop = r.get("sampler", {}), r.get("loop", {})
@@ -386,6 +393,7 @@ def _values(r: dict) -> dict:
     }
 
 
+# %% ../nbs/77_gpu.ipynb #9d2cb2c1
 def targets(r: dict) -> dict:
     "Each goal with its measured value and whether it is met (None: not measured in this result)."
     out = {}

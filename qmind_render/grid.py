@@ -74,6 +74,7 @@ class LightingError(UserError, ValueError):
         super().__init__(f"lighting {lighting!r}: field '{fld}': {detail} (grid.LIGHTING_SCHEMA)")
 
 
+# %% ../nbs/15_grid.ipynb #c93a42e4
 def validate_lighting(record: dict) -> dict:
     "Check a lighting record; raise `LightingError` naming the field. Returns `record`."
     import jsonschema
@@ -155,6 +156,7 @@ def grid_path() -> Path:
     return Path(qmind_render.__file__).resolve().parent / "assets" / "grid.yaml"
 
 
+# %% ../nbs/15_grid.ipynb #fd879dd5
 def _lookup(names: list[str], key, what: str) -> int:
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and 0 <= key < len(names):
         return int(key)
@@ -218,6 +220,7 @@ def _check_records(records, what: str, check, path: Path) -> None:
         raise ValueError(f"{path}: {what} names must be unique; repeated: {dup}")
 
 
+# %% ../nbs/15_grid.ipynb #2615211d
 def load_grid(path: str | Path | None = None) -> FactorGrid:
     "Load and validate the factor grid (default: the one shipped with the package)."
     path = Path(path) if path else grid_path()

@@ -72,6 +72,7 @@ class EpochPlans:
         return self._plan[b]
 
 
+# %% ../nbs/34_loader.ipynb #881dab94
 class ShardBatches:
     """Map-style dataset whose item `b` is batch `b` of a plan (a list, or `EpochPlans`), gathered
     from a few shards held in memory."""
@@ -117,6 +118,7 @@ def __getitem__(self: ShardBatches, b: int) -> dict:
     )
 
 
+# %% ../nbs/34_loader.ipynb #0f6b62b5
 @patch
 def take(self: ShardBatches, idx: np.ndarray, where: str = "samples") -> dict:
     """The samples at global indices `idx`, in that order, as tensors; shards are read once and kept

@@ -52,6 +52,7 @@ def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000.0) 
     return torch.cat([a.cos(), a.sin()], -1)
 
 
+# %% ../nbs/40_model.ipynb #0855c953
 def _zero(m: nn.Module) -> nn.Module:
     for p in m.parameters():
         nn.init.zeros_(p)
@@ -107,6 +108,7 @@ class Attention(nn.Module):
         return x + self.proj(h).transpose(1, 2).view(B, C, H, W)
 
 
+# %% ../nbs/40_model.ipynb #8fe92257
 class Down(nn.Conv2d):
     "Halve the resolution: a strided 3×3 conv."
 
@@ -117,6 +119,7 @@ class Down(nn.Conv2d):
         return super().forward(x)
 
 
+# %% ../nbs/40_model.ipynb #2a020b86
 class Up(nn.Conv2d):
     "Double the resolution: nearest-neighbour upsampling, then a 3×3 conv."
 
@@ -350,5 +353,6 @@ def build_model(
     )
 
 
+# %% ../nbs/40_model.ipynb #a9556c95
 def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

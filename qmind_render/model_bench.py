@@ -75,6 +75,7 @@ def diffusers_twin(model: ConditionalUNet):
     )
 
 
+# %% ../nbs/46_model_bench.ipynb #1173c57a
 class _DiffusersAdapter(nn.Module):
     "Makes UNet2DModel look like ours to `diffusion_loss`: same encoder, its U-Net."
 
@@ -101,6 +102,7 @@ def _stepper(model, x0, cond, autocast=None, seed: int = 0):
     return lambda: train_step(model, opt, d, x0, cond, g, autocast)
 
 
+# %% ../nbs/46_model_bench.ipynb #2ff53e6c
 def _time_train(model, x0, cond, iters, warmup, autocast=None, compile=False, seed=0) -> float:
     """Median seconds of a training step (after `warmup` steps); `compile` compiles the model in
     place first, as training does."""
@@ -135,6 +137,7 @@ def _cpu_variants(size: str, batch: int, compile: bool):
     return v
 
 
+# %% ../nbs/46_model_bench.ipynb #6b73b935
 def bench_cpu(
     size: str = "small",
     batch: int = 8,

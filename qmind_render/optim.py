@@ -54,6 +54,7 @@ class EMA(AveragedModel):
         self.n_averaged += 1 if finite is None else finite.long()
 
 
+# %% ../nbs/44_optim.ipynb #d4217c0e
 def make_ema(model: nn.Module, decay: float, warmup: int = 0) -> EMA:
     "An `EMA` of `model` with `decay` (training's: `train.ema`) and `warmup` as above."
     return EMA(model, decay, warmup)
@@ -70,6 +71,7 @@ def make_optimizer(
     return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
 
 
+# %% ../nbs/44_optim.ipynb #8e083fac
 def masked_step(opt: torch.optim.Optimizer, finite: torch.Tensor) -> None:
     """Step `opt` unless `finite` (0-dim bool tensor) is False; a fused optimiser decides on the
     device, others on the host."""

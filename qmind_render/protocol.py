@@ -53,6 +53,7 @@ class RequestError(UserError, ValueError):
         self.where, self.msg, self.status = where, msg, status
 
 
+# %% ../nbs/70_protocol.ipynb #9f5d2046
 @dataclass
 class RenderItem:
     """One frame to render: validated channels [H, W(, 2)], theme and lighting ids, noise seed, DDIM
@@ -65,6 +66,7 @@ class RenderItem:
     steps: int = field(kw_only=True)
 
 
+# %% ../nbs/70_protocol.ipynb #d0fbe376
 MAX_STEPS = 16  # per request; more is never interactive and lets one client occupy the server
 
 
@@ -85,6 +87,7 @@ def factor_id(names: list[str], key, what: str) -> int:
     raise RequestError(what, f"unknown {what} {key[:40]!r}; one of {', '.join(names)}")
 
 
+# %% ../nbs/70_protocol.ipynb #99b6eb45
 def int_field(v, what: str, lo: int, hi: int) -> int:
     "`v` when it is an integer in `lo`..`hi` (not a bool); `RequestError` naming `what` otherwise."
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -92,6 +95,7 @@ def int_field(v, what: str, lo: int, hi: int) -> int:
     return v
 
 
+# %% ../nbs/70_protocol.ipynb #21ede677
 def render_item(
     channels: dict, theme, lighting, grid, spec: ChannelSpec, seed=0, *, steps: int
 ) -> RenderItem:
@@ -129,6 +133,7 @@ def error_response(e: RequestError, retry_after: int | None = None) -> Response:
     )
 
 
+# %% ../nbs/70_protocol.ipynb #4b171528
 def close_reason(text: str) -> str:
     "A WebSocket close reason: at most 120 bytes of UTF-8 that cannot fail to encode."
     return text.encode("utf-8", "replace")[:120].decode("utf-8", "ignore")
@@ -150,6 +155,7 @@ def _check_text(s: str, where: str, status: int):
             ) from None
 
 
+# %% ../nbs/70_protocol.ipynb #e26c331f
 def parse_json(
     text: str | bytes, where: str = "body", status: int = 400, max_depth: int = MAX_JSON_DEPTH
 ):
@@ -191,6 +197,7 @@ def encode_array(a: np.ndarray) -> dict:
     }
 
 
+# %% ../nbs/70_protocol.ipynb #aad47b82
 def decode_array(d, where: str, max_elems: int = 1 << 16) -> np.ndarray:
     "The array a JSON object describes, or `RequestError` naming `where`."
     if not isinstance(d, dict) or not {"dtype", "shape", "data"} <= set(d):
@@ -223,6 +230,7 @@ def decode_array(d, where: str, max_elems: int = 1 << 16) -> np.ndarray:
     return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape)
 
 
+# %% ../nbs/70_protocol.ipynb #5708c1dd
 def render_request(
     channels: dict, theme, lighting, seed: int = 0, steps: int | None = None, format: str = "png"
 ) -> dict:
@@ -273,6 +281,7 @@ def parse_render(body: bytes, grid, spec, steps: int) -> tuple[RenderItem, str]:
     ), fmt
 
 
+# %% ../nbs/70_protocol.ipynb #cd7ba7b5
 def encode_frame(frame: np.ndarray, fmt: str) -> tuple[bytes, str]:
     "A frame as `/render` answers it: its bytes and media type, PNG or `.npy` (exact values)."
     buf = io.BytesIO()
@@ -314,6 +323,7 @@ def parse_play_message(text: str, grid) -> dict:
     return out
 
 
+# %% ../nbs/70_protocol.ipynb #8cc0447d
 # ASCII digits only: "²".isdigit() is True and int("²") raises
 DIGITS = re.compile(r"[0-9]{1,19}")
 

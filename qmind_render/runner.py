@@ -53,6 +53,7 @@ def _hash_tree(h, path: Path) -> None:
         h.update(f.read_bytes())
 
 
+# %% ../nbs/94_runner.ipynb #aeff1a1d
 def library_fingerprint(root: Path) -> str:
     """A hash of what a notebook's outputs depend on besides itself: the library, contracts, sweeps,
     pyproject, nbdev."""

@@ -41,10 +41,12 @@ def fast_dtype(device="cpu") -> torch.dtype:
     return precision_dtype("auto", device)
 
 
+# %% ../nbs/43_sampler.ipynb #87845f84
 def _vec_or_zeros(model, e) -> torch.Tensor:
     return e.vec if e.vec is not None else e.planes.new_zeros(e.planes.shape[0], model.net.emb_dim)
 
 
+# %% ../nbs/43_sampler.ipynb #f50e9ba4
 class InferenceNet(torch.nn.Module):
     """The network as samplers call it: float32 (x_t, t, planes, vec) in, float32 out; weights in
     `dtype` (a copy when not float32)."""
@@ -70,6 +72,7 @@ class SamplerError(UserError, ValueError):
     change."""
 
 
+# %% ../nbs/43_sampler.ipynb #50c4b779
 # batch sizes a sampler captures by default: serve's micro-batches (max_batch 8)
 BUCKETS = (1, 2, 4, 8)
 
@@ -229,6 +232,7 @@ def _inputs(model: ConditionalUNet, B: int, seed: int = 0) -> tuple[dict, torch.
     ).to(dev)
 
 
+# %% ../nbs/43_sampler.ipynb #fb82d0db
 def ddim_latency(sampler: GraphSampler, steps=(1, 2, 4), batches=(1,), iters: int = 10) -> dict:
     """Median ms per call of `sampler` for each batch size and step count: `b{B}_s{K}_ms` (B = 1:
     what a player waits)."""

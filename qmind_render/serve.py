@@ -114,10 +114,12 @@ class Served:
         return f"{run_dir_of(p).name}/{p.name}"
 
 
+# %% ../nbs/71_serve.ipynb #a271045b
 class ServeError(UserError, ValueError):
     "A server cannot start as asked; the message says why."
 
 
+# %% ../nbs/71_serve.ipynb #228236d6
 def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Served:
     """The EMA model of a checkpoint file or a run dir's latest checkpoint; None: the model that
     ships with the package."""
@@ -147,6 +149,7 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
     )
 
 
+# %% ../nbs/71_serve.ipynb #aa4658b6
 def find_run_eval(path: Path) -> dict | None:
     "The eval.json of the run a checkpoint belongs to, if it evaluates this checkpoint; else None."
     ev_path = run_dir_of(path) / "eval" / "eval.json"
@@ -157,6 +160,7 @@ def find_run_eval(path: Path) -> dict | None:
     return ev if Path(ev.get("checkpoint", "")).name == Path(path).name else None
 
 
+# %% ../nbs/71_serve.ipynb #e63c1e72
 def _shipped_served(device: str = "cpu") -> Served:
     from qmind_render.grid import load_grid
 
@@ -180,6 +184,7 @@ def _shipped_served(device: str = "cpu") -> Served:
     )
 
 
+# %% ../nbs/71_serve.ipynb #8d172c49
 def random_served(
     size: str = "small", seed: int = 0, overrides: list[str] = (), device: str = "cpu"
 ) -> Served:
@@ -221,6 +226,7 @@ def _metrics(ev: dict) -> dict:
     return out | {"gap": {k: round(v, 2) for k, v in ev["gap"].items()}}
 
 
+# %% ../nbs/71_serve.ipynb #90de35b7
 def ship(
     run_dir: str | Path,
     out: str | Path | None = None,
@@ -265,6 +271,7 @@ def ship(
     return save_sealed(blob, Path(out or shipped_path()))
 
 
+# %% ../nbs/71_serve.ipynb #2ef97fad
 def ship_main(argv: list[str]) -> int:
     "`qmind ship RUN_DIR [--out FILE] [--trained-on TEXT]`"
     import argparse
@@ -311,6 +318,7 @@ def eager_net(served: Served, bf16: bool = False) -> Callable:
     return InferenceNet(served.model, torch.bfloat16 if bf16 else torch.float32).eval()
 
 
+# %% ../nbs/71_serve.ipynb #c822164e
 def _example_inputs(served: Served, batch: int, device="cpu", seed: int = 0) -> tuple:
     m, (H, W), g = served.model, served.spec.size, torch.Generator().manual_seed(seed)
     return tuple(
@@ -324,6 +332,7 @@ def _example_inputs(served: Served, batch: int, device="cpu", seed: int = 0) -> 
     )
 
 
+# %% ../nbs/71_serve.ipynb #6fb053fe
 def compiled_path(served: Served, cache: str | Path | None = None) -> Path:
     """Where the compiled package for `served` lives: `cache` (default `$QMIND_CACHE/aoti`) /
     size-key.pt2, the key a hash of the weights, the network's code, the frame and conditioning
@@ -361,6 +370,7 @@ def compiled_path(served: Served, cache: str | Path | None = None) -> Path:
     return Path(cache or default_cache_dir() / "aoti") / f"{m.size_name}-{h.hexdigest()[:20]}.pt2"
 
 
+# %% ../nbs/71_serve.ipynb #ed554379
 def compile_package(served: Served, path: str | Path, log=print) -> Path:
     """Export the bf16 (or fp32) `InferenceNet` with a dynamic batch and compile it with AOTInductor
     into `path`, atomically."""
@@ -384,6 +394,7 @@ def compile_package(served: Served, path: str | Path, log=print) -> Path:
     return path
 
 
+# %% ../nbs/71_serve.ipynb #0b9dddd5
 def compiled_net(served: Served, cache: str | Path | None = None, log=print) -> Callable:
     """The network compiled. On a CPU: ahead of time (AOTInductor, frozen bf16 weights where the
     hardware has bf16), for any batch up to `AOT_MAX_BATCH`; from the cache when this exact network
@@ -403,6 +414,7 @@ def compiled_net(served: Served, cache: str | Path | None = None, log=print) -> 
     return _aoti_runner(compile_package(served, path, log))
 
 
+# %% ../nbs/71_serve.ipynb #5a370704
 _AOTI_LOADED: dict[tuple, Callable] = {}
 
 
@@ -422,6 +434,7 @@ def _aoti_runner(path: Path) -> Callable:
     return run
 
 
+# %% ../nbs/71_serve.ipynb #676a16a4
 def export_onnx(served: Served, path: str | Path | None = None) -> bytes:
     "The network as ONNX (dynamic batch); written to `path` too when given."
     buf, names = io.BytesIO(), ["x", "t", "planes", "vec"]
@@ -446,6 +459,7 @@ def export_onnx(served: Served, path: str | Path | None = None) -> bytes:
     return data
 
 
+# %% ../nbs/71_serve.ipynb #b9323f35
 def onnx_net(served: Served, threads: int | None = None) -> Callable:
     "The network exported to ONNX, run by onnxruntime on the CPU."
     import onnxruntime as ort
@@ -470,6 +484,7 @@ def onnx_net(served: Served, threads: int | None = None) -> Callable:
     return run
 
 
+# %% ../nbs/71_serve.ipynb #7d328a0d
 def make_net(served: Served, backend: str, log=print) -> Callable:
     if backend == "eager":
         return eager_net(served)
@@ -494,6 +509,7 @@ def stack_cond(items: list[RenderItem], device="cpu") -> dict:
     return {k: v.to(device) for k, v in cond.items()}
 
 
+# %% ../nbs/71_serve.ipynb #c23289eb
 def start_noise(items: list[RenderItem], spec: ChannelSpec) -> torch.Tensor:
     "x_T for each item, from its own seed: [B, 3, H, W]."
     return torch.stack(
@@ -504,6 +520,7 @@ def start_noise(items: list[RenderItem], spec: ChannelSpec) -> torch.Tensor:
     )
 
 
+# %% ../nbs/71_serve.ipynb #ad938634
 def serve_buckets(max_batch: int) -> tuple[int, ...]:
     "The batch sizes a server captures: powers of two below `max_batch`, and `max_batch`."
     return tuple(
@@ -514,6 +531,7 @@ def serve_buckets(max_batch: int) -> tuple[int, ...]:
     )
 
 
+# %% ../nbs/71_serve.ipynb #ebf93efa
 class Renderer:
     """Batches of `RenderItem`s -> uint8 frames, with one network backend inside the sampler's DDIM
     loop."""
@@ -592,6 +610,7 @@ def time_backends(
     return out
 
 
+# %% ../nbs/71_serve.ipynb #7c5b7dcd
 def candidate_nets(
     served: Served, compile: bool | str = "cached", cache: str | Path | None = None, log=print
 ) -> dict[str, Callable]:
@@ -622,6 +641,7 @@ def candidate_nets(
     return nets
 
 
+# %% ../nbs/71_serve.ipynb #d27dd320
 def pick_backend(
     served: Served, max_batch: int = DEFAULT_MAX_BATCH, log=print, cache: str | Path | None = None
 ) -> tuple[str, Callable]:

@@ -54,6 +54,7 @@ async def _client(url: str, deadline: float, query: str, lat: list, errors: list
     return n
 
 
+# %% ../nbs/76_serve_bench.ipynb #59b46a8b
 async def _load(url: str, clients: int, seconds: float, steps: int) -> dict:
     import httpx
 
@@ -89,6 +90,7 @@ async def _load(url: str, clients: int, seconds: float, steps: int) -> dict:
     }
 
 
+# %% ../nbs/76_serve_bench.ipynb #46018cd4
 def load_test(
     url: str, clients: int = 8, seconds: float = 5.0, steps: int = ServeSettings.steps
 ) -> dict:

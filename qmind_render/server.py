@@ -28,6 +28,7 @@ def serve_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
+# %% ../nbs/75_server.ipynb #b021ac19
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on `host`:`port`, made at once; `ServeError` in one line when the port is
     taken or the host is wrong."""
@@ -68,6 +69,7 @@ def _uvicorn_config(app, settings: ServeSettings, log_level: str = "info"):
     )
 
 
+# %% ../nbs/75_server.ipynb #bc03bf2b
 def serve(
     served: Served,
     settings: ServeSettings | None = None,
@@ -113,6 +115,7 @@ def serve(
         raise app.state.qmind.error
 
 
+# %% ../nbs/75_server.ipynb #de1b7761
 class ServerThread:
     """`with ServerThread(served, settings) as url:` a live, warm server on a free loopback port,
     stopped on exit."""

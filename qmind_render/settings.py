@@ -53,6 +53,7 @@ def _is_host_name(h: str) -> bool:
         )
 
 
+# %% ../nbs/73_settings.ipynb #df5dc5f5
 @dataclass
 class ServeSettings:
     "What the server allows and how it batches; every value is checked here, before anything slow."
@@ -159,6 +160,7 @@ def _refusal(headers: Headers, s: ServeSettings) -> tuple[str, str] | None:
     return None
 
 
+# %% ../nbs/73_settings.ipynb #293d4cb9
 class AccessGuard:
     """ASGI middleware: a request whose Host or Origin is not allowed gets a 403, or its WebSocket
     is refused before it opens. `st` is the server's state: its `settings` and the `metrics` that
@@ -220,6 +222,7 @@ def _interface_addresses() -> list[str]:
     return out
 
 
+# %% ../nbs/73_settings.ipynb #9d1096a4
 def machine_names() -> tuple[str, ...]:
     """This machine's names and addresses, lower-case: loopback, its host name and FQDN and what
     they resolve to, its interfaces' addresses."""
@@ -234,6 +237,7 @@ def machine_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(n.lower().split("%")[0] for n in names if n))
 
 
+# %% ../nbs/73_settings.ipynb #a9d9c0bc
 def hosts_for(host: str) -> tuple:
     """The Host names a server bound to `host` answers to: loopback and `host`; bound to every
     interface, this machine's own."""

@@ -105,6 +105,7 @@ def corridor_frame(
     }
 
 
+# %% ../nbs/20_skinner.ipynb #a277a627
 def _add_enemy(surface, mat, u, v, d, H, W, dist=2.5):
     "An enemy `dist` cells ahead, drawn with the engine's silhouette (body ellipse, round head)."
     hs = 0.8 * H / dist  # sprite height (0.8 cells) in pixels
@@ -135,6 +136,7 @@ def _hash(i, j, salt):
     return h ^ (h >> 15)
 
 
+# %% ../nbs/20_skinner.ipynb #614751d3
 def _uniform(i, j, salt):
     "A number in [0, 1) per lattice point, in steps of 2^-16 (exact in float32)."
     return (_hash(i, j, salt) & 0xFFFF) / 65536.0
@@ -148,6 +150,7 @@ def _smooth(t):
     return t * t * (3.0 - 2.0 * t)
 
 
+# %% ../nbs/20_skinner.ipynb #c6cb86ea
 def _value_noise(n: int, cell: int, salt: int) -> np.ndarray:
     "Periodic value noise on an n × n texel grid, lattice every `cell` texels."
     P, t = n // cell, np.arange(n)
@@ -186,23 +189,27 @@ def _cell(x, P):
     return (i - P if i >= P else i), x - i
 
 
+# %% ../nbs/20_skinner.ipynb #331250ec
 @njit(cache=True)
 def _wrap(i, P):
     return i - P if i >= P else (i + P if i < 0 else i)
 
 
+# %% ../nbs/20_skinner.ipynb #af3ee30d
 @njit(cache=True)
 def _edge(f):
     "Distance from a fraction to the nearest cell border."
     return min(f, 1.0 - f)
 
 
+# %% ../nbs/20_skinner.ipynb #bca98742
 @njit(cache=True)
 def _bevel(e, half):
     "0 at a joint's edge, rising to 1 an eighth of a cell inside: rounded block edges."
     return min(1.0, (e - half) * 8.0)
 
 
+# %% ../nbs/20_skinner.ipynb #0ac72388
 @njit(cache=True)
 def _rnd(i, j, salt, RT):
     "The uniform number of lattice cell (i, j) for purpose `salt`."
@@ -210,6 +217,7 @@ def _rnd(i, j, salt, RT):
     return float(RT[(j + 31 * salt) & (N - 1), (i + 17 * salt) & (N - 1)])
 
 
+# %% ../nbs/20_skinner.ipynb #8baa43ba
 @njit(cache=True)
 def _nz(u, v, a, b, off, NZ):
     "Noise at (u, v), the table repeated a × b times per unit and shifted by `off` texels."
@@ -229,6 +237,7 @@ def _brick(u, v, n, mortar, RT):
     return 0.0, (0.72 + 0.4 * _rnd(c, r, 1, RT)) * (0.85 + 0.15 * _bevel(e, 0.5 * mortar))
 
 
+# %% ../nbs/20_skinner.ipynb #12f0f227
 @njit(cache=True)
 def _tile(u, v, n, mortar, RT):
     "Square tiles, 2n × 2n, checkered glaze, lit from above."
@@ -257,11 +266,13 @@ def _planks(u, v, n, mortar, grain, NZ, RT):
     )
 
 
+# %% ../nbs/20_skinner.ipynb #c609fcc6
 @njit(cache=True)
 def _jitter(c, key, salt, RT):
     return 0.3 * (_rnd(c, key, salt, RT) - 0.5)
 
 
+# %% ../nbs/20_skinner.ipynb #92e89db2
 @njit(cache=True)
 def _jittered(c, f, P, key, salt, RT):
     "A lattice whose border k sits at k + jitter: (cell index, distance to its nearest border)."
@@ -273,6 +284,7 @@ def _jittered(c, f, P, key, salt, RT):
     return c, min(f - j0, j1 - f)
 
 
+# %% ../nbs/20_skinner.ipynb #bb7fc727
 @njit(cache=True)
 def _stone(u, v, n, mortar, RT):
     "Random ashlar: 2n courses of varying height, each of n+1 blocks of varying width."
@@ -288,6 +300,7 @@ def _stone(u, v, n, mortar, RT):
     return 0.35 * h * h, (0.7 + 0.3 * _bevel(e, 0.5 * mortar)) * (0.78 + 0.4 * h)
 
 
+# %% ../nbs/20_skinner.ipynb #5c1688a5
 @njit(cache=True)
 def _metal(u, v, n, mortar, grain, NZ, RT):
     "Riveted panels, n × n, brushed along u, a sheen brightening upwards."
@@ -317,6 +330,7 @@ def _floor(u, v, n, mortar, RT):
     return 0.0, (0.8 + 0.35 * _rnd(i, j, 9, RT)) * (0.9 + 0.1 * _bevel(e, 0.5 * mortar))
 
 
+# %% ../nbs/20_skinner.ipynb #2096a235
 @njit(cache=True)
 def _ceiling(u, v, n, RT):
     "Beams every 1/n cell across u, boards (2n per cell) between."
@@ -327,6 +341,7 @@ def _ceiling(u, v, n, RT):
     return 0.0, (0.82 + 0.3 * _rnd(i, j, 10, RT)) * (0.8 + 0.2 * min(1.0, _edge(fy) * 12.0))
 
 
+# %% ../nbs/20_skinner.ipynb #43611d1f
 @njit(cache=True)
 def _enemy(u, v):
     """Sprite-local uv (the engine's silhouette: body ellipse, head above) -> (mix, shade, glowing
@@ -348,6 +363,7 @@ def repeats(scale: float) -> int:
     return max(1, int(scale + 0.5))
 
 
+# %% ../nbs/20_skinner.ipynb #40cbbc24
 def _theme_params(theme: dict) -> np.ndarray:
     p, pat = theme["palette"], theme["pattern"]
     rgb = lambda c, f=1.0: [x * f / 255 for x in c]
@@ -362,6 +378,7 @@ def _theme_params(theme: dict) -> np.ndarray:
     )
 
 
+# %% ../nbs/20_skinner.ipynb #be0cd0d7
 def _lighting_params(lighting: dict) -> np.ndarray:
     fog = lighting["fog"]
     return np.array(
@@ -456,6 +473,7 @@ def _check_channels(channels: dict) -> tuple:
     return lead
 
 
+# %% ../nbs/20_skinner.ipynb #c17d9093
 def _pixels(x: np.ndarray, per_pixel: int = 1) -> np.ndarray:
     "A contiguous flat view of a channel (float16 as its uint16 bits): [P] or [P, per_pixel]."
     x = np.ascontiguousarray(x)
@@ -464,6 +482,7 @@ def _pixels(x: np.ndarray, per_pixel: int = 1) -> np.ndarray:
     return x.reshape((-1, per_pixel) if per_pixel > 1 else -1)
 
 
+# %% ../nbs/20_skinner.ipynb #da633fb9
 @functools.lru_cache(maxsize=256)
 def _params_of(theme_json: str, lighting_json: str) -> tuple[np.ndarray, np.ndarray]:
     theme, lighting = json.loads(theme_json), json.loads(lighting_json)
@@ -475,6 +494,7 @@ def _params_of(theme_json: str, lighting_json: str) -> tuple[np.ndarray, np.ndar
     return T, Lg
 
 
+# %% ../nbs/20_skinner.ipynb #492de289
 def skin_params(theme: dict, lighting: dict) -> tuple[np.ndarray, np.ndarray]:
     "The validated kernel parameters of (theme, lighting); memoised on the records' canonical JSON."
     try:
@@ -486,6 +506,7 @@ def skin_params(theme: dict, lighting: dict) -> tuple[np.ndarray, np.ndarray]:
     return _params_of(*key)
 
 
+# %% ../nbs/20_skinner.ipynb #7b30b86c
 def skin(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     "Paint the frame for `theme` and `lighting`: uint8 RGB [H, W, 3], or [B, H, W, 3] for a batch."
     T, Lg = skin_params(theme, lighting)
@@ -513,6 +534,7 @@ def skin(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     return out
 
 
+# %% ../nbs/20_skinner.ipynb #ee567f34
 def skin_batch(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     "`skin` for a batch: every channel has a leading batch axis; returns uint8 [B, H, W, 3]."
     if np.ndim(channels.get("surface")) != 3:
@@ -525,6 +547,7 @@ def skin_batch(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     return skin(channels, theme, lighting)
 
 
+# %% ../nbs/20_skinner.ipynb #e7d6dec5
 def stack_frames(frames) -> dict[str, np.ndarray]:
     "A list of frames (dicts of channels) as one batch (a dict of stacked channels)."
     frames = list(frames)

@@ -65,6 +65,7 @@ def _n_held_out(name: str, grid: Grid) -> int:
     return k
 
 
+# %% ../nbs/33_splits.ipynb #9321a7f5
 def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
     """Draw the held-out cells of `name` (on the grid file's shape, `Grid.of()`, unless `grid` is
     given), keeping every factor value present in training."""
@@ -86,6 +87,7 @@ def split_path(name: str, root: Path | str = ".") -> Path:
     return Path(root) / "sweeps" / "splits" / f"{name}.yaml"
 
 
+# %% ../nbs/33_splits.ipynb #ce076be1
 def save_split(split: Split, root: Path | str = ".") -> Path:
     import yaml
 
@@ -107,6 +109,7 @@ def save_split(split: Split, root: Path | str = ".") -> Path:
     return path
 
 
+# %% ../nbs/33_splits.ipynb #66617ab3
 def find_split(name: str, root: Path | str | None = None) -> Path:
     """A split file: `name` itself if it is a path, else `sweeps/splits/<name>.yaml` in the first of
     `project_dirs(root)` that has it."""
@@ -119,10 +122,12 @@ def find_split(name: str, root: Path | str | None = None) -> Path:
     )
 
 
+# %% ../nbs/33_splits.ipynb #85078a8e
 class SplitError(UserError, ValueError):
     "A split file that is not a split; the message names the file and what is wrong with it."
 
 
+# %% ../nbs/33_splits.ipynb #3e187029
 _CELLS = ("theme", "material", "light")
 SPLIT_SCHEMA = {
     "type": "object",
@@ -174,6 +179,7 @@ def split_problem(d) -> str | None:
     return None
 
 
+# %% ../nbs/33_splits.ipynb #0803ab72
 def load_split(name: str, root: Path | str | None = None) -> Split:
     """Read a split by name (`sweeps/splits/<name>.yaml`) or path. A missing file names the path and
     how to make it; a file that is not a split (not YAML, another shape, a cell outside its grid) is
@@ -217,6 +223,7 @@ class LeakError(UserError, AssertionError):
     "A training sample contains a pixel of a held-out cell."
 
 
+# %% ../nbs/33_splits.ipynb #5a388c16
 def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data") -> None:
     "Fail if any row of `cells` (bool [N, n_cells]) touches a held-out cell."
     bad = cells[:, split.mask()].any(axis=1)
@@ -226,6 +233,7 @@ def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data"
         raise LeakError(f"{where}: sample {i} shows held-out cell {c} of split {split.name}")
 
 
+# %% ../nbs/33_splits.ipynb #94eb01c2
 def apply_split(cells: np.ndarray, split: Split) -> dict[str, np.ndarray]:
     "Indices of samples for training, held-out evaluation, and the mixed ones dropped."
     held = cells[:, split.mask()].any(axis=1)

@@ -24,6 +24,7 @@ class StoreError(UserError, RuntimeError):
     "A store could not be reached or refused an operation; the message names the store and the key."
 
 
+# %% ../nbs/30_stores.ipynb #f27cbe8f
 class Store:
     "What every store offers. Keys are '/'-separated strings relative to the store's root."
 
@@ -147,6 +148,7 @@ def _s3_call(store: S3Store, what: str, key: str, fn, *args, **kw):
         ) from None
 
 
+# %% ../nbs/30_stores.ipynb #c5cc4a16
 @patch
 def exists(self: S3Store, key):
     try:
@@ -156,6 +158,7 @@ def exists(self: S3Store, key):
         return False
 
 
+# %% ../nbs/30_stores.ipynb #7d6e8fb6
 @patch
 def size(self: S3Store, key):
     return _s3_call(
@@ -163,6 +166,7 @@ def size(self: S3Store, key):
     )["ContentLength"]
 
 
+# %% ../nbs/30_stores.ipynb #d4ca66f0
 @patch
 def list(self: S3Store, prefix):
     pages = self.client.get_paginator("list_objects_v2").paginate(
@@ -190,6 +194,7 @@ def put_file(self: S3Store, local, key):
     )
 
 
+# %% ../nbs/30_stores.ipynb #a2f26703
 @patch
 def get_file(self: S3Store, key, local):
     atomic_write(
@@ -207,6 +212,7 @@ def get_file(self: S3Store, key, local):
     )
 
 
+# %% ../nbs/30_stores.ipynb #a752a938
 @patch
 def put_bytes(self: S3Store, data, key):
     _s3_call(
@@ -214,6 +220,7 @@ def put_bytes(self: S3Store, data, key):
     )
 
 
+# %% ../nbs/30_stores.ipynb #3b42a571
 @patch
 def get_bytes(self: S3Store, key):
     return _s3_call(self, "get", key, self.client.get_object, Bucket=self.bucket, Key=self._k(key))[
@@ -227,6 +234,7 @@ def default_store_uri() -> str:
     return os.environ.get("QMIND_STORE") or "qmind-store"
 
 
+# %% ../nbs/30_stores.ipynb #29089fd3
 def open_store(uri: str | Path | None = None) -> Store:
     """A store from a URI: a path, `file://path`, or `s3://bucket/prefix` (default:
     `default_store_uri()`)."""

@@ -66,6 +66,7 @@ def _short(key: str, v) -> str:
     return re.sub(r"[^A-Za-z0-9._]", "_", s)
 
 
+# %% ../nbs/86_sweep.ipynb #7f7f6c9b
 def load_sweep(sweep: str | Path | dict) -> dict:
     """A sweep file (or dict) checked: `base`, `grid` (key -> non-empty list), optional `overrides`,
     `name` (default: file stem)."""
@@ -90,6 +91,7 @@ def load_sweep(sweep: str | Path | dict) -> dict:
     }
 
 
+# %% ../nbs/86_sweep.ipynb #18a090a5
 def _values(v: str) -> list[str]:
     "Split `a,b,[1,2],'c,d'` at the commas that are not inside brackets or quotes."
     out, cur, depth, quote = [], "", 0, None
@@ -110,6 +112,7 @@ def _values(v: str) -> list[str]:
     return out + [cur]
 
 
+# %% ../nbs/86_sweep.ipynb #07d63179
 def multirun(base: str, args: list[str], name: str | None = None) -> dict:
     """`qmind sweep BASE -m k=a,b k2=c ...` as a sweep dict: each comma list is a grid axis, every
     other key=value an override."""
@@ -136,6 +139,7 @@ def multirun(base: str, args: list[str], name: str | None = None) -> dict:
     }
 
 
+# %% ../nbs/86_sweep.ipynb #d3062bdf
 def expand_sweep(
     sweep: str | Path | dict, overrides: list[str] = (), root: str | Path | None = None
 ) -> list[RunSpec]:
@@ -164,6 +168,7 @@ def run_finished(run_dir: Path, steps: int) -> bool:
         return False
 
 
+# %% ../nbs/86_sweep.ipynb #1001684f
 def read_json(p: str | Path) -> dict | None:
     """A run dir's JSON record (`job.json`, `eval/eval.json`) as a dict; None when it is missing or
     half-written."""
@@ -173,11 +178,13 @@ def read_json(p: str | Path) -> dict | None:
         return None
 
 
+# %% ../nbs/86_sweep.ipynb #a18da775
 def write_json(path: str | Path, d: dict) -> None:
     "Write a JSON record whole or not at all (a reader never sees half of it)."
     atomic_write(path, json.dumps(d, indent=1))
 
 
+# %% ../nbs/86_sweep.ipynb #4a5bd8be
 def eval_psnr(ev: dict | None, part: str) -> float | None:
     """PSNR of one part (`heldout`, `train`) of an eval.json at its largest DDIM step count; None
     without an eval."""
@@ -211,6 +218,7 @@ def job_record(backend: str, run: RunSpec, runs: Path, cwd: Path) -> dict:
     }
 
 
+# %% ../nbs/86_sweep.ipynb #0f941d76
 def write_run_dir(run: RunSpec, job: dict, state: str = "queued") -> dict:
     """Write the run dir's `config.yaml`, papermill `params.yaml` and `job.json` (in `state`);
     return the record."""
@@ -223,6 +231,7 @@ def write_run_dir(run: RunSpec, job: dict, state: str = "queued") -> dict:
     return job
 
 
+# %% ../nbs/86_sweep.ipynb #5e698f62
 @functools.cache
 def kernel_manager_class():
     """The kernel manager each run's kernel starts under: on POSIX one whose kernel talks over Unix
@@ -246,6 +255,7 @@ def kernel_manager_class():
     return IPCKernelManager
 
 
+# %% ../nbs/86_sweep.ipynb #0517f539
 def execute_run(job: dict, kernel: str = "python3") -> str:
     """Run one job's notebook with papermill (in a worker process); records running/done/failed in
     its `job.json`."""
@@ -371,6 +381,7 @@ def _sbatch_line(flag: str, v) -> str:
     return f"#SBATCH --{flag}={v}"
 
 
+# %% ../nbs/86_sweep.ipynb #3c344365
 def sbatch_script(
     jobs: list[dict],
     name: str,
@@ -466,6 +477,7 @@ def slurm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return p
 
 
+# %% ../nbs/86_sweep.ipynb #a1ae46ff
 def slurm_states(ids: list[str]) -> dict[str, str]:
     """Slurm's state (PENDING, RUNNING, COMPLETED, FAILED, ...) of array tasks `<array>_<index>`:
     squeue, then sacct or scontrol."""
@@ -584,6 +596,7 @@ def submit_many(self: SlurmBackend, runs: list[RunSpec], dry_run: bool = False) 
     return out
 
 
+# %% ../nbs/86_sweep.ipynb #bea76bb2
 @patch
 def status(self: SlurmBackend, job: dict) -> str:
     "done (the run dir has the final eval) | queued | running | failed, from squeue/sacct/scontrol."
@@ -596,6 +609,7 @@ def status(self: SlurmBackend, job: dict) -> str:
     )
 
 
+# %% ../nbs/86_sweep.ipynb #fcdc83c3
 @patch
 def cancel(self: SlurmBackend, job: dict) -> None:
     """scancel the run's array task: Slurm sends SIGTERM (the trainer checkpoints), SIGKILL after
@@ -604,6 +618,7 @@ def cancel(self: SlurmBackend, job: dict) -> None:
         slurm("scancel", job["slurm_job_id"])
 
 
+# %% ../nbs/86_sweep.ipynb #7612819c
 @patch
 def wait(
     self: SlurmBackend, jobs: list[dict] | None = None, timeout_s: float | None = None

@@ -67,6 +67,7 @@ def make_backend(
     return getattr(cloud_jobs, CLOUD[name])(**{k: v for k, v in kw.items() if v is not None})
 
 
+# %% ../nbs/88_sweep_cli.ipynb #6bcd59a3
 def record_backend(job: dict, runs=None):
     "The backend that can read a job record's status (`runs/<run>/job.json`)."
     b = job.get("backend")
@@ -79,6 +80,7 @@ def record_backend(job: dict, runs=None):
     return backend_for(job)
 
 
+# %% ../nbs/88_sweep_cli.ipynb #2ba5cb32
 def _cloud_kw(a) -> dict:
     kw = {"max_hours": a.max_hours, "owner": a.owner, "region": a.region}
     if a.backend == "ec2":
@@ -206,10 +208,12 @@ def _ago(s: float) -> str:
     return f"{int(s) // 60}m{int(s) % 60:02d}s"
 
 
+# %% ../nbs/88_sweep_cli.ipynb #22bddabc
 def _point(r: RunSpec) -> str:
     return f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else ""
 
 
+# %% ../nbs/88_sweep_cli.ipynb #9167ab58
 def watch(
     be, runs: list[RunSpec], jobs: list[dict], log=print, poll: float = 2.0, every: float = 30.0
 ) -> None:
@@ -267,6 +271,7 @@ def watch(
     be.wait()
 
 
+# %% ../nbs/88_sweep_cli.ipynb #b48d0736
 def read_metrics_tail(run_dir: Path) -> dict | None:
     "The last logged metrics line of a run (None before the first)."
     p = Path(run_dir) / "metrics.jsonl"
@@ -299,6 +304,7 @@ def sweep_summary(runs: list[RunSpec], jobs: list[dict], backend) -> list[dict]:
     return rows
 
 
+# %% ../nbs/88_sweep_cli.ipynb #8f3f262f
 def _skipped(job: dict) -> str:
     "What a submitted job's state line adds when the run was skipped."
     if not job.get("skipped"):
@@ -310,12 +316,14 @@ def _skipped(job: dict) -> str:
     )
 
 
+# %% ../nbs/88_sweep_cli.ipynb #86192e11
 def _print_table(runs, jobs, be) -> list[dict]:
     rows = sweep_summary(runs, jobs, be)
     print("\n" + format_table(rows))
     return rows
 
 
+# %% ../nbs/88_sweep_cli.ipynb #caa435dc
 def _status(runs: list[RunSpec], root) -> int:
     from qmind_render.train import runs_root
 
@@ -393,6 +401,7 @@ def _sweep(a) -> dict:
     return s | {"overrides": [*s["overrides"], *a.overrides]}
 
 
+# %% ../nbs/88_sweep_cli.ipynb #9eedcd27
 def _print_dry_run(runs: list[RunSpec], a) -> None:
     print(f"{len(runs)} runs:\n" + "\n".join(f"  {r.name}{_point(r)}" for r in runs))
     print(
@@ -422,6 +431,7 @@ def _print_dry_run(runs: list[RunSpec], a) -> None:
         )
 
 
+# %% ../nbs/88_sweep_cli.ipynb #da47e1c8
 def sweep_main(argv: list[str]) -> int:
     """`qmind sweep SWEEP.yaml | EXPERIMENT -m [key=value ...] [--backend local|slurm|ec2|sagemaker]
     [--dry-run|--status|--report] [--jobs N]`"""

@@ -45,6 +45,7 @@ def _get(d: dict, key: str):
     return d
 
 
+# %% ../nbs/87_sweep_report.ipynb #64c9004d
 def sweep_results(
     runs: list[RunSpec], grid: dict | list, root: str | Path | None = None
 ) -> list[dict]:
@@ -78,6 +79,7 @@ def sweep_results(
     return rows
 
 
+# %% ../nbs/87_sweep_report.ipynb #86bfe101
 def aggregate(rows: list[dict], by: list[str], metrics: tuple = METRICS) -> list[dict]:
     """Finished runs grouped by the values of `by` (grid order): seeds, and mean/std/min/max of each
     metric."""
@@ -111,12 +113,14 @@ def _number(v) -> float | None:
     return float(m.group(1)) if m else None
 
 
+# %% ../nbs/87_sweep_report.ipynb #e429bcdf
 def _xlabel(key: str, values: list) -> str:
     if all(str(v).startswith("coverage_") for v in values):
         return "coverage: % of factor cells seen in training"
     return key
 
 
+# %% ../nbs/87_sweep_report.ipynb #9a0d568f
 def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], title: str = ""):
     """PSNR against the one numeric grid key (line, seeds as error bars), else one bar per grid
     combination: a matplotlib `Figure`."""
@@ -209,11 +213,13 @@ def _report_cell(v) -> str:
     return f"{v:.2f}" if isinstance(v, float) else format_cell(v)
 
 
+# %% ../nbs/87_sweep_report.ipynb #15304fdf
 def md_table(rows: list[dict], cols: list[str]) -> str:
     "Rows as a markdown table, numbers to two decimals (dB)."
     return format_table(rows, cols, markdown=True, cell=_report_cell)
 
 
+# %% ../nbs/87_sweep_report.ipynb #676be4c4
 def _pm(a: dict, m: str) -> str:
     return (
         f"{a[m]:.2f}"
@@ -222,6 +228,7 @@ def _pm(a: dict, m: str) -> str:
     )
 
 
+# %% ../nbs/87_sweep_report.ipynb #cb7bba06
 def group_table(agg: list[dict], by: list[str]) -> str:
     """The groups as Markdown: grid values, seeds, and each metric as mean ± sample std [min, max]
     over seeds."""
@@ -232,6 +239,7 @@ def group_table(agg: list[dict], by: list[str]) -> str:
     return md_table(rows, [*by, "seeds", *METRICS])
 
 
+# %% ../nbs/87_sweep_report.ipynb #1e6f0ca5
 def write_report(
     sweep: str | Path | dict,
     out: str | Path | None = None,
@@ -329,6 +337,7 @@ def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> 
     return rows
 
 
+# %% ../nbs/87_sweep_report.ipynb #1056b0bf
 def separation_table(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> str:
     "`separation` as Markdown, differences and spreads in dB."
     sep = separation(agg, by, metric)

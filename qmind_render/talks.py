@@ -92,10 +92,12 @@ def talks_dir(root: str | Path | None = None) -> Path:
     )
 
 
+# %% ../nbs/95_talks.ipynb #91a845a0
 def talk_slug(path: Path) -> str:
     return re.sub(r"^\d+_", "", Path(path).stem)
 
 
+# %% ../nbs/95_talks.ipynb #fcdfaf14
 @dataclass(frozen=True)
 class Talk:
     """A talk notebook: where it is, its slug (file name of the slides) and the title and subtitle
@@ -107,6 +109,7 @@ class Talk:
     subtitle: str
 
 
+# %% ../nbs/95_talks.ipynb #122c742f
 def _heading(nb) -> tuple[str, str]:
     md = next((c.source for c in nb.cells if c.cell_type == "markdown"), "")
     title = next((line[2:].strip() for line in md.splitlines() if line.startswith("# ")), "")
@@ -114,6 +117,7 @@ def _heading(nb) -> tuple[str, str]:
     return title, sub
 
 
+# %% ../nbs/95_talks.ipynb #6812e66a
 def find_talks(folder: str | Path | None = None, only=None) -> list[Talk]:
     """The talks in `folder` (default `talks_dir()`), in file-name order; `only`: slugs or stems to
     keep."""
@@ -145,6 +149,7 @@ class Topic:
         return "extra" if self.deck == "extra" else f"deck {self.deck}"
 
 
+# %% ../nbs/95_talks.ipynb #cb31deb3
 DECK_TOPICS: tuple[Topic, ...] = tuple(
     Topic(i, deck, title, slug)
     for i, (deck, title, slug) in enumerate(
@@ -189,10 +194,12 @@ class TalkFormatError(UserError, ValueError):
         super().__init__(f"talk {talk}: {detail}")
 
 
+# %% ../nbs/95_talks.ipynb #c851a660
 def slide_type(cell) -> str:
     return cell.get("metadata", {}).get("slideshow", {}).get("slide_type", "-")
 
 
+# %% ../nbs/95_talks.ipynb #a2c48695
 def directives(cell) -> dict[str, str]:
     "nbdev's `#| key: value` lines at the top of a code cell."
     out = {}
@@ -206,14 +213,17 @@ def directives(cell) -> dict[str, str]:
     return out
 
 
+# %% ../nbs/95_talks.ipynb #c7f6ae0e
 def _shown(cell) -> bool:
     return slide_type(cell) not in ("skip", "notes") and "hide" not in directives(cell)
 
 
+# %% ../nbs/95_talks.ipynb #93bbf92a
 def _has_picture(cell) -> bool:
     return any(k.startswith("image/") for o in cell.get("outputs", []) for k in o.get("data", {}))
 
 
+# %% ../nbs/95_talks.ipynb #fa3ce9c9
 WHY = "Why it matters for qmind-render"  # the last slide's heading, as the deck asks
 
 
@@ -225,6 +235,7 @@ def _heading_of(cell) -> str:
     )
 
 
+# %% ../nbs/95_talks.ipynb #cee1e78b
 def check_talk(nb, name: str = "talk", executed: bool = False) -> None:
     """Raise `TalkFormatError` unless `nb` has 3 slides, a display equation, a picture (once
     executed) and a last slide headed `WHY`."""
@@ -283,11 +294,13 @@ class AssetError(UserError, RuntimeError):
     what to do."""
 
 
+# %% ../nbs/95_talks.ipynb #016c04dc
 def npm_cache_dir() -> Path:
     "`$QMIND_CACHE/npm`, else `~/.cache/qmind-render/npm`."
     return Path(os.environ.get("QMIND_CACHE") or Path.home() / ".cache" / "qmind-render") / "npm"
 
 
+# %% ../nbs/95_talks.ipynb #9b7093d7
 def _installed(root: Path) -> bool:
     for pkg, ver in NPM_PACKAGES.items():
         meta = root / "node_modules" / pkg / "package.json"
@@ -296,6 +309,7 @@ def _installed(root: Path) -> bool:
     return True
 
 
+# %% ../nbs/95_talks.ipynb #d8bd0245
 def ensure_npm_packages(cache: str | Path | None = None) -> Path:
     """The `node_modules` folder holding `NPM_PACKAGES`, installed from the npm registry on first
     use."""
@@ -334,6 +348,7 @@ def ensure_npm_packages(cache: str | Path | None = None) -> Path:
     return root / "node_modules"
 
 
+# %% ../nbs/95_talks.ipynb #75875a2f
 def copy_assets(out_dir: str | Path, cache: str | Path | None = None) -> Path:
     "Copy what the slides load into `out_dir/_assets/`; return that folder."
     nm, dest = ensure_npm_packages(cache), Path(out_dir) / "_assets"
@@ -365,6 +380,7 @@ def talk_asset(name: str) -> str:
     return (Path(qmind_render.__file__).resolve().parent / "assets" / name).read_text()
 
 
+# %% ../nbs/95_talks.ipynb #e51fa596
 def slides_exporter(assets: str = "_assets"):
     """nbconvert's `SlidesExporter` with the offline template; `assets` is the URL of the copied
     assets, relative to the slides."""
@@ -389,6 +405,7 @@ class OfflineError(UserError, AssertionError):
     "A rendered page would load something from the network."
 
 
+# %% ../nbs/95_talks.ipynb #3ac2f9da
 _FETCH = re.compile(
     r"""<(?:script|link|img|iframe|source|video|audio)\b[^>]*?\b(?:src|href)\s*=\s*["']?((?:[a-z][a-z0-9+.-]*:)?//[^"'\s>]+)"""
     r"""|url\(\s*["']?((?:https?:)?//[^)"'\s]+)|@import\s+["']((?:https?:)?//[^"']+)|\bfrom\s+["']((?:https?:)?//[^"']+)""",
@@ -406,6 +423,7 @@ def remote_refs(page: str) -> list[str]:
     return sorted(set(refs + [m.group(0) for m in _CDNS.finditer(page)]))
 
 
+# %% ../nbs/95_talks.ipynb #b7727354
 def check_offline(path: str | Path) -> None:
     """Raise `OfflineError` naming the file and the URLs if the page at `path` would load anything
     remote."""
@@ -437,15 +455,18 @@ def prepare(nb, slow: bool = False):
     return nb
 
 
+# %% ../nbs/95_talks.ipynb #da6f1338
 def has_outputs(nb) -> bool:
     return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
 
+# %% ../nbs/95_talks.ipynb #ab93cb52
 class TalkRunError(UserError, RuntimeError):
     """A talk's cell raised (an assert, a bug); the message names the talk, its file and the error,
     the chained one has the cell."""
 
 
+# %% ../nbs/95_talks.ipynb #44ce341c
 TALK_RUNNER = "qmind_render.talks:run_talk_job"  # the `NotebookWorker` entry that runs a talk
 
 
@@ -474,6 +495,7 @@ def run_talk_job(job: dict) -> dict:
     return {"error": None}
 
 
+# %% ../nbs/95_talks.ipynb #d6685e18
 def execute_talk(nb, cwd: Path, timeout: int = 600, name: str = "talk", worker=None):
     """Run `nb` (in place) with `cwd` as working directory, in `worker` (a `NotebookWorker` on
     `TALK_RUNNER`; default: a process of its own); a cell that raises is a `TalkRunError` whose
@@ -530,6 +552,7 @@ def _cached_slides(talk: Talk, cache: Path | None, slow: bool, assets: str) -> P
     return Path(cache) / f"{talk.slug}-{h.hexdigest()[:20]}.html"
 
 
+# %% ../nbs/95_talks.ipynb #e5166bd2
 def render_talk(
     talk: Talk,
     out_dir: Path,
@@ -580,6 +603,7 @@ def _item(topic: Topic | None, talk: Talk | None) -> str:
     )
 
 
+# %% ../nbs/95_talks.ipynb #7893e3e5
 def index_html(talks: list[Talk], complete: bool = True) -> str:
     """The index page: `talks` in the deck's order with topic and deck; with `complete`, the topics
     without a talk too; then the other talks."""
@@ -604,6 +628,7 @@ def index_html(talks: list[Talk], complete: bool = True) -> str:
     return string.Template(talk_asset("talks_index.html")).substitute(body="\n".join(body))
 
 
+# %% ../nbs/95_talks.ipynb #66d09279
 def write_index(talks: list[Talk], out_dir: Path, complete: bool = True) -> Path:
     "`out_dir/index.html` (see `index_html`)."
     return atomic_write(Path(out_dir) / "index.html", index_html(talks, complete))

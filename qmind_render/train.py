@@ -102,11 +102,13 @@ class RunsError(UserError, OSError):
     from."""
 
 
+# %% ../nbs/50_train.ipynb #3562fd6f
 def runs_root(root: str | Path | None = None) -> Path:
     "Where run dirs live: `root`, else `$QMIND_RUNS`, else `./runs`."
     return Path(root or os.environ.get("QMIND_RUNS") or "runs")
 
 
+# %% ../nbs/50_train.ipynb #44d1a074
 def make_runs_root(root: str | Path | None = None) -> Path:
     """`runs_root(root)`, made if missing; a `RunsError` naming the option (`--runs`, `$QMIND_RUNS`)
     when it can't be made or written."""
@@ -144,6 +146,7 @@ class Dist:
         return self.rank == 0
 
 
+# %% ../nbs/50_train.ipynb #28b983e1
 def dist_from_env() -> Dist:
     return Dist(
         int(os.environ.get("RANK", 0)),
@@ -160,6 +163,7 @@ def step_seed(seed: int, step: int, rank: int = 0) -> int:
     )
 
 
+# %% ../nbs/50_train.ipynb #da810396
 def seed_step(seed: int, step: int, rank: int, device: torch.device) -> torch.Generator:
     """Seed torch's global RNG (dropout) for this step and return the generator for timesteps and
     noise."""
@@ -186,6 +190,7 @@ class TrackerError(UserError, ValueError):
     pass
 
 
+# %% ../nbs/50_train.ipynb #82fdd27a
 def wandb_mode() -> str:
     """`$WANDB_MODE`, else online when a key is configured, else offline (never a login prompt). A
     `$WANDB_MODE` wandb would reject (deep inside `wandb.init`, even an empty one) is refused here,
@@ -204,6 +209,7 @@ def wandb_mode() -> str:
     return "online" if netrc.is_file() and "api.wandb.ai" in netrc.read_text() else "offline"
 
 
+# %% ../nbs/50_train.ipynb #26b5c9e0
 class Tracker:
     "metrics.jsonl + PNGs in the run dir, and wandb when configured."
 
@@ -240,6 +246,7 @@ def _truncate(self: Tracker, step: int) -> None:
     atomic_write(self.path, "".join(l + "\n" for l in keep))
 
 
+# %% ../nbs/50_train.ipynb #1acfa82c
 @patch
 def _run_id(self: Tracker) -> str:
     p = self.run_dir / "wandb_id.txt"
@@ -248,6 +255,7 @@ def _run_id(self: Tracker) -> str:
     return p.read_text().strip()
 
 
+# %% ../nbs/50_train.ipynb #bb8bd3cf
 @patch
 def log(self: Tracker, step: int, metrics: dict) -> None:
     with self.path.open("a") as f:
@@ -256,6 +264,7 @@ def log(self: Tracker, step: int, metrics: dict) -> None:
         self.wandb.log(metrics, step=step)
 
 
+# %% ../nbs/50_train.ipynb #e7e0c4ff
 @patch
 def image(self: Tracker, step: int, name: str, path: Path) -> None:
     if self.wandb:
@@ -264,12 +273,14 @@ def image(self: Tracker, step: int, name: str, path: Path) -> None:
         self.wandb.log({name: wandb.Image(str(path))}, step=step)
 
 
+# %% ../nbs/50_train.ipynb #cc66343b
 @patch
 def close(self: Tracker) -> None:
     if self.wandb:
         self.wandb.finish()
 
 
+# %% ../nbs/50_train.ipynb #78238f36
 def read_metrics(run_dir: Path) -> list[dict]:
     "The logged metrics of a run."
     p = Path(run_dir) / "metrics.jsonl"
@@ -282,6 +293,7 @@ def _hms(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+# %% ../nbs/50_train.ipynb #2c53f851
 class Progress:
     """A run's progress: a tqdm bar (step, loss, samples/s, ETA) on a terminal, one line per logged
     step anywhere else."""
@@ -359,6 +371,7 @@ class Guard:
         self.count += (~finite).long()
 
 
+# %% ../nbs/50_train.ipynb #1e0d8ea1
 @dataclass
 class Run:
     cfg: ExperimentConfig  # one config for the whole run: train.precision pinned before setup
@@ -394,6 +407,7 @@ def _data(cfg: ExperimentConfig):
     return fetch(open_store(cfg.data.store), cfg.data.dataset), split
 
 
+# %% ../nbs/50_train.ipynb #b892d8a4
 def _model(cfg: ExperimentConfig, dist: Dist, device: torch.device):
     from qmind_render.grid import load_grid
 
@@ -471,6 +485,7 @@ def state_dict(run: Run) -> dict:
     }
 
 
+# %% ../nbs/50_train.ipynb #52ce076d
 def restore(run: Run, ckpt: dict, path: Path) -> None:
     "Load a checkpoint into a set-up run (after `check_resume`)."
     run.model.load_state_dict(ckpt["model"])
@@ -495,6 +510,7 @@ def pin_precision(
     return load_config(config_to_dict(cfg), [f"train.precision={Precision(pinned).value}"])
 
 
+# %% ../nbs/50_train.ipynb #9efa7aee
 def resume(run: Run, got: tuple | None) -> None:
     """Restore the checkpoint `pick_resume` chose (None: a fresh start), after `check_resume`: the
     same config where it matters and the same dataset *content*."""
@@ -510,11 +526,13 @@ class NonFiniteError(UserError, FloatingPointError):
     "A NaN/Inf loss or gradient; the message names the step and the last good checkpoint."
 
 
+# %% ../nbs/50_train.ipynb #b1d06254
 def _precision(run: Run):
     dtype = precision_dtype(run.cfg.train.precision, run.device)
     return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
 
 
+# %% ../nbs/50_train.ipynb #a5a8558c
 def draw_timesteps(
     diffusion: Diffusion,
     n: int,
@@ -535,11 +553,13 @@ def draw_timesteps(
     return t.to(device or g_dev)
 
 
+# %% ../nbs/50_train.ipynb #0e0d16d0
 def sampler_timesteps(diffusion: Diffusion, step_counts) -> list[int]:
     "Every timestep that a K-step DDIM sample visits, for each K in `step_counts` (ascending)."
     return sorted({t for k in step_counts for t in diffusion.ddim_timesteps(int(k))})
 
 
+# %% ../nbs/50_train.ipynb #3180a380
 def objective(
     cfg, diffusion: Diffusion, step: int, n: int, g: torch.Generator, visit: torch.Tensor
 ) -> tuple[torch.Tensor, str]:
@@ -553,6 +573,7 @@ def objective(
     return draw_timesteps(diffusion, n, g, visit=visit, share=t.sampler_share), t.loss
 
 
+# %% ../nbs/50_train.ipynb #9822fbe6
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One optimizer step over `micro`; returns (loss, grad norm, finite?) as tensors on the device:
     nothing here waits for it."""
@@ -652,6 +673,7 @@ class Meter:
         }
 
 
+# %% ../nbs/50_train.ipynb #353df4c3
 def check_finite(run: Run) -> None:
     """With train.nonfinite=stop, raise `NonFiniteError` if any step so far was not finite (reads
     the device: at log and save time)."""
@@ -678,6 +700,7 @@ def save(run: Run) -> Path:
     return run.last_ckpt
 
 
+# %% ../nbs/50_train.ipynb #57448365
 def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = 4) -> Path:
     "Render the fixed samples with the EMA model; write samples/{step}.png (and to the tracker)."
     _, cond = prepare_batch(fixed, run.device)
@@ -711,11 +734,13 @@ def stop_on_signals(run: Run):
             signal.signal(s, h)
 
 
+# %% ../nbs/50_train.ipynb #bf7f2b1b
 class OutOfMemory(UserError, MemoryError):
     """A training step did not fit in the device's memory; the message names the settings to change
     and the intact checkpoint."""
 
 
+# %% ../nbs/50_train.ipynb #12930703
 def _oom(run: Run, e: Exception) -> OutOfMemory:
     t = run.cfg.train
     return OutOfMemory(
@@ -744,6 +769,7 @@ def loop_step(run: Run, it, meter: Meter) -> None:
     run.step += 1
 
 
+# %% ../nbs/50_train.ipynb #29c21196
 def _due(run: Run, last_save: float) -> bool:
     t = run.cfg.train
     by_steps = t.ckpt_every_steps > 0 and run.step % t.ckpt_every_steps == 0
@@ -813,6 +839,7 @@ def train(
     return _summary(run, status, start, t_start)
 
 
+# %% ../nbs/50_train.ipynb #8056aa21
 def _summary(run: Run, status: str, start: int, t0: float) -> dict:
     m = read_metrics(run.dir)
     return {

@@ -43,6 +43,7 @@ def _temp_name(path: Path, suffix: str) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
 
 
+# %% ../nbs/00_util.ipynb #ac70ffc4
 def atomic_write(
     path: str | os.PathLike,
     data: bytes | str | None = None,
@@ -86,6 +87,7 @@ def save_figure(fig, path: str | os.PathLike, **kw) -> Path:
     )
 
 
+# %% ../nbs/00_util.ipynb #e2a0da23
 def save_image(img, path: str | os.PathLike, **kw) -> Path:
     """Write `img` (a uint8 array or a PIL image) to `path` whole or not at all, in the format
     `path`'s extension names."""
@@ -100,6 +102,7 @@ def save_image(img, path: str | os.PathLike, **kw) -> Path:
     return atomic_write(path, write=lambda tmp: im.save(tmp, format=fmt, **kw))
 
 
+# %% ../nbs/00_util.ipynb #b530e768
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     """Make the folder `path` whole or not at all: fill the temporary folder this yields; it becomes
@@ -131,12 +134,14 @@ def mp_context(start: str | None = None):
     return mp.get_context(start or ("fork" if sys.platform.startswith("linux") else "spawn"))
 
 
+# %% ../nbs/00_util.ipynb #dabf4184
 def process_pool(workers: int, start: str | None = None) -> ProcessPoolExecutor:
     """A pool of `workers` processes started as `mp_context(start)` says; `submit` work to it,
     `shutdown` when done."""
     return ProcessPoolExecutor(workers, mp_context=mp_context(start))
 
 
+# %% ../nbs/00_util.ipynb #0533b07e
 def pool_map(
     fn: Callable,
     items: Iterable,
@@ -180,6 +185,7 @@ def format_cell(v) -> str:
     return str(v)
 
 
+# %% ../nbs/00_util.ipynb #2da4ad47
 def format_table(
     rows: list[dict],
     cols: list[str] | None = None,
@@ -213,6 +219,7 @@ def device_sync(device) -> Callable[[], None]:
     return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
 
 
+# %% ../nbs/00_util.ipynb #1e7cb16c
 def median_time(
     fn: Callable, iters: int, warmup: int = 0, sync: Callable[[], None] = lambda: None
 ) -> float:
@@ -230,6 +237,7 @@ def median_time(
     return statistics.median(out)
 
 
+# %% ../nbs/00_util.ipynb #f6d8ba69
 def interleaved(
     fns: dict[str, Callable], iters: int, sync: Callable[[], None] = lambda: None
 ) -> dict[str, float]:
@@ -245,6 +253,7 @@ def interleaved(
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+# %% ../nbs/00_util.ipynb #82fc3ae0
 def cpu_name() -> str:
     """The CPU's model name (Linux's /proc/cpuinfo), else the platform's processor string: what a
     timing was measured on."""

@@ -47,6 +47,7 @@ class PaletteError(UserError, ValueError):
     message names the field."""
 
 
+# %% ../nbs/05_viz.ipynb #24c9f1f6
 @dataclass(frozen=True)
 class Palette:
     """How pictures draw the channels: `surface` [n_classes, 3] by class id, `material` [256, 3] by
@@ -64,6 +65,7 @@ class Palette:
     enemy: np.ndarray | None = None
 
 
+# %% ../nbs/05_viz.ipynb #067f25f8
 def _rgb(v, where: str, spec: ChannelSpec) -> list[int]:
     if not (
         isinstance(v, (list, tuple))
@@ -96,6 +98,7 @@ def _map_colours(spec: ChannelSpec, fail) -> dict:
     }
 
 
+# %% ../nbs/05_viz.ipynb #c3213d13
 def palette(spec: ChannelSpec | None = None) -> Palette:
     "The palette the spec's display fields give (default: the project's channel spec)."
     spec = spec or load_spec()
@@ -141,6 +144,7 @@ def _lut(name: str) -> np.ndarray:
     )
 
 
+# %% ../nbs/05_viz.ipynb #3d251a24
 def colormap(x, name: str) -> np.ndarray:
     """Values in [0, 1] (any shape; NaN as 0, outside clipped) as RGB uint8 [..., 3] through the
     matplotlib colormap `name`."""
@@ -148,6 +152,7 @@ def colormap(x, name: str) -> np.ndarray:
     return _lut(name)[i]
 
 
+# %% ../nbs/05_viz.ipynb #010f04e6
 PANELS = ("depth", "surface", "material", "u", "v", "light")
 
 
@@ -175,6 +180,7 @@ def _frames(frames) -> list[dict]:
     return list(frames)
 
 
+# %% ../nbs/05_viz.ipynb #00c586fb
 def joined(pics: Sequence[np.ndarray], gap: int = 2, axis: int = 1) -> np.ndarray:
     "Pictures side by side (axis 1) or stacked (axis 0), `gap` white pixels apart."
     pics = [np.asarray(p) for p in pics]
@@ -186,6 +192,7 @@ def joined(pics: Sequence[np.ndarray], gap: int = 2, axis: int = 1) -> np.ndarra
     return np.concatenate([x for p in pics for x in (p, pad)][:-1], axis)
 
 
+# %% ../nbs/05_viz.ipynb #82f2e02e
 def _header(img: np.ndarray, texts: Sequence[str], width: int) -> np.ndarray:
     "A 14-pixel white header naming each `width`-pixel column, above `img`."
     from PIL import Image, ImageDraw
@@ -234,12 +241,14 @@ def picture(img: np.ndarray, scale: int = 1):
     return Image.fromarray(img.repeat(scale, 0).repeat(scale, 1) if scale > 1 else img)
 
 
+# %% ../nbs/05_viz.ipynb #b2878b53
 def _figure(w: float, h: float):
     from matplotlib.figure import Figure
 
     return Figure(figsize=(w, h), layout="constrained")
 
 
+# %% ../nbs/05_viz.ipynb #19e2dd52
 def figure_of(
     images,
     titles: Sequence[str] = (),
@@ -275,6 +284,7 @@ def mosaic(rows: Sequence[Sequence[np.ndarray]], gap: int = 2) -> np.ndarray:
     return joined([joined(list(r), gap, 1) for r in rows], gap, 0)
 
 
+# %% ../nbs/05_viz.ipynb #92b7bf3f
 def grid_figure(
     img: np.ndarray,
     rows: Sequence[str],
@@ -310,6 +320,7 @@ def _sample_rows(batch: dict, preds, k, spec) -> list[np.ndarray]:
     return [surface, np.asarray(batch["rgb"])[k], *[np.asarray(p)[k] for p in preds]]
 
 
+# %% ../nbs/05_viz.ipynb #061c6d83
 def sample_grid(
     batch: dict, preds=(), n: int | None = None, gap: int = 0, spec: ChannelSpec | None = None
 ) -> np.ndarray:
@@ -330,6 +341,7 @@ def episode_frames(
     return [joined([r[i] for r in rows], gap, 1) for i in range(len(rows[0]))]
 
 
+# %% ../nbs/05_viz.ipynb #4c652d4b
 def write_gif(
     frames: Sequence[np.ndarray], path: str | Path, scale: int = 2, ms: int = 100
 ) -> Path:
@@ -395,6 +407,7 @@ def top_down(
     return img
 
 
+# %% ../nbs/05_viz.ipynb #824968f9
 def draw_map(ax, img: np.ndarray, player=None, enemies=None, spec: ChannelSpec | None = None):
     """A `top_down` map on the axes `ax` in cell units (x right, y down), the `enemies` ([E, 2]: x,
     y) and the `player` ((x, y, ...)) marked; returns `ax`."""
@@ -409,6 +422,7 @@ def draw_map(ax, img: np.ndarray, player=None, enemies=None, spec: ChannelSpec |
     return ax
 
 
+# %% ../nbs/05_viz.ipynb #eed0d905
 def map_legend(
     ax, view: bool = False, trail: bool = False, spec: ChannelSpec | None = None
 ) -> None:
@@ -448,6 +462,7 @@ def _chart(size: tuple, title: str, xlabel: str, ylabel: str):
     return fig, ax
 
 
+# %% ../nbs/05_viz.ipynb #962da459
 def lines(
     series: dict,
     title: str = "",
@@ -532,6 +547,7 @@ def bars(
     return fig
 
 
+# %% ../nbs/05_viz.ipynb #ff5119f5
 def scatter(
     series: dict,
     title: str = "",
