@@ -1,8 +1,8 @@
 """Commit a set of finished runs as results: each run's eval.json and config.yaml under
 results/NAME/RUN/, and a README.md whose table is read from those files (no number typed by hand).
 
-    python tools/collect_results.py texture runs/q1 runs/q3 --note "what the runs compare" --command
-    "qmind run ..."
+    python tools/collect_results.py texture runs/q1 runs/q3 \
+        --note "what the runs compare" --command "qmind run ..."
 """
 
 from __future__ import annotations

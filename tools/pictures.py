@@ -9,9 +9,9 @@ stay small. PNGs are re-encoded without metadata (matplotlib's at 80 dpi), those
 to 256 colours, so the same pictures give the same bytes; a notebook whose run fails is left as it
 was, and the script exits 1 naming it.
 
-    python tools/pictures.py                      # every notebook in nbs/ with a cell tagged
-    `picture` python tools/pictures.py nbs/40_model.ipynb   # just these python tools/pictures.py -j
-    2                 # two notebooks at a time
+    python tools/pictures.py                      # every notebook in nbs/ tagged `picture`
+    python tools/pictures.py nbs/40_model.ipynb   # just these
+    python tools/pictures.py -j 2                 # two notebooks at a time
 """
 
 from __future__ import annotations
