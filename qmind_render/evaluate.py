@@ -602,7 +602,7 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
         return  # a str enum: != compares its value
     import wandb
 
-    from qmind_render.train import wandb_mode
+    from qmind_render.tracking import wandb_mode
 
     run_dir = run_dir_of(ld.ckpt_path)
     rid = (

@@ -29,7 +29,8 @@ from .model_bench import bench_throughput
 from .sampler import bench_sampler
 from .serve_bench import bench_serve
 from .device import pick_device
-from .train import Meter, batches, loop_step, read_metrics, setup, train
+from .tracking import read_metrics
+from .train import Meter, batches, loop_step, setup, train
 from .util import atomic_write, device_sync
 
 # %% auto #0

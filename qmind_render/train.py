@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from fastcore.basics import patch
 
 from qmind_render.config import (
     ExperimentConfig,
@@ -44,16 +43,16 @@ from .device import pick_device, precision_dtype, resolve_precision
 from .stores import open_store
 from .loader import make_loader
 from .splits import load_split
+from .tracking import Progress, Tracker, read_metrics
 from .viz import sample_grid
 from .diffusion import Diffusion, ddim_sample, diffusion_loss, to_uint8
 from .encodings import prepare_batch
 from .model import build_model
 from .optim import make_ema, make_optimizer, masked_step
-from .util import atomic_write, save_image
+from .util import save_image
 
 # %% auto #0
 __all__ = [
-    "WANDB_MODES",
     "RunsError",
     "runs_root",
     "make_runs_root",
@@ -62,11 +61,6 @@ __all__ = [
     "step_seed",
     "seed_step",
     "lr_factor",
-    "TrackerError",
-    "wandb_mode",
-    "Tracker",
-    "read_metrics",
-    "Progress",
     "fixed_samples",
     "Guard",
     "Run",
@@ -179,161 +173,6 @@ def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
         return (step + 1) / warmup
     p = min(1.0, (step - warmup) / max(1, total - warmup))
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
-
-
-# %% ../nbs/50_train.ipynb #0c212414
-# the values wandb accepts
-WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
-
-
-class TrackerError(UserError, ValueError):
-    pass
-
-
-# %% ../nbs/50_train.ipynb #82fdd27a
-def wandb_mode() -> str:
-    """`$WANDB_MODE`, else online when a key is configured, else offline (never a login prompt). A
-    `$WANDB_MODE` wandb would reject (deep inside `wandb.init`, even an empty one) is refused here,
-    by name."""
-    if "WANDB_MODE" in os.environ:
-        mode = os.environ["WANDB_MODE"]
-        if mode not in WANDB_MODES:
-            raise TrackerError(
-                f"WANDB_MODE={mode!r} is not a wandb mode (one of {', '.join(WANDB_MODES)}); "
-                "unset it, or set WANDB_MODE=offline (tracker=none turns wandb off)"
-            )
-        return mode
-    if os.environ.get("WANDB_API_KEY"):
-        return "online"
-    netrc = Path.home() / ".netrc"
-    return "online" if netrc.is_file() and "api.wandb.ai" in netrc.read_text() else "offline"
-
-
-# %% ../nbs/50_train.ipynb #26b5c9e0
-class Tracker:
-    "metrics.jsonl + PNGs in the run dir, and wandb when configured."
-
-    def __init__(self, run_dir: Path, cfg: ExperimentConfig, resume_step: int = 0):
-        self.run_dir, self.wandb = Path(run_dir), None
-        self.path = self.run_dir / "metrics.jsonl"
-        self._truncate(resume_step)
-        if cfg.tracker == "wandb":  # a str enum: == compares its value
-            import wandb
-
-            run_id = self._run_id()
-            self.wandb = wandb.init(
-                project="qmind-render",
-                name=cfg.name,
-                id=run_id,
-                resume="allow",
-                dir=str(self.run_dir),
-                config=config_to_dict(cfg),
-                mode=wandb_mode(),
-                settings=wandb.Settings(silent=True),
-            )
-
-
-# %% ../nbs/50_train.ipynb #5cda3bde
-@patch
-def _truncate(self: Tracker, step: int) -> None:
-    """Drop lines logged after the checkpoint a run resumes from (the crashed run got further than
-    it saved); the log is rewritten whole or not at all."""
-    if not self.path.is_file():
-        return
-    keep = [
-        l for l in self.path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= step
-    ]
-    atomic_write(self.path, "".join(l + "\n" for l in keep))
-
-
-# %% ../nbs/50_train.ipynb #1acfa82c
-@patch
-def _run_id(self: Tracker) -> str:
-    p = self.run_dir / "wandb_id.txt"
-    if not p.is_file():
-        atomic_write(p, f"{self.run_dir.name}-{os.urandom(4).hex()}")
-    return p.read_text().strip()
-
-
-# %% ../nbs/50_train.ipynb #bb8bd3cf
-@patch
-def log(self: Tracker, step: int, metrics: dict) -> None:
-    with self.path.open("a") as f:
-        f.write(json.dumps({"step": step, **metrics}) + "\n")
-    if self.wandb:
-        self.wandb.log(metrics, step=step)
-
-
-# %% ../nbs/50_train.ipynb #e7e0c4ff
-@patch
-def image(self: Tracker, step: int, name: str, path: Path) -> None:
-    if self.wandb:
-        import wandb
-
-        self.wandb.log({name: wandb.Image(str(path))}, step=step)
-
-
-# %% ../nbs/50_train.ipynb #cc66343b
-@patch
-def close(self: Tracker) -> None:
-    if self.wandb:
-        self.wandb.finish()
-
-
-# %% ../nbs/50_train.ipynb #78238f36
-def read_metrics(run_dir: Path) -> list[dict]:
-    "The logged metrics of a run."
-    p = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.is_file() else []
-
-
-# %% ../nbs/50_train.ipynb #fa25a3df
-def _hms(s: float) -> str:
-    s = int(max(0, s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-# %% ../nbs/50_train.ipynb #2c53f851
-class Progress:
-    """A run's progress: a tqdm bar (step, loss, samples/s, ETA) on a terminal, one line per logged
-    step anywhere else."""
-
-    def __init__(self, total: int, start: int, name: str, stream=None):
-        from tqdm import tqdm
-
-        self.stream, self.total = stream or sys.stderr, total
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.bar = tqdm(
-            total=total,
-            initial=start,
-            desc=f"training {name}",
-            unit="step",
-            file=self.stream,
-            dynamic_ncols=True,
-            disable=not self.tty,
-            smoothing=0.05,
-        )
-
-    def update(self) -> None:
-        self.bar.update(1)
-
-    def log(self, step: int, m: dict) -> None:
-        "At a log step: the bar's figures, or a line."
-        if self.tty:
-            self.bar.set_postfix_str(
-                f"loss {m['loss']:.4f}, {m['samples_per_s']:.0f} samples/s", refresh=False
-            )
-        else:
-            print(
-                f"  step {step}/{self.total}  loss {m['loss']:.4f}  "
-                f"{m['samples_per_s']:.0f} samples/s  {m['step_ms']:.0f} ms/step  "
-                f"{_hms((self.total - step) * m['step_ms'] / 1e3)} left",
-                file=self.stream,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 # %% ../nbs/50_train.ipynb #884090b1

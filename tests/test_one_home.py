@@ -51,7 +51,7 @@ WRITES_ALLOWED = {
     ),
     "sweep.py": ('open(rd / "kernel.log", "ab")',),  # an append-only log
     # metrics.jsonl, appended a line at a time
-    "train.py": ('self.path.open("a")',),
+    "tracking.py": ('self.path.open("a")',),
     # write_gif: evaluate hands it a temporary path
     "viz.py": ("imgs[0].save(path, save_all=True",),
 }
@@ -256,7 +256,7 @@ def test_a_failed_truncate_leaves_the_metrics_log_whole(tmp_path, monkeypatch):
     """Resuming rewrites metrics.jsonl without the lines after the checkpoint; a write that fails
     leaves the log as it was."""
     from qmind_render.config import load_config
-    from qmind_render.train import Tracker
+    from qmind_render.tracking import Tracker
 
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(f'{{"step": {s}, "loss": 1.0}}\n' for s in (10, 20, 30)))

@@ -27,7 +27,8 @@ from qmind_render.checkpoint import (
     seal,
 )
 from qmind_render.checkpoint import pick_resume
-from qmind_render.train import NonFiniteError, read_metrics, resume, save, setup, train
+from qmind_render.tracking import read_metrics
+from qmind_render.train import NonFiniteError, resume, save, setup, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
@@ -413,7 +414,7 @@ def test_a_device_the_machine_lacks_is_one_line(data):
 def test_progress_is_a_line_per_log_step_off_a_terminal_and_a_bar_on_one(data, capsys):
     import io
 
-    from qmind_render.train import Progress
+    from qmind_render.tracking import Progress
 
     train(
         load_config(

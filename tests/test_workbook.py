@@ -134,7 +134,8 @@ def test_every_notebook_is_valid_nbformat():
 # The notebooks in nbs/ that are not stages of the system, so end with no picture: the foundations
 # before the picture stage exists (contracts, helpers, configs, the device), the stores (where bytes
 # live: a folder or a bucket, nothing of the system's to draw), the server's chapters around its app
-# (the wire protocol, the settings, running it: the app's chapter draws the server's frame), the
+# (the wire protocol, the settings, running it: the app's chapter draws the server's frame), what a
+# run reports (the run's curve and samples are the training chapter's picture), the
 # workbook's own tooling, and the landing page.
 NOT_STAGES = {
     "00_contracts",
@@ -142,6 +143,7 @@ NOT_STAGES = {
     "01_config",
     "02_device",
     "30_stores",
+    "49_tracking",
     "70_protocol",
     "73_settings",
     "75_server",
@@ -171,6 +173,10 @@ def _code(nb: dict) -> list[dict]:
 
 def _tagged(cell: dict) -> bool:
     return "picture" in cell.get("metadata", {}).get("tags", [])
+
+
+def _output(cell: dict) -> bool:
+    return "output" in cell.get("metadata", {}).get("tags", [])
 
 
 def test_no_stage_notebook_draws_with_pyplot():
@@ -209,8 +215,8 @@ def test_every_stage_notebook_ends_with_its_stored_picture():
 
 
 def test_only_picture_cells_store_outputs():
-    """Outputs are stored for the cells tagged `picture` alone, and small (PNGs at 80 dpi, large
-    ones in 256 colours), so notebooks stay small."""
+    """Outputs are stored for the cells tagged `picture` (PNGs at 80 dpi, large ones in 256
+    colours) and `output` (a small text where it teaches) alone, so notebooks stay small."""
     stored = {
         name: sum(len(json.dumps(c["outputs"])) for c in _code(nb))
         for name, nb in _notebooks().items()
@@ -219,8 +225,20 @@ def test_only_picture_cells_store_outputs():
         f"{name} cell {c['id']}"
         for name, nb in _notebooks().items()
         for c in _code(nb)
-        if c["outputs"] and not _tagged(c)
+        if c["outputs"] and not (_tagged(c) or _output(c))
     ]
+    # an `output` cell keeps a small text (a table, a printed shape) where it teaches
+    loud = [
+        f"{name} cell {c['id']}"
+        for name, nb in _notebooks().items()
+        for c in _code(nb)
+        if _output(c)
+        and (
+            len(json.dumps(c["outputs"])) > 4_000
+            or any("image/png" in o.get("data", {}) for o in c["outputs"])
+        )
+    ]
+    assert not loud, f"an `output` cell keeps a small text, not a picture: {loud}"
     assert not extra, (
         f"outputs stored in untagged cells {extra}: clear them (tools/pictures.py keeps "
         "only the tagged ones)"

@@ -4,7 +4,8 @@ A stage notebook ends with its picture: the last code cell, tagged `picture` in 
 (Jupyter: the property inspector's cell tags; `nbdev-clean` keeps tags). This script runs a notebook
 as `nbdev-test --flags slow` does (nbdev's runner, in the notebook's folder, `#| slow` cells
 included, `#| eval: false` cells skipped), each notebook in a process of its own, and then writes
-back the outputs of the tagged cells only: every other cell's outputs are cleared, so the notebooks
+back the outputs of the tagged cells only (`picture`, and `output`: a small table or printed shape
+where it teaches): every other cell's outputs are cleared, so the notebooks
 stay small. PNGs are re-encoded without metadata (matplotlib's at 80 dpi), those over 64 kB reduced
 to 256 colours, so the same pictures give the same bytes; a notebook whose run fails is left as it
 was, and the script exits 1 naming it.
@@ -30,6 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "picture"
+# a small text output that teaches where it stands (a table, a printed shape), kept as a picture is
+OUTPUT_TAG = "output"
+OUTPUT_LIMIT = 4_000  # bytes of text an `output` cell may keep
 DPI = 80
 LIMIT = 64_000  # bytes of a PNG kept as it is
 
@@ -38,12 +42,17 @@ def tagged(cell: dict) -> bool:
     return TAG in (cell.get("metadata") or {}).get("tags", [])
 
 
+def kept(cell: dict) -> bool:
+    "A cell whose outputs are stored: the picture, or a small output tagged `output`."
+    return bool({TAG, OUTPUT_TAG} & set((cell.get("metadata") or {}).get("tags", [])))
+
+
 def picture_notebooks(root: Path = ROOT) -> list[Path]:
-    "The notebooks in `root/nbs` (not its subfolders) with a cell tagged `picture`."
+    "The notebooks in `root/nbs` (not its subfolders) with a cell tagged `picture` or `output`."
     return [
         p
         for p in sorted((root / "nbs").glob("*.ipynb"))
-        if any(tagged(c) for c in json.loads(p.read_text())["cells"])
+        if any(kept(c) for c in json.loads(p.read_text())["cells"])
     ]
 
 
@@ -113,7 +122,7 @@ def execute(path: Path) -> dict[str, list]:
             )
             print(f"{where} raised {type(e).__name__}: {e}", file=sys.stderr)
             raise SystemExit(1) from None
-    return {c.id: [_clean_output(o) for o in c.get("outputs", [])] for c in nb.cells if tagged(c)}
+    return {c.id: [_clean_output(o) for o in c.get("outputs", [])] for c in nb.cells if kept(c)}
 
 
 def store(path: Path, outputs: dict[str, list]) -> int:
@@ -124,7 +133,7 @@ def store(path: Path, outputs: dict[str, list]) -> int:
     for c in nb["cells"]:
         if c["cell_type"] != "code":
             continue
-        c["outputs"] = outputs.get(c["id"], []) if tagged(c) else []
+        c["outputs"] = outputs.get(c["id"], []) if kept(c) else []
         n += len(json.dumps(c["outputs"]))
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     subprocess.run(["nbdev-clean", "--fname", str(path)], cwd=ROOT, check=True, capture_output=True)
