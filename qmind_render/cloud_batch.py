@@ -282,7 +282,9 @@ def register(self: BatchDataJobs, tags: dict) -> str:
 
 # %% ../nbs/83_cloud_batch.ipynb #fa2b5973
 @patch
-def submit(self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = False) -> dict:  # noqa: F811 (patched per backend)
+def submit(  # noqa: F811 (patched per backend)
+    self: BatchDataJobs, data: dict, per_index: int, dry_run: bool = False
+) -> dict:
     "Submit the array job and the commit job (or, with `dry_run`, return the plan)."
     plan = self.plan(data, per_index)
     if dry_run:

@@ -757,7 +757,9 @@ def check_ready(self: SageMakerBackend) -> None:  # noqa: F811 (patched per back
 
 # %% ../nbs/82_cloud_jobs.ipynb #81c0f672
 @patch
-def launch(self: SageMakerBackend, run: RunSpec, plan: dict, s, tags: dict) -> dict:  # noqa: F811 (patched per backend)
+def launch(  # noqa: F811 (patched per backend)
+    self: SageMakerBackend, run: RunSpec, plan: dict, s, tags: dict
+) -> dict:
     """Create `run`'s training job, its config in the run dir first (`submit` has checked everything
     else); returns its job record."""
     bucket, key = split_s3(f"{run.run_uri}/config.yaml")
