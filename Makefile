@@ -18,8 +18,8 @@ nbtest:   ## every notebook's examples alone (cells flagged `slow` skipped; the 
 pytest:   ## the notebooks, and what a notebook can't hold: subprocesses, servers, browsers, torchrun (a worker per core; a file, or a notebook, per unit; heaviest first)
 	python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15
 
-export:   ## after editing a notebook: its cells formatted, exported (the modules formatted too: nbdev wraps __all__ at 120), cleaned
-	ruff format --quiet nbs && nbdev-export && ruff format --quiet qmind_render && nbdev-clean
+export:   ## after editing a notebook: its cells formatted, exported, cleaned
+	ruff format --quiet nbs && nbdev-export && nbdev-clean
 
 pictures: ## run each stage notebook (slow cells too) and store its closing picture, the cells tagged `picture` only
 	python tools/pictures.py

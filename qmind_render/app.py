@@ -38,13 +38,11 @@ from .serve import Renderer, Served, make_net, pick_backend
 from .settings import AccessGuard, ServeSettings
 
 # %% auto #0
-__all__ = ["PAGE_FILES", "HTTP_METHODS", "PlaySession", "page_file", "play_page", "create_app"]
-
+__all__ = ['PAGE_FILES', 'HTTP_METHODS', 'PlaySession', 'page_file', 'play_page', 'create_app']
 
 # %% ../nbs/74_app.ipynb #95efc933
 def _b64(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a, np.uint8).tobytes()).decode()
-
 
 # %% ../nbs/74_app.ipynb #338dc3b5
 class PlaySession:
@@ -96,7 +94,6 @@ class PlaySession:
             }
         )
 
-
 # %% ../nbs/74_app.ipynb #f8278407
 # in qmind_render/assets/
 PAGE_FILES = {"play.html": "text/html", "play.css": "text/css", "play.js": "text/javascript"}
@@ -110,13 +107,11 @@ def page_file(name: str) -> str:
         raise KeyError(f"{name[:40]!r} is not a file of the page ({', '.join(PAGE_FILES)})")
     return (Path(qmind_render.__file__).resolve().parent / "assets" / name).read_text()
 
-
 # %% ../nbs/74_app.ipynb #6e3d01bb
 def play_page() -> str:
     """The playable page's HTML; its style and script come from the app too (`/static/play.css`,
     `/static/play.js`)."""
     return page_file("play.html")
-
 
 # %% ../nbs/74_app.ipynb #82fedd39
 _logger = logging.getLogger("qmind_render.serve")
@@ -185,7 +180,6 @@ class _State:
             "settings": {k: v for k, v in asdict(s).items() if k not in ("hosts", "allow_hosts")},
         }
 
-
 # %% ../nbs/74_app.ipynb #5e7310fd
 async def _read_body(request, limit: int) -> bytes:
     n = request.headers.get("content-length")
@@ -199,7 +193,6 @@ async def _read_body(request, limit: int) -> bytes:
         if len(body) > limit:
             raise RequestError("body", f"more than the {limit}-byte limit (max_body_bytes)", 413)
     return bytes(body)
-
 
 # %% ../nbs/74_app.ipynb #6eb352e1
 # /metrics keys these by name
@@ -348,14 +341,12 @@ def create_app(
 
     return app
 
-
 # %% ../nbs/74_app.ipynb #c3eb2fa3
 async def _close(ws, code: int, reason: str):
     try:
         await ws.close(code, close_reason(reason))
     except Exception:
         pass  # the client may already be gone
-
 
 # %% ../nbs/74_app.ipynb #b9818d4e
 async def _play(ws, st: _State):

@@ -18,8 +18,7 @@ import numpy as np
 from .serve import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS, ServeError
 
 # %% auto #0
-__all__ = ["Metrics", "model_thread", "on_model_thread", "MicroBatcher"]
-
+__all__ = ['Metrics', 'model_thread', 'on_model_thread', 'MicroBatcher']
 
 # %% ../nbs/72_batcher.ipynb #308686cf
 class Metrics:
@@ -55,7 +54,6 @@ class Metrics:
             },
         }
 
-
 # %% ../nbs/72_batcher.ipynb #6fd83413
 _MODEL_THREAD: ThreadPoolExecutor | None = None
 
@@ -69,12 +67,10 @@ def model_thread() -> ThreadPoolExecutor:
         _MODEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="qmind-model")
     return _MODEL_THREAD
 
-
 # %% ../nbs/72_batcher.ipynb #0cf8d542
 def on_model_thread(fn: Callable, *args, **kw):
     "Call `fn` on the model thread and wait for it."
     return model_thread().submit(fn, *args, **kw).result()
-
 
 # %% ../nbs/72_batcher.ipynb #e5a8d758
 class MicroBatcher:

@@ -32,18 +32,8 @@ from .stores import Store
 from .util import atomic_write
 
 # %% auto #0
-__all__ = [
-    "RECIPE",
-    "shard_fix",
-    "verify_shard",
-    "default_cache_dir",
-    "LocalDataset",
-    "fetch",
-    "shard_files",
-    "check_shards",
-    "verify_dataset",
-    "seal_manifest",
-]
+__all__ = ['RECIPE', 'shard_fix', 'verify_shard', 'default_cache_dir', 'LocalDataset', 'fetch', 'shard_files', 'check_shards',
+           'verify_dataset', 'seal_manifest']
 
 # %% ../nbs/32_cache.ipynb #83076387
 RECIPE = ("seed_start", "episodes", "frames_per_episode", "shard_size", "engine", "skinner", "grid")
@@ -55,7 +45,6 @@ def shard_fix(store: Store, m: Manifest) -> str:
     if all(k in m.generator for k in RECIPE):
         return f"make it again with {data_cmd('repair', m.id, store)}"
     return f"dataset {m.id} has no generation recipe to repair from: write it again under a new ID"
-
 
 # %% ../nbs/32_cache.ipynb #a760501b
 def verify_shard(path: Path, info: ShardInfo, dataset: str, fix: str = "") -> None:
@@ -79,12 +68,10 @@ def verify_shard(path: Path, info: ShardInfo, dataset: str, fix: str = "") -> No
             info.file,
         )
 
-
 # %% ../nbs/32_cache.ipynb #ff3fa1be
 def default_cache_dir() -> Path:
     "`$QMIND_CACHE`, else `~/.cache/qmind-render`."
     return Path(os.environ.get("QMIND_CACHE") or Path.home() / ".cache" / "qmind-render")
-
 
 # %% ../nbs/32_cache.ipynb #9877bbae
 @dataclass
@@ -106,12 +93,10 @@ class LocalDataset:
     def id(self) -> str:
         return self.manifest.id
 
-
 # %% ../nbs/32_cache.ipynb #dcbd1e2a
 def _stamp(path: Path) -> list:
     s = Path(path).stat()
     return [s.st_size, s.st_mtime_ns, s.st_ino]
-
 
 # %% ../nbs/32_cache.ipynb #9de29e86
 def _verified(path: Path, m: Manifest) -> dict:
@@ -127,7 +112,6 @@ def _verified(path: Path, m: Manifest) -> dict:
         and isinstance(seen.get("shards"), dict)
     )
     return seen["shards"] if fresh else {}
-
 
 # %% ../nbs/32_cache.ipynb #93a63075
 def _local_copy(store: Store, m: Manifest, info: ShardInfo, cache: Path) -> Path:
@@ -146,7 +130,6 @@ def _local_copy(store: Store, m: Manifest, info: ShardInfo, cache: Path) -> Path
                 m.id, f"missing from store {store.uri}; {shard_fix(store, m)}", info.file
             ) from None
     return p
-
 
 # %% ../nbs/32_cache.ipynb #b76ffe84
 def fetch(
@@ -177,7 +160,6 @@ def fetch(
     )
     return LocalDataset(m, paths, [seen[str(p)][:3] for p in paths], fix)
 
-
 # %% ../nbs/32_cache.ipynb #1ae15c31
 @patch
 def read_shard(
@@ -206,7 +188,6 @@ def read_shard(
             self.id, f"unreadable at {p} ({type(e).__name__}: {e}); {self.fix}", info.file
         ) from None
 
-
 # %% ../nbs/32_cache.ipynb #cfaa0f12
 @patch(as_prop=True)
 def cells(self: LocalDataset) -> np.ndarray:
@@ -217,13 +198,11 @@ def cells(self: LocalDataset) -> np.ndarray:
         )
     return self._cells
 
-
 # %% ../nbs/32_cache.ipynb #519bfc20
 @patch(as_prop=True)
 def offsets(self: LocalDataset) -> np.ndarray:
     "Global index of each shard's first sample (and the total at the end)."
     return np.concatenate([[0], np.cumsum([s.n for s in self.manifest.shards])])
-
 
 # %% ../nbs/32_cache.ipynb #7dfdf2d7
 def shard_files(store: Store, dataset: str) -> list[str]:
@@ -232,7 +211,6 @@ def shard_files(store: Store, dataset: str) -> list[str]:
     return sorted(
         n for n in names if "/" not in n and n.startswith("shard-") and n.endswith(".npz")
     )
-
 
 # %% ../nbs/32_cache.ipynb #ddeb8c1a
 def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
@@ -269,13 +247,11 @@ def check_shards(store: Store, m: Manifest) -> list[DatasetError]:
     ]
     return problems
 
-
 # %% ../nbs/32_cache.ipynb #775ee59a
 def verify_dataset(store: Store, dataset: str, spec: ChannelSpec | None = None) -> list[str]:
     """Check the manifest (shape, content hash), re-hash every shard in the store (ignoring any
     cache); return the problems (empty = good)."""
     return [str(e) for e in check_shards(store, read_manifest(store, dataset, spec))]
-
 
 # %% ../nbs/32_cache.ipynb #42b2d44e
 def seal_manifest(store: Store, dataset: str, spec: ChannelSpec | None = None) -> Manifest:

@@ -16,17 +16,8 @@ from .grid import FactorGrid, load_grid
 from .skinner import SURFACES, skin, skin_spec
 
 # %% auto #0
-__all__ = [
-    "MIN_CELL_DISTANCE",
-    "materials_present",
-    "frame_cells",
-    "frame_cells_batch",
-    "cell_mask",
-    "with_material",
-    "episode_materials",
-    "cell_distances",
-]
-
+__all__ = ['MIN_CELL_DISTANCE', 'materials_present', 'frame_cells', 'frame_cells_batch', 'cell_mask', 'with_material',
+           'episode_materials', 'cell_distances']
 
 # %% ../nbs/21_cells.ipynb #8d95a9b8
 def materials_present(channels: dict) -> np.ndarray:
@@ -48,7 +39,6 @@ def materials_present(channels: dict) -> np.ndarray:
     counts = np.bincount(ids.ravel(), minlength=B * (M + 1)).reshape(B, M + 1)
     return (counts[:, :M] > 0).reshape(*lead, M)
 
-
 # %% ../nbs/21_cells.ipynb #d84c2ed6
 def frame_cells(
     channels: dict, theme_id: int, lighting_id: int
@@ -62,7 +52,6 @@ def frame_cells(
         )
     return tuple((int(theme_id), int(m), int(lighting_id)) for m in np.flatnonzero(present))
 
-
 # %% ../nbs/21_cells.ipynb #8e7cd199
 def frame_cells_batch(
     channels: dict, theme_ids, lighting_ids
@@ -74,7 +63,6 @@ def frame_cells_batch(
     return [
         tuple((int(t[b]), int(m), int(l[b])) for m in np.flatnonzero(present[b])) for b in range(B)
     ]
-
 
 # %% ../nbs/21_cells.ipynb #b4326a94
 def cell_mask(
@@ -96,13 +84,11 @@ def cell_mask(
     out[b, (t[b] * M + m) * L + l[b]] = True
     return out[0] if one else out
 
-
 # %% ../nbs/21_cells.ipynb #f537563e
 def with_material(channels: dict, material: int) -> dict:
     "The same frame with every wall pixel made of `material`."
     walls = channels["surface"] == SURFACES.index("wall")
     return {**channels, "material": np.where(walls, np.uint8(material), channels["material"])}
-
 
 # %% ../nbs/21_cells.ipynb #42978a7a
 _PAIRS = tuple(itertools.combinations(range(5), 2))
@@ -115,7 +101,6 @@ def episode_materials(seed: int, n_materials: int = 5) -> list[int]:
         raise ValueError(f"the policy is written for 5 materials, not {n_materials}")
     k = int(seed) % 60
     return [k % n_materials] if k < 50 else list(_PAIRS[k - 50])
-
 
 # %% ../nbs/21_cells.ipynb #d0bee6fe
 MIN_CELL_DISTANCE = 10.0  # uint8 levels, mean over wall pixels and channels

@@ -26,56 +26,22 @@ from .model import ConditionalUNet, build_model
 from .util import atomic_write
 
 # %% auto #0
-__all__ = [
-    "RESUME_USE",
-    "RESUME_FIXED",
-    "RUNTIME_MODEL_KEYS",
-    "CheckpointError",
-    "checkpoint_name",
-    "step_of",
-    "checkpoints",
-    "run_dir_of",
-    "find_checkpoint",
-    "WeightsError",
-    "content_hash",
-    "seal",
-    "seal_problem",
-    "is_sealed_ok",
-    "check_seal",
-    "move",
-    "save_sealed",
-    "save_checkpoint",
-    "read_checkpoint",
-    "load_checkpoint",
-    "reseal",
-    "versions",
-    "check_versions",
-    "resume_from",
-    "newest_good",
-    "pick_resume",
-    "check_resume",
-    "rng_state",
-    "restore_rng",
-    "ema_weights",
-    "check_model_config",
-    "load_model",
-    "shipped_path",
-    "read_shipped",
-    "load_shipped",
-]
-
+__all__ = ['RESUME_USE', 'RESUME_FIXED', 'RUNTIME_MODEL_KEYS', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints',
+           'run_dir_of', 'find_checkpoint', 'WeightsError', 'content_hash', 'seal', 'seal_problem', 'is_sealed_ok',
+           'check_seal', 'move', 'save_sealed', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint', 'reseal',
+           'versions', 'check_versions', 'resume_from', 'newest_good', 'pick_resume', 'check_resume', 'rng_state',
+           'restore_rng', 'ema_weights', 'check_model_config', 'load_model', 'shipped_path', 'read_shipped',
+           'load_shipped']
 
 # %% ../nbs/48_checkpoint.ipynb #5e80d7f3
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint could not be written or read, or does not fit this run; the message names the
     file."""
 
-
 # %% ../nbs/48_checkpoint.ipynb #123d2fa2
 def checkpoint_name(step: int) -> str:
     "The file name of step `step`'s checkpoint: `0000020.pt`."
     return f"{int(step):07d}.pt"
-
 
 # %% ../nbs/48_checkpoint.ipynb #3f49d0a8
 def step_of(path: str | Path) -> int:
@@ -93,12 +59,10 @@ def step_of(path: str | Path) -> int:
         )
     return int(name[:7])
 
-
 # %% ../nbs/48_checkpoint.ipynb #e2a42fd7
 def checkpoints(run_dir: str | Path) -> list[Path]:
     "A run's checkpoints, oldest first."
     return sorted((Path(run_dir) / "checkpoints").glob("[0-9]" * 7 + ".pt"))
-
 
 # %% ../nbs/48_checkpoint.ipynb #46112ac0
 def run_dir_of(path: str | Path) -> Path:
@@ -106,7 +70,6 @@ def run_dir_of(path: str | Path) -> Path:
     file's folder."""
     p = Path(path)
     return p.parent.parent if p.parent.name == "checkpoints" else p.parent
-
 
 # %% ../nbs/48_checkpoint.ipynb #a8a9654a
 def find_checkpoint(target: str | Path) -> Path:
@@ -124,11 +87,9 @@ def find_checkpoint(target: str | Path) -> Path:
         return found[-1]
     raise CheckpointError(f"{p}: no such run dir or checkpoint")
 
-
 # %% ../nbs/48_checkpoint.ipynb #2fb5951e
 class WeightsError(UserError, ValueError):
     "A weights file that is corrupt: the message names it and where to get a good one."
-
 
 # %% ../nbs/48_checkpoint.ipynb #14a6791d
 def content_hash(state: dict) -> str:
@@ -156,12 +117,10 @@ def content_hash(state: dict) -> str:
     feed({k: v for k, v in state.items() if k != "sha256"})
     return h.hexdigest()
 
-
 # %% ../nbs/48_checkpoint.ipynb #cafa227e
 def seal(state: dict) -> dict:
     "`state` with the hash of its content, as `sha256`."
     return {**state, "sha256": content_hash(state)}
-
 
 # %% ../nbs/48_checkpoint.ipynb #02949ab8
 def seal_problem(state: dict) -> str | None:
@@ -174,12 +133,10 @@ def seal_problem(state: dict) -> str | None:
         return "malformed"
     return None if s == content_hash(state) else "mismatch"
 
-
 # %% ../nbs/48_checkpoint.ipynb #eed42583
 def is_sealed_ok(state: dict) -> bool:
     "Does `state` carry a seal, and match it?"
     return seal_problem(state) is None
-
 
 # %% ../nbs/48_checkpoint.ipynb #cd47b91f
 def check_seal(state: dict, path, error: type = CheckpointError, fix: str = "") -> None:
@@ -207,7 +164,6 @@ def check_seal(state: dict, path, error: type = CheckpointError, fix: str = "") 
             f"(a flipped bit or an edit){fix}"
         )
 
-
 # %% ../nbs/48_checkpoint.ipynb #f460cd9f
 def move(x, device):
     "Every tensor in nested dicts and lists, on `device`."
@@ -218,7 +174,6 @@ def move(x, device):
     if isinstance(x, (list, tuple)):
         return type(x)(move(v, device) for v in x)
     return x
-
 
 # %% ../nbs/48_checkpoint.ipynb #99d6b621
 def save_sealed(state: dict, path: str | Path) -> Path:
@@ -233,7 +188,6 @@ def save_sealed(state: dict, path: str | Path) -> Path:
             f"could not write {path}{hint}: {e.strerror or e}; the previous checkpoint is untouched"
         ) from None
     return path
-
 
 # %% ../nbs/48_checkpoint.ipynb #f4f33bbb
 def save_checkpoint(state: dict, run_dir: str | Path, keep_last: int) -> Path:
@@ -252,7 +206,6 @@ def save_checkpoint(state: dict, run_dir: str | Path, keep_last: int) -> Path:
     for old in checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         old.unlink()
     return path
-
 
 # %% ../nbs/48_checkpoint.ipynb #cffa2f92
 def read_checkpoint(path: str | Path) -> dict:
@@ -273,7 +226,6 @@ def read_checkpoint(path: str | Path) -> dict:
     check_seal(ck, path)
     return ck
 
-
 # %% ../nbs/48_checkpoint.ipynb #20bd5f69
 def load_checkpoint(path: str | Path, map_location="cpu", use: str = "") -> dict:
     """Read a checkpoint with `weights_only=True` and check its seal. A bad file is a
@@ -292,7 +244,6 @@ def load_checkpoint(path: str | Path, map_location="cpu", use: str = "") -> dict
         raise CheckpointError(f"{e}{hint}") from None
     return ck if str(map_location) == "cpu" else move(ck, map_location)
 
-
 # %% ../nbs/48_checkpoint.ipynb #dab407ea
 def reseal(path: str | Path) -> Path:
     """Seal a weights file written before seals existed, as it is now (check it first: the seal
@@ -303,7 +254,6 @@ def reseal(path: str | Path) -> Path:
         check_seal(ck, path)
         return Path(path)
     return save_sealed(ck, path)
-
 
 # %% ../nbs/48_checkpoint.ipynb #6779ca82
 def versions() -> dict:
@@ -318,7 +268,6 @@ def versions() -> dict:
         "torch": str(torch.__version__),
     }
 
-
 # %% ../nbs/48_checkpoint.ipynb #a64f04f7
 def check_versions(ck: dict, what: str) -> None:
     "Refuse a checkpoint (or shipped model) `what` whose channel spec this code does not speak."
@@ -326,7 +275,6 @@ def check_versions(ck: dict, what: str) -> None:
         check_spec_version(ck["versions"]["channel_spec"], what=what)
     except ValueError as e:
         raise CheckpointError(str(e)) from None
-
 
 # %% ../nbs/48_checkpoint.ipynb #5852761f
 # what training says to do about a bad checkpoint
@@ -359,7 +307,6 @@ def resume_from(run_dir: str | Path, resume: str) -> Path | None:
         f"{run_dir / 'checkpoints'} ({have})"
     )
 
-
 # %% ../nbs/48_checkpoint.ipynb #8e339ed3
 def newest_good(run_dir: str | Path, set_aside: bool = True) -> tuple[Path, dict] | None:
     """The newest checkpoint that reads and matches its seal. Newer corrupt ones are set aside as
@@ -389,7 +336,6 @@ def newest_good(run_dir: str | Path, set_aside: bool = True) -> tuple[Path, dict
         )
     return None
 
-
 # %% ../nbs/48_checkpoint.ipynb #110e9a2d
 def pick_resume(
     run_dir: str | Path, resume: str, set_aside: bool = True
@@ -400,7 +346,6 @@ def pick_resume(
         return newest_good(run_dir, set_aside)
     path = resume_from(run_dir, resume)
     return (path, load_checkpoint(path, use=RESUME_USE)) if path else None
-
 
 # %% ../nbs/48_checkpoint.ipynb #fd9b0e7a
 RESUME_FIXED = (
@@ -424,7 +369,6 @@ def _get(d: dict, key: str):
     for k in key.split("."):
         d = d[k]
     return d
-
 
 # %% ../nbs/48_checkpoint.ipynb #7fe39fd6
 def check_resume(
@@ -455,7 +399,6 @@ def check_resume(
             f"point data.store at the store that holds {made[:12]}"
         )
 
-
 # %% ../nbs/48_checkpoint.ipynb #6835d1f0
 def rng_state() -> dict:
     """Python's, numpy's, torch's and (where there is one) CUDA's global RNG states, as tensors and
@@ -470,7 +413,6 @@ def rng_state() -> dict:
         "numpy_gauss": [int(np_state[3]), float(np_state[4])],
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
-
 
 # %% ../nbs/48_checkpoint.ipynb #d79cd84f
 def restore_rng(rng: dict) -> None:
@@ -489,13 +431,11 @@ def restore_rng(rng: dict) -> None:
         )
     )
 
-
 # %% ../nbs/48_checkpoint.ipynb #4bb75fc2
 def ema_weights(ck: dict) -> dict:
     """The EMA model's weights in a checkpoint or shipped model, named as the network names them
     (`module.` dropped, `n_averaged` left out)."""
     return {k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")}
-
 
 # %% ../nbs/48_checkpoint.ipynb #dc7b9b5f
 # how the network runs, not what it is: a loader may choose
@@ -516,7 +456,6 @@ def check_model_config(asked, trained, what: str = "the checkpoint") -> None:
             f"and objective it was trained with; drop the model.{k} override (or train a "
             "run with it)"
         )
-
 
 # %% ../nbs/48_checkpoint.ipynb #db8f5b7f
 def load_model(
@@ -542,14 +481,12 @@ def load_model(
     )
     return model.to(device).eval(), Diffusion.from_config(mcfg)
 
-
 # %% ../nbs/48_checkpoint.ipynb #4f84a4bb
 def shipped_path() -> Path:
     "Where the model that ships with the package is: `qmind_render/assets/shipped.pt`."
     import qmind_render
 
     return Path(qmind_render.__file__).resolve().parent / "assets" / "shipped.pt"
-
 
 # %% ../nbs/48_checkpoint.ipynb #21b259b8
 def read_shipped(path: str | Path | None = None) -> dict:
@@ -566,7 +503,6 @@ def read_shipped(path: str | Path | None = None) -> dict:
         blob, path, WeightsError, "; reinstall the package, or write a new one with qmind ship"
     )
     return blob
-
 
 # %% ../nbs/48_checkpoint.ipynb #a7528cc9
 def load_shipped(path: str | Path | None = None) -> tuple[ConditionalUNet, Diffusion, dict]:

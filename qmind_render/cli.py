@@ -18,18 +18,7 @@ from typing import Callable, NamedTuple
 from .contracts import guarded, strip_debug
 
 # %% auto #0
-__all__ = [
-    "COMMANDS",
-    "BENCHES",
-    "Command",
-    "load_target",
-    "main",
-    "versions",
-    "version_main",
-    "machine",
-    "bench_main",
-]
-
+__all__ = ['COMMANDS', 'BENCHES', 'Command', 'load_target', 'main', 'versions', 'version_main', 'machine', 'bench_main']
 
 # %% ../nbs/90_cli.ipynb #b18915f0
 class Command(NamedTuple):
@@ -114,13 +103,11 @@ BENCHES: dict[str, str] = {
     "gpu": "qmind_render.gpu:bench_gpu",
 }
 
-
 # %% ../nbs/90_cli.ipynb #1ccc3c66
 def load_target(target: str) -> Callable:
     "Import `module:function` lazily."
     mod, _, fn = target.partition(":")
     return getattr(importlib.import_module(mod), fn)
-
 
 # %% ../nbs/90_cli.ipynb #64fa16de
 def _parser() -> argparse.ArgumentParser:
@@ -140,7 +127,6 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=c.help, add_help=False)
     return p
 
-
 # %% ../nbs/90_cli.ipynb #5653a911
 def main(argv: list[str] | None = None) -> int:
     "The `qmind` console script."
@@ -153,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cmd = p.parse_args(argv[:1]).command
     return guarded(f"qmind {cmd}", lambda: load_target(COMMANDS[cmd].target)(argv[1:]))
-
 
 # %% ../nbs/90_cli.ipynb #f79f1d92
 def versions() -> dict[str, str]:
@@ -177,7 +162,6 @@ def versions() -> dict[str, str]:
         v["torch"] = "not installed"
     return v
 
-
 # %% ../nbs/90_cli.ipynb #696b8aed
 def version_main(argv: list[str]) -> int:
     "`qmind version [--json]`"
@@ -190,7 +174,6 @@ def version_main(argv: list[str]) -> int:
     print(json.dumps(v, indent=2) if a.json else "\n".join(f"{k:>14} {x}" for k, x in v.items()))
     return 0
 
-
 # %% ../nbs/90_cli.ipynb #22b5cfb7
 def machine() -> dict:
     "What a benchmark number was measured on."
@@ -200,7 +183,6 @@ def machine() -> dict:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
-
 
 # %% ../nbs/90_cli.ipynb #ec86def5
 def _kwargs(items: list[str]) -> dict:
@@ -213,7 +195,6 @@ def _kwargs(items: list[str]) -> dict:
             raise ValueError(f"benchmark argument '{it}' is not key=value")
         out[k] = yaml.safe_load(v)
     return out
-
 
 # %% ../nbs/90_cli.ipynb #c2211080
 def bench_main(argv: list[str]) -> int:
@@ -232,7 +213,6 @@ def bench_main(argv: list[str]) -> int:
         for k, v in res.items():
             print(f"{k:>28}  {v:,.1f}" if isinstance(v, float) else f"{k:>28}  {v}")
     return 0
-
 
 # %% ../nbs/90_cli.ipynb #ee7118ec
 if __name__ == "__main__":

@@ -23,47 +23,12 @@ from .contracts import UserError
 from .util import format_table
 
 # %% auto #0
-__all__ = [
-    "MARKETS",
-    "PROJECT",
-    "MAX_ATTEMPTS",
-    "JOB_STATES",
-    "ROLES",
-    "ABORT_AFTER_DAYS",
-    "assets_dir",
-    "InstanceType",
-    "load_menu",
-    "menu_source",
-    "CloudError",
-    "instance_type",
-    "aws_session",
-    "aws_client",
-    "explain",
-    "aws_call",
-    "all_pages",
-    "utc_stamp",
-    "b64",
-    "table",
-    "AwsBackend",
-    "job_tags",
-    "tag_list",
-    "tag_specs",
-    "default_owner",
-    "RunSpec",
-    "Backend",
-    "check_run",
-    "papermill_parameters",
-    "split_s3",
-    "trust_policy",
-    "iam_policy",
-    "ensure_bucket",
-    "s3_exists_bucket",
-    "check_bucket_region",
-    "abort_rule",
-    "ensure_abort_rule",
-    "ensure_roles",
-    "setup",
-]
+__all__ = ['MARKETS', 'PROJECT', 'MAX_ATTEMPTS', 'JOB_STATES', 'ROLES', 'ABORT_AFTER_DAYS', 'assets_dir', 'InstanceType',
+           'load_menu', 'menu_source', 'CloudError', 'instance_type', 'aws_session', 'aws_client', 'explain',
+           'aws_call', 'all_pages', 'utc_stamp', 'b64', 'table', 'AwsBackend', 'job_tags', 'tag_list', 'tag_specs',
+           'default_owner', 'RunSpec', 'Backend', 'check_run', 'papermill_parameters', 'split_s3', 'trust_policy',
+           'iam_policy', 'ensure_bucket', 's3_exists_bucket', 'check_bucket_region', 'abort_rule', 'ensure_abort_rule',
+           'ensure_roles', 'setup']
 
 # %% ../nbs/80_cloud.ipynb #f1c511cb
 MARKETS = ("spot", "on-demand")
@@ -74,7 +39,6 @@ def assets_dir() -> Path:
     import qmind_render
 
     return Path(qmind_render.__file__).resolve().parent / "assets"
-
 
 # %% ../nbs/80_cloud.ipynb #4251a94c
 @dataclass(frozen=True)
@@ -103,13 +67,11 @@ class InstanceType:
         without a quoted spot price the guard charges on-demand."""
         return self.spot_usd_h if market == "spot" and self.spot_usd_h else self.on_demand_usd_h
 
-
 # %% ../nbs/80_cloud.ipynb #1f6e7bd9
 @functools.lru_cache(maxsize=4)
 def _read_menu(path: str) -> dict:
     with open(path) as f:
         return yaml.safe_load(f)
-
 
 # %% ../nbs/80_cloud.ipynb #ea7e89c2
 def load_menu(path: str | Path | None = None) -> dict[str, InstanceType]:
@@ -117,18 +79,15 @@ def load_menu(path: str | Path | None = None) -> dict[str, InstanceType]:
     d = _read_menu(str(path or assets_dir() / "instances.yaml"))
     return {r["name"]: InstanceType(**r) for r in d["instances"]}
 
-
 # %% ../nbs/80_cloud.ipynb #f394a655
 def menu_source(path: str | Path | None = None) -> dict:
     "Where the menu's prices come from: region, date, source."
     d = _read_menu(str(path or assets_dir() / "instances.yaml"))
     return {k: d[k] for k in ("region", "as_of", "source")}
 
-
 # %% ../nbs/80_cloud.ipynb #55b2dbdb
 class CloudError(UserError, RuntimeError):
     "A cloud operation was refused or failed: the message says what, where, and what to do."
-
 
 # %% ../nbs/80_cloud.ipynb #d92a1c29
 def instance_type(name: str, menu: dict[str, InstanceType] | None = None) -> InstanceType:
@@ -142,7 +101,6 @@ def instance_type(name: str, menu: dict[str, InstanceType] | None = None) -> Ins
         f"unknown instance type {name!r}: {hint}The menu (qmind_render/assets/instances.yaml) has "
         f"{', '.join(menu)}. Add a row there, with its price, date and source, to launch another."
     )
-
 
 # %% ../nbs/80_cloud.ipynb #8c034ace
 PROJECT = "qmind-render"
@@ -168,7 +126,6 @@ def aws_session(region: str | None = None, profile: str | None = None):
         )
     return s
 
-
 # %% ../nbs/80_cloud.ipynb #ba22195f
 def aws_client(session, service: str, max_attempts: int | None = None):
     """A client with standard-mode retries (backoff with jitter; `max_attempts` in all, default 8 or
@@ -183,7 +140,6 @@ def aws_client(session, service: str, max_attempts: int | None = None):
         user_agent_extra=PROJECT,
     )
     return session.client(service, config=cfg)
-
 
 # %% ../nbs/80_cloud.ipynb #bf5a6443
 _ADVICE = {
@@ -251,7 +207,6 @@ def explain(e: Exception, what: str) -> CloudError:
         + (f". {advice[0].upper()}{advice[1:]}." if advice else "")
     )
 
-
 # %% ../nbs/80_cloud.ipynb #86100d49
 def aws_call(what: str, fn, *args, **kw):
     "Call `fn`, turning botocore errors into `CloudError` (see `explain`)."
@@ -262,35 +217,29 @@ def aws_call(what: str, fn, *args, **kw):
     except (ClientError, BotoCoreError) as e:
         raise explain(e, what) from None
 
-
 # %% ../nbs/80_cloud.ipynb #37a5d4ab
 def all_pages(client, op: str, key: str, **kw) -> list[dict]:
     "Every item under `key` of every page of the paginated call `op`."
     pages = client.get_paginator(op).paginate(**kw)
     return aws_call(op.replace("_", " "), lambda: [x for p in pages for x in p.get(key, [])])
 
-
 # %% ../nbs/80_cloud.ipynb #a42f8368
 def utc_stamp() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
 
 # %% ../nbs/80_cloud.ipynb #ae674255
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
-
 # %% ../nbs/80_cloud.ipynb #53766b76
 def _cell(v) -> str:
     return "" if v is None else f"{v:,.2f}" if isinstance(v, float) else str(v)
-
 
 # %% ../nbs/80_cloud.ipynb #bfbb6f65
 def table(rows: list[dict], cols: list[str] | None = None) -> str:
     """AWS rows (instances, quotas, costs) as a plain-text table: dollars and hours to two decimals,
     a blank where a value is missing."""
     return format_table(rows, cols, cell=_cell, empty="(none)")
-
 
 # %% ../nbs/80_cloud.ipynb #1ab5b650
 class AwsBackend:
@@ -303,7 +252,6 @@ class AwsBackend:
         if self.session is None or (region and region != self.session.region_name):
             self.session = aws_session(region or self.region)
         return self.session
-
 
 # %% ../nbs/80_cloud.ipynb #8a5396cd
 _TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{1,256}$")
@@ -324,17 +272,14 @@ def job_tags(owner: str, project: str = PROJECT, **extra) -> dict[str, str]:
             )
     return tags
 
-
 # %% ../nbs/80_cloud.ipynb #c82c2380
 def tag_list(tags: dict) -> list[dict]:
     return [{"Key": k, "Value": v} for k, v in tags.items()]
-
 
 # %% ../nbs/80_cloud.ipynb #3b67569c
 def tag_specs(tags: dict, *kinds: str) -> list[dict]:
     "EC2 `TagSpecifications` giving `tags` to each resource kind created by one call."
     return [{"ResourceType": k, "Tags": tag_list(tags)} for k in kinds]
-
 
 # %% ../nbs/80_cloud.ipynb #11059a68
 def default_owner(session=None) -> str:
@@ -346,7 +291,6 @@ def default_owner(session=None) -> str:
         raise CloudError("no owner: set $QMIND_OWNER or pass --owner")
     arn = aws_call("sts get-caller-identity", aws_client(session, "sts").get_caller_identity)["Arn"]
     return arn.rsplit("/", 1)[-1]
-
 
 # %% ../nbs/80_cloud.ipynb #f431fb64
 JOB_STATES = ("queued", "running", "done", "failed")
@@ -381,7 +325,6 @@ class RunSpec:
     def dataset_uri(self) -> str:
         return f"{self.store.rstrip('/')}/datasets/{self.dataset}"
 
-
 # %% ../nbs/80_cloud.ipynb #7e9cea99
 @runtime_checkable
 class Backend(Protocol):
@@ -393,7 +336,6 @@ class Backend(Protocol):
     def submit(self, run: RunSpec, dry_run: bool = False) -> dict: ...
     def status(self, job: dict) -> str: ...
     def cancel(self, job: dict) -> None: ...
-
 
 # %% ../nbs/80_cloud.ipynb #a85084ac
 def check_run(run: RunSpec) -> RunSpec:
@@ -413,7 +355,6 @@ def check_run(run: RunSpec) -> RunSpec:
         raise CloudError(f"run {run.name}: the config names no data.dataset")
     return run
 
-
 # %% ../nbs/80_cloud.ipynb #821f24d7
 def papermill_parameters(run: RunSpec, run_dir: str) -> dict:
     "The values the job passes to the template's `parameters` cell."
@@ -424,13 +365,11 @@ def papermill_parameters(run: RunSpec, run_dir: str) -> dict:
         "run_name": run.name,
     }
 
-
 # %% ../nbs/80_cloud.ipynb #6a20cc18
 def split_s3(uri: str) -> tuple[str, str]:
     "`s3://bucket/a/b` -> `('bucket', 'a/b')`."
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     return bucket, key
-
 
 # %% ../nbs/80_cloud.ipynb #b6946713
 ROLES = {
@@ -452,7 +391,6 @@ def trust_policy(role: str) -> dict:
             }
         ],
     }
-
 
 # %% ../nbs/80_cloud.ipynb #f9bbf2fd
 def iam_policy(
@@ -532,7 +470,6 @@ def iam_policy(
         ]
     return {"Version": "2012-10-17", "Statement": st}
 
-
 # %% ../nbs/80_cloud.ipynb #1a46181b
 def ensure_bucket(session, bucket: str, tags: dict, create: bool = False) -> str:
     """Check (or, with `create`, make) the bucket in the session's region, blocked from public
@@ -573,7 +510,6 @@ def ensure_bucket(session, bucket: str, tags: dict, create: bool = False) -> str
         f"{', '.join(f'{k}={v}' for k, v in {**tags, **have}.items() if k in ('owner', 'project'))}"
     )
 
-
 # %% ../nbs/80_cloud.ipynb #2045b177
 def s3_exists_bucket(s3, bucket: str) -> bool:
     from botocore.exceptions import ClientError
@@ -585,7 +521,6 @@ def s3_exists_bucket(s3, bucket: str) -> bool:
         if e.response["Error"]["Code"] in ("404", "NoSuchBucket", "NotFound"):
             return False
         raise explain(e, f"head bucket {bucket}") from None
-
 
 # %% ../nbs/80_cloud.ipynb #23f02474
 def check_bucket_region(session, store: str) -> str:
@@ -606,7 +541,6 @@ def check_bucket_region(session, store: str) -> str:
         )
     return region
 
-
 # %% ../nbs/80_cloud.ipynb #aa534e4d
 ABORT_AFTER_DAYS = 2
 
@@ -622,7 +556,6 @@ def abort_rule(prefix: str = "", days: int = ABORT_AFTER_DAYS) -> dict:
         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": days},
     }
 
-
 # %% ../nbs/80_cloud.ipynb #87d29d85
 def _covers(rule: dict, prefix: str) -> bool:
     "Does `rule` abort unfinished uploads for every key under `prefix`?"
@@ -633,7 +566,6 @@ def _covers(rule: dict, prefix: str) -> bool:
         and set(f) <= {"Prefix"}
         and prefix.startswith(f.get("Prefix", ""))
     )
-
 
 # %% ../nbs/80_cloud.ipynb #52c3bc4d
 def ensure_abort_rule(session, bucket: str, prefix: str = "", days: int = ABORT_AFTER_DAYS) -> str:
@@ -665,7 +597,6 @@ def ensure_abort_rule(session, bucket: str, prefix: str = "", days: int = ABORT_
         f"{want['Filter']['Prefix'] or '/'} unfinished "
         f"after {days} days" + (f" (kept its {len(keep)} other rules)" if keep else "")
     )
-
 
 # %% ../nbs/80_cloud.ipynb #03837ac6
 def ensure_roles(session, bucket: str, prefix: str, tags: dict) -> list[str]:
@@ -715,7 +646,6 @@ def ensure_roles(session, bucket: str, prefix: str, tags: dict) -> list[str]:
     return out + [
         f"policies of {', '.join(n for n, _ in ROLES.values())} set for s3://{bucket}/{prefix}"
     ]
-
 
 # %% ../nbs/80_cloud.ipynb #78f6af20
 def setup(

@@ -31,17 +31,8 @@ from .cloud_jobs import s3_exists
 from .util import pool_map
 
 # %% auto #0
-__all__ = [
-    "ShardRange",
-    "plan_array",
-    "part_key",
-    "generate_part",
-    "commit_parts",
-    "BatchDataJobs",
-    "data_part_main",
-    "data_commit_main",
-]
-
+__all__ = ['ShardRange', 'plan_array', 'part_key', 'generate_part', 'commit_parts', 'BatchDataJobs', 'data_part_main',
+           'data_commit_main']
 
 # %% ../nbs/83_cloud_batch.ipynb #e585f023
 @dataclass(frozen=True)
@@ -54,7 +45,6 @@ class ShardRange:
     episodes: int
     first_shard: int
     n_shards: int
-
 
 # %% ../nbs/83_cloud_batch.ipynb #c5426c99
 def plan_array(data: dict, per_index: int) -> list[ShardRange]:
@@ -72,17 +62,14 @@ def plan_array(data: dict, per_index: int) -> list[ShardRange]:
         for i, a in enumerate(range(0, n, step))
     ]
 
-
 # %% ../nbs/83_cloud_batch.ipynb #719a6ff5
 def part_key(dataset: str, index: int) -> str:
     return f"datasets/{dataset}/parts/part-{index:05d}.json"
-
 
 # %% ../nbs/83_cloud_batch.ipynb #b1151b63
 def _data_parts(store, dataset: str) -> list[dict]:
     keys = [k for k in store.list(f"datasets/{dataset}/parts") if k.endswith(".json")]
     return [json.loads(store.get_bytes(k)) for k in sorted(keys)]
-
 
 # %% ../nbs/83_cloud_batch.ipynb #37a8f514
 def generate_part(
@@ -139,7 +126,6 @@ def generate_part(
     store.put_bytes((json.dumps(rec, indent=1) + "\n").encode(), part_key(ds, index))
     return rec
 
-
 # %% ../nbs/83_cloud_batch.ipynb #52d17ebd
 def commit_parts(data: dict):
     """The final step: check every array index's part, then write the manifest (idempotent when
@@ -187,7 +173,6 @@ def commit_parts(data: dict):
     w = D.DatasetWriter(store, ds, D.load_spec(), D.Grid.of())
     w.shards = shards
     return w.commit((spans[0][0], spans[-1][1]), parts[0]["generator"])
-
 
 # %% ../nbs/83_cloud_batch.ipynb #2b92e7fc
 @dataclass
@@ -251,7 +236,6 @@ class BatchDataJobs(AwsBackend):
             ],
         }
 
-
 # %% ../nbs/83_cloud_batch.ipynb #f396ec3e
 @patch
 def register(self: BatchDataJobs, tags: dict) -> str:
@@ -278,7 +262,6 @@ def register(self: BatchDataJobs, tags: dict) -> str:
         propagateTags=True,
     )
     return r["jobDefinitionArn"]
-
 
 # %% ../nbs/83_cloud_batch.ipynb #fa2b5973
 @patch
@@ -338,7 +321,6 @@ def submit(  # noqa: F811 (patched per backend)
         "submitted": utc_stamp(),
     }
 
-
 # %% ../nbs/83_cloud_batch.ipynb #fbd33c40
 @patch
 def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per backend)
@@ -361,7 +343,6 @@ def status(self: BatchDataJobs, record: dict) -> str:  # noqa: F811 (patched per
         "running" if "RUNNING" in (a, c) or "STARTING" in (a, c) or a == "SUCCEEDED" else "queued"
     )
 
-
 # %% ../nbs/83_cloud_batch.ipynb #d1fe509c
 @patch
 def cancel(self: BatchDataJobs, record: dict) -> None:  # noqa: F811 (patched per backend)
@@ -372,7 +353,6 @@ def cancel(self: BatchDataJobs, record: dict) -> None:  # noqa: F811 (patched pe
             f"terminate {j}", batch.terminate_job, jobId=j, reason="cancelled with qmind aws"
         )
 
-
 # %% ../nbs/83_cloud_batch.ipynb #e52648fc
 def _data_job_env() -> tuple[dict, int]:
     try:
@@ -382,7 +362,6 @@ def _data_job_env() -> tuple[dict, int]:
             "QMIND_DATA_JOB is missing or not base64 JSON (set by `qmind aws data`)"
         ) from None
     return job["data"], int(job["per_index"])
-
 
 # %% ../nbs/83_cloud_batch.ipynb #08cc4ee8
 def data_part_main(argv: list[str]) -> int:
@@ -398,7 +377,6 @@ def data_part_main(argv: list[str]) -> int:
         f"{len(rec['shards'])} shards"
     )
     return 0
-
 
 # %% ../nbs/83_cloud_batch.ipynb #3352bcd8
 def data_commit_main(argv: list[str]) -> int:

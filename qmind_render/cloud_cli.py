@@ -45,8 +45,7 @@ from .cloud_batch import BatchDataJobs, data_commit_main, data_part_main
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ["live_resources", "render_plan", "read_job", "backend_for", "aws_main"]
-
+__all__ = ['live_resources', 'render_plan', 'read_job', 'backend_for', 'aws_main']
 
 # %% ../nbs/84_cloud_cli.ipynb #a77a2aac
 def live_resources(session, now: dt.datetime | None = None) -> list[dict]:
@@ -103,7 +102,6 @@ def live_resources(session, now: dt.datetime | None = None) -> list[dict]:
         )
     return out
 
-
 # %% ../nbs/84_cloud_cli.ipynb #d565a701
 def render_plan(plan: dict) -> str:
     "A launch plan (or job record) as a few readable lines."
@@ -135,7 +133,6 @@ def render_plan(plan: dict) -> str:
             lines.append(f"  {k:<13} {plan[k]}")
     return "\n".join(lines)
 
-
 # %% ../nbs/84_cloud_cli.ipynb #79651276
 def _launch_args(p) -> None:
     p.add_argument(
@@ -154,7 +151,6 @@ def _launch_args(p) -> None:
         "--owner", default=None, help="owner tag (default: $QMIND_OWNER or your STS name)"
     )
 
-
 # %% ../nbs/84_cloud_cli.ipynb #9339994d
 def _age_arg(s: str) -> dt.timedelta:
     import argparse
@@ -163,7 +159,6 @@ def _age_arg(s: str) -> dt.timedelta:
         return parse_age(s)
     except CloudError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
 
 # %% ../nbs/84_cloud_cli.ipynb #01c393da
 def _parser():
@@ -286,13 +281,11 @@ def _parser():
         sub.add_parser(name, help=hlp, add_help=False)
     return p
 
-
 # %% ../nbs/84_cloud_cli.ipynb #1e723ffb
 def _config(a) -> dict:
     from qmind_render.config import config_from_args, config_to_dict
 
     return config_to_dict(config_from_args(a))
-
 
 # %% ../nbs/84_cloud_cli.ipynb #b992a302
 def read_job(ref: str) -> dict:
@@ -305,7 +298,6 @@ def read_job(ref: str) -> dict:
         f"no job record at {ref} (looked for {ref}, {ref}/job.json, runs/{ref}/job.json)"
     )
 
-
 # %% ../nbs/84_cloud_cli.ipynb #26238a09
 def backend_for(job: dict):
     "The backend that can read `job`'s status."
@@ -315,7 +307,6 @@ def backend_for(job: dict):
     if job.get("backend") not in kinds:
         raise CloudError(f"job record has unknown backend {job.get('backend')!r}")
     return kinds[job["backend"]](region=job.get("region"), budget=None)
-
 
 # %% ../nbs/84_cloud_cli.ipynb #263acf3f
 def _launch(a) -> int:
@@ -350,7 +341,6 @@ def _launch(a) -> int:
         print(f"  {'record':<13} {out}")
     return 0
 
-
 # %% ../nbs/84_cloud_cli.ipynb #ad1ba021
 def _data(a) -> int:
     data = _config(a)["data"]
@@ -363,7 +353,6 @@ def _data(a) -> int:
         out = Path("runs") / f"data-{data['dataset']}" / "job.json"
         atomic_write(out, json.dumps(rec, indent=1) + "\n")
     return 0
-
 
 # %% ../nbs/84_cloud_cli.ipynb #5dcb4dd9
 def _money(a) -> int:
@@ -408,7 +397,6 @@ def _money(a) -> int:
             print(line)
     return 0
 
-
 # %% ../nbs/84_cloud_cli.ipynb #d51fb966
 _PASSTHROUGH = {
     "watchdog": watchdog_main,
@@ -426,7 +414,6 @@ def aws_main(argv: list[str]) -> int:
 
     a = _parser().parse_args(argv)
     return guarded(f"qmind aws {a.cmd}", lambda: _aws(a))
-
 
 # %% ../nbs/84_cloud_cli.ipynb #eafa153c
 def _aws(a) -> int:

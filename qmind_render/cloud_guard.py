@@ -29,55 +29,22 @@ from qmind_render.cloud import (
 )
 
 # %% auto #0
-__all__ = [
-    "ESTIMATE_TAG",
-    "CAP_TAG",
-    "THRESHOLDS",
-    "KEEP_TAGS",
-    "CLEANUP_AGE",
-    "QUOTAS",
-    "OverBudget",
-    "max_cost",
-    "check_cap",
-    "committed_usd",
-    "budget_status",
-    "BudgetGuard",
-    "check_sweep",
-    "budget_request",
-    "ensure_budget",
-    "cost_review_request",
-    "parse_cost_groups",
-    "cost_review",
-    "Orphan",
-    "keep_tag",
-    "parse_age",
-    "stopped_at",
-    "classify_orphans",
-    "project_stores",
-    "unfinished_uploads",
-    "find_orphans",
-    "delete_orphans",
-    "cleanup",
-    "vcpus_needed",
-    "quota_rows",
-    "in_use_vcpus",
-    "quota_report",
-    "request_increase",
-]
-
+__all__ = ['ESTIMATE_TAG', 'CAP_TAG', 'THRESHOLDS', 'KEEP_TAGS', 'CLEANUP_AGE', 'QUOTAS', 'OverBudget', 'max_cost', 'check_cap',
+           'committed_usd', 'budget_status', 'BudgetGuard', 'check_sweep', 'budget_request', 'ensure_budget',
+           'cost_review_request', 'parse_cost_groups', 'cost_review', 'Orphan', 'keep_tag', 'parse_age', 'stopped_at',
+           'classify_orphans', 'project_stores', 'unfinished_uploads', 'find_orphans', 'delete_orphans', 'cleanup',
+           'vcpus_needed', 'quota_rows', 'in_use_vcpus', 'quota_report', 'request_increase']
 
 # %% ../nbs/81_cloud_guard.ipynb #9c8cab6c
 class OverBudget(CloudError):
     """A launch or sweep whose worst case (its cap: price × max hours) exceeds what is left of the
     budget."""
 
-
 # %% ../nbs/81_cloud_guard.ipynb #44f41d50
 def max_cost(usd_per_hour: float, max_hours: float, instances: int = 1) -> float:
     """A job's cap: the most it can be billed, the hourly price at most × the hours it may live ×
     its instances."""
     return round(usd_per_hour * max_hours * instances, 2)
-
 
 # %% ../nbs/81_cloud_guard.ipynb #fc5a1451
 def check_cap(
@@ -105,7 +72,6 @@ def check_cap(
         )
     return status
 
-
 # %% ../nbs/81_cloud_guard.ipynb #678f1da1
 ESTIMATE_TAG, CAP_TAG = "qmind:estimate-usd", "qmind:max-usd"
 
@@ -113,13 +79,11 @@ ESTIMATE_TAG, CAP_TAG = "qmind:estimate-usd", "qmind:max-usd"
 def _tags(res: dict) -> dict:
     return {t["Key"]: t["Value"] for t in res.get("Tags", [])}
 
-
 # %% ../nbs/81_cloud_guard.ipynb #948cb638
 def _cap_of(tags: dict) -> float:
     """What a live job may spend: its cap tag (its estimate, for a job launched before the guard
     charged caps)."""
     return float(tags.get(CAP_TAG, tags.get(ESTIMATE_TAG, 0)))
-
 
 # %% ../nbs/81_cloud_guard.ipynb #6c0ec253
 def committed_usd(session) -> float:
@@ -138,7 +102,6 @@ def committed_usd(session) -> float:
     )
     total = sum(_cap_of(_tags(i)) for i in insts)
     return round(total + _sagemaker_committed(session), 2)
-
 
 # %% ../nbs/81_cloud_guard.ipynb #468f2fb7
 def _sagemaker_committed(session) -> float:
@@ -160,7 +123,6 @@ def _sagemaker_committed(session) -> float:
         if tags.get("project") == PROJECT:
             total += _cap_of(tags)
     return total
-
 
 # %% ../nbs/81_cloud_guard.ipynb #796826ff
 def budget_status(session, name: str = PROJECT, reserve_usd: float = 0.0) -> dict:
@@ -191,7 +153,6 @@ def budget_status(session, name: str = PROJECT, reserve_usd: float = 0.0) -> dic
         "left_usd": round(limit - spent - committed - reserve_usd, 2),
     }
 
-
 # %% ../nbs/81_cloud_guard.ipynb #0f97bc21
 @dataclass
 class BudgetGuard:
@@ -209,7 +170,6 @@ class BudgetGuard:
     ) -> dict:
         return check_cap(cap_usd, self.status(), what, estimate_usd, basis)
 
-
 # %% ../nbs/81_cloud_guard.ipynb #6f8aa6e0
 def check_sweep(backend, runs: list[RunSpec], guard: BudgetGuard, what: str = "sweep") -> float:
     """Refuse a whole sweep up front when the sum of its runs' caps exceeds what is left; return
@@ -222,7 +182,6 @@ def check_sweep(backend, runs: list[RunSpec], guard: BudgetGuard, what: str = "s
     )
     guard.check(cap, f"{what} ({len(runs)} runs)", est, f"{len(runs)} runs × {backend.cap_basis()}")
     return cap
-
 
 # %% ../nbs/81_cloud_guard.ipynb #beebd448
 THRESHOLDS = (25, 50, 80)
@@ -276,7 +235,6 @@ def budget_request(
         "ResourceTags": tag_list(tags),
     }
 
-
 # %% ../nbs/81_cloud_guard.ipynb #81b749dc
 def ensure_budget(
     session,
@@ -321,7 +279,6 @@ def ensure_budget(
                 )
     return budget_status(session, name)
 
-
 # %% ../nbs/81_cloud_guard.ipynb #031532ea
 def cost_review_request(start: dt.date, end: dt.date, tag: str = "owner") -> dict:
     """The `GetCostAndUsage` request: unblended cost per `tag` value, daily, credits and refunds
@@ -334,7 +291,6 @@ def cost_review_request(start: dt.date, end: dt.date, tag: str = "owner") -> dic
         "Filter": {"Not": {"Dimensions": {"Key": "RECORD_TYPE", "Values": ["Credit", "Refund"]}}},
     }
 
-
 # %% ../nbs/81_cloud_guard.ipynb #c14cb547
 def parse_cost_groups(pages: list[dict], tag: str = "owner") -> list[tuple[str, float]]:
     """(tag value, USD) summed over the period, most expensive first; untagged spend as '(no owner
@@ -346,7 +302,6 @@ def parse_cost_groups(pages: list[dict], tag: str = "owner") -> list[tuple[str, 
                 v = g["Keys"][0].split("$", 1)[-1] or f"(no {tag} tag)"
                 total[v] = total.get(v, 0.0) + float(g["Metrics"]["UnblendedCost"]["Amount"])
     return sorted(((k, round(v, 2)) for k, v in total.items()), key=lambda kv: (-kv[1], kv[0]))
-
 
 # %% ../nbs/81_cloud_guard.ipynb #636c0680
 def cost_review(
@@ -367,7 +322,6 @@ def cost_review(
             return parse_cost_groups(pages, tag)
         req["NextPageToken"] = pages[-1]["NextPageToken"]
 
-
 # %% ../nbs/81_cloud_guard.ipynb #1051c9d0
 KEEP_TAGS = ("qmind:keep", "keep")
 CLEANUP_AGE = dt.timedelta(hours=24)
@@ -387,7 +341,6 @@ class Orphan:
     leave: str = ""  # "kept (qmind:keep=true)" | "younger than 24h" | ""
     upload_id: str | None = None
 
-
 # %% ../nbs/81_cloud_guard.ipynb #f0b2a116
 def keep_tag(tags: dict) -> str:
     "The keep tag exempting a resource from cleanup, as `key=value` ('' when it has none)."
@@ -400,7 +353,6 @@ def keep_tag(tags: dict) -> str:
         "",
     )
 
-
 # %% ../nbs/81_cloud_guard.ipynb #aabdd3e6
 def parse_age(s: str) -> dt.timedelta:
     "'90s', '30m', '2h', '3d', or '0', as a timedelta."
@@ -411,7 +363,6 @@ def parse_age(s: str) -> dt.timedelta:
         seconds=float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 0}[m.group(2)]
     )
 
-
 # %% ../nbs/81_cloud_guard.ipynb #c94077a4
 def _span(d: dt.timedelta) -> str:
     "A timedelta as `parse_age` reads it: 24h, 30m, 3d."
@@ -421,7 +372,6 @@ def _span(d: dt.timedelta) -> str:
     return next(
         (f"{s / n:g}{u}" for n, u in ((3600, "h"), (60, "m")) if s >= n and s % n == 0), f"{s:g}s"
     )
-
 
 # %% ../nbs/81_cloud_guard.ipynb #1a30fefb
 def stopped_at(instance: dict) -> dt.datetime:
@@ -434,7 +384,6 @@ def stopped_at(instance: dict) -> dt.datetime:
     if not m:
         return instance["LaunchTime"]
     return dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
-
 
 # %% ../nbs/81_cloud_guard.ipynb #2a38fc90
 def classify_orphans(
@@ -522,7 +471,6 @@ def classify_orphans(
         )
     return out
 
-
 # %% ../nbs/81_cloud_guard.ipynb #e1a7b8f9
 def project_stores(session) -> list[str]:
     """`s3://bucket` for each bucket in the session's region tagged project=qmind-render (`qmind aws
@@ -540,7 +488,6 @@ def project_stores(session) -> list[str]:
         if tags.get("project") == PROJECT:
             out.append(f"s3://{b['Name']}")
     return out
-
 
 # %% ../nbs/81_cloud_guard.ipynb #536fd6fe
 def unfinished_uploads(session, stores: list[str] | None = None) -> list[dict]:
@@ -560,7 +507,6 @@ def unfinished_uploads(session, stores: list[str] | None = None) -> list[dict]:
             )
         ]
     return out
-
 
 # %% ../nbs/81_cloud_guard.ipynb #15fb6991
 def find_orphans(
@@ -586,7 +532,6 @@ def find_orphans(
         now,
         older_than,
     )
-
 
 # %% ../nbs/81_cloud_guard.ipynb #f21ac6b4
 _VERBS = {
@@ -625,7 +570,6 @@ def delete_orphans(session, orphans: list[Orphan], confirm: bool = False) -> lis
             )
     return done
 
-
 # %% ../nbs/81_cloud_guard.ipynb #3b97eb70
 def cleanup(
     s,
@@ -657,7 +601,6 @@ def cleanup(
     )
     return "\n".join(out)
 
-
 # %% ../nbs/81_cloud_guard.ipynb #8d0487e8
 QUOTAS = {
     ("G", "on-demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
@@ -682,7 +625,6 @@ def vcpus_needed(jobs: list[tuple[str, int, str]]) -> dict[tuple[str, str], int]
         need[(t.family, market)] = need.get((t.family, market), 0) + t.vcpus * int(count)
     return need
 
-
 # %% ../nbs/81_cloud_guard.ipynb #c45a7a71
 def quota_rows(need: dict, limits: dict, in_use: dict) -> list[dict]:
     """One row per (family, market): the quota, its limit, what runs now, what the jobs need, what
@@ -705,14 +647,12 @@ def quota_rows(need: dict, limits: dict, in_use: dict) -> list[dict]:
         )
     return rows
 
-
 # %% ../nbs/81_cloud_guard.ipynb #17cfb2d9
 def _family(instance: str) -> str | None:
     m = re.match(r"([a-z]+)\d", instance)
     if not m:
         return None
     return "G" if m.group(1) in ("g", "vt") else "P" if m.group(1) == "p" else None
-
 
 # %% ../nbs/81_cloud_guard.ipynb #0491f651
 def in_use_vcpus(session) -> dict[tuple[str, str], int]:
@@ -737,7 +677,6 @@ def in_use_vcpus(session) -> dict[tuple[str, str], int]:
         used[key] = used.get(key, 0) + n
     return used
 
-
 # %% ../nbs/81_cloud_guard.ipynb #520f9ad1
 def quota_report(session, need: dict) -> list[dict]:
     "`quota_rows` with the limits from Service Quotas and the vCPUs running now."
@@ -760,7 +699,6 @@ def quota_report(session, need: dict) -> list[dict]:
         except Exception as e:
             raise explain(e, f"service quota {code} ({QUOTAS[key][1]})") from None
     return quota_rows(need, limits, in_use_vcpus(session))
-
 
 # %% ../nbs/81_cloud_guard.ipynb #3c6b85d9
 def request_increase(session, family: str, market: str, vcpus: int, dry_run: bool = False) -> dict:

@@ -49,30 +49,10 @@ from .config import save_config
 from .util import atomic_write
 
 # %% auto #0
-__all__ = [
-    "USER_DATA_LIMIT",
-    "DLAMI_PARAMETER",
-    "render_template",
-    "render_user_data",
-    "code_version",
-    "s3_exists",
-    "stage_code",
-    "load_watchdog",
-    "watchdog_main",
-    "LaunchFailed",
-    "CappedJobs",
-    "EC2Backend",
-    "check_dataset",
-    "resolve_image",
-    "abandon",
-    "launch_instance",
-    "put_record",
-    "read_status_json",
-    "finished_state",
-    "SageMakerBackend",
-    "training_job_name",
-    "sagemaker_train_main",
-]
+__all__ = ['USER_DATA_LIMIT', 'DLAMI_PARAMETER', 'render_template', 'render_user_data', 'code_version', 's3_exists', 'stage_code',
+           'load_watchdog', 'watchdog_main', 'LaunchFailed', 'CappedJobs', 'EC2Backend', 'check_dataset',
+           'resolve_image', 'abandon', 'launch_instance', 'put_record', 'read_status_json', 'finished_state',
+           'SageMakerBackend', 'training_job_name', 'sagemaker_train_main']
 
 # %% ../nbs/82_cloud_jobs.ipynb #4366e3e2
 USER_DATA_LIMIT = 16 * 1024  # EC2's limit on user data, before base64
@@ -87,7 +67,6 @@ def render_template(text: str, values: dict) -> str:
     if set(values) - names:
         raise CloudError(f"template has no place for {sorted(set(values) - names)}")
     return re.sub(r"@([A-Z][A-Z0-9_]*)@", lambda m: shlex.quote(str(values[m.group(1)])), text)
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #5682b8d9
 def render_user_data(
@@ -129,14 +108,12 @@ def render_user_data(
         )
     return script
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #12a71a10
 def _git(root: Path, *args: str) -> str:
     r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
     if r.returncode:
         raise CloudError(f"git {' '.join(args)} failed in {root}: {r.stderr.strip()}")
     return r.stdout.strip()
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #f9fb87d4
 def code_version(root: str | Path | None = None, allow_dirty: bool = False) -> tuple[str, str]:
@@ -154,7 +131,6 @@ def code_version(root: str | Path | None = None, allow_dirty: bool = False) -> t
     stash = _git(root, "stash", "create")
     return stash, f"{head[:12]}+dirty-{stash[:8]}"
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #2b305950
 def s3_exists(s3, bucket: str, key: str) -> bool:
     "Does `s3://bucket/key` exist? (Other failures are explained, not swallowed.)"
@@ -167,7 +143,6 @@ def s3_exists(s3, bucket: str, key: str) -> bool:
         if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
             return False
         raise explain(e, f"head s3://{bucket}/{key}") from None
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #f13014ad
 def stage_code(
@@ -187,7 +162,6 @@ def stage_code(
         cloud.aws_call(f"upload {key}", s3.upload_file, str(tar), bucket, key)
     return f"s3://{bucket}/{key}"
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #6e38cd8e
 def load_watchdog():
     "The watchdog script (`assets/watchdog.py`) as a module."
@@ -196,12 +170,10 @@ def load_watchdog():
     spec.loader.exec_module(mod)
     return mod
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #43fd3af7
 def watchdog_main(argv: list[str]) -> int:
     "`qmind aws watchdog ...`: the same script, run from the installed package."
     return load_watchdog().main(argv)
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #f5821c38
 DLAMI_PARAMETER = (
@@ -212,7 +184,6 @@ DLAMI_PARAMETER = (
 class LaunchFailed(CloudError):
     "A launch that did not come up; whatever it created has been terminated."
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #07e180f8
 def _default_region(region: str | None = None) -> str:
     return (
@@ -221,7 +192,6 @@ def _default_region(region: str | None = None) -> str:
         or os.environ.get("AWS_DEFAULT_REGION")
         or menu_source()["region"]
     )
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #01115414
 class CappedJobs(AwsBackend):
@@ -243,7 +213,6 @@ class CappedJobs(AwsBackend):
 
     def cap_basis(self) -> str:
         return f"${instance_type(self.instance).on_demand_usd_h:g}/h × {self.max_hours:g} h"
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #435b881d
 @dataclass
@@ -272,7 +241,6 @@ class EC2Backend(CappedJobs):
     poll_s: float = 10
     session: object = field(default=None, repr=False)
     name: str = field(default="ec2", init=False)
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #5ad305f9
 @patch
@@ -335,7 +303,6 @@ def plan(self: EC2Backend, run: RunSpec) -> dict:
         "tags": tags,
     }
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #3906f9d4
 def check_dataset(session, run: RunSpec) -> None:
     "Refuse a run whose dataset is not committed (no manifest) in its store."
@@ -348,7 +315,6 @@ def check_dataset(session, run: RunSpec) -> None:
             f"data.store={run.store}`)"
         )
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #f4842620
 def resolve_image(session, parameter: str = DLAMI_PARAMETER) -> str:
     """The AMI id behind an SSM public parameter (default: the Deep Learning Base AMI, NVIDIA
@@ -359,7 +325,6 @@ def resolve_image(session, parameter: str = DLAMI_PARAMETER) -> str:
         raise CloudError(
             f"{explain(e, f'resolve AMI from SSM {parameter}')}; or pass --image-id"
         ) from None
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #62e6a628
 def _instance(ec2, iid: str) -> dict | None:
@@ -373,7 +338,6 @@ def _instance(ec2, iid: str) -> dict | None:
         raise explain(e, f"describe instance {iid}") from None
     return next((i for res in r["Reservations"] for i in res["Instances"]), None)
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #6146dc6c
 def abandon(ec2, instance_id: str, spot_request_id: str | None = None) -> None:
     """Cancel a launch's spot request (first, so AWS cannot fulfil it again), then terminate its
@@ -385,7 +349,6 @@ def abandon(ec2, instance_id: str, spot_request_id: str | None = None) -> None:
             SpotInstanceRequestIds=[spot_request_id],
         )
     cloud.aws_call(f"terminate {instance_id}", ec2.terminate_instances, InstanceIds=[instance_id])
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #95fa35a8
 def launch_instance(
@@ -428,7 +391,6 @@ def launch_instance(
     except BaseException:
         abandon(ec2, iid, sir)
         raise
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #03de2803
 @patch
@@ -483,7 +445,6 @@ def run_instances_params(
         p["SecurityGroupIds"] = list(self.security_group_ids)
     return p
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #95455653
 def put_record(session, uri: str, record: dict) -> None:
     "Write a JSON record to an S3 URI."
@@ -497,12 +458,10 @@ def put_record(session, uri: str, record: dict) -> None:
         ContentType="application/json",
     )
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #4373dd39
 @patch
 def check_ready(self: CappedJobs) -> None:
     "What a backend needs of its own before anything is created (EC2: nothing more)."
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #69cb85a1
 @patch
@@ -536,7 +495,6 @@ def submit(self: CappedJobs, run: RunSpec, dry_run: bool = False) -> dict:
         pass  # the job runs either way; the caller has the record
     return job
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #cb02e171
 @patch
 def launch(self: EC2Backend, run: RunSpec, plan: dict, s, tags: dict) -> dict:
@@ -565,7 +523,6 @@ def launch(self: EC2Backend, run: RunSpec, plan: dict, s, tags: dict) -> dict:
         "submitted": utc_stamp(),
     }
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #a8acc3b4
 def read_status_json(session, run_uri: str) -> dict | None:
     "The `status.json` a finished job uploaded to its run dir, or None."
@@ -579,14 +536,12 @@ def read_status_json(session, run_uri: str) -> dict | None:
         ].read()
     )
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #9d4982f9
 def finished_state(session, run_uri: str) -> str:
     """'done' when the job's status.json says exit code 0, else 'failed' (also when it never wrote
     one)."""
     st = read_status_json(session, run_uri)
     return "done" if st and st.get("exit_code") == 0 else "failed"
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #04d4a8ec
 @patch
@@ -603,7 +558,6 @@ def status(self: EC2Backend, job: dict) -> str:
         return "failed"
     return finished_state(s, job["run_uri"])
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #59bfd474
 @patch
 def cancel(self: EC2Backend, job: dict) -> None:
@@ -611,7 +565,6 @@ def cancel(self: EC2Backend, job: dict) -> None:
     request."""
     s = self.get_session(job.get("region"))
     abandon(cloud.aws_client(s, "ec2"), job["instance_id"], job.get("spot_request_id"))
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #868ef02a
 @dataclass
@@ -634,13 +587,11 @@ class SageMakerBackend(CappedJobs):
     session: object = field(default=None, repr=False)
     name: str = field(default="sagemaker", init=False)
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #10291d9d
 def training_job_name(run_name: str, suffix: str) -> str:
     """A SageMaker job name (unique forever in an account, at most 63 characters) for one attempt at
     a run."""
     return f"qm-{re.sub(r'[^A-Za-z0-9-]', '-', run_name)[:44]}-{suffix}"[:63]
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #85916dd2
 def _channel(name: str, uri: str) -> dict:
@@ -655,7 +606,6 @@ def _channel(name: str, uri: str) -> dict:
             }
         },
     }
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #29f5d697
 @patch
@@ -689,7 +639,6 @@ def request(self: SageMakerBackend, run: RunSpec, job_name: str, tags: dict) -> 
         "Environment": {"WANDB_MODE": "offline"},
         "Tags": tag_list(tags),
     }
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #f8d9445f
 @patch
@@ -742,7 +691,6 @@ def plan(self: SageMakerBackend, run: RunSpec) -> dict:  # noqa: F811 (patched p
         "request": req,
     }
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #8edb202c
 @patch
 def check_ready(self: SageMakerBackend) -> None:  # noqa: F811 (patched per backend)
@@ -753,7 +701,6 @@ def check_ready(self: SageMakerBackend) -> None:  # noqa: F811 (patched per back
             "--role-arn "
             "(its execution role; `qmind aws setup` creates qmind-render-sagemaker)"
         )
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #81c0f672
 @patch
@@ -784,7 +731,6 @@ def launch(  # noqa: F811 (patched per backend)
         "submitted": utc_stamp(),
     }
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #2478c4a9
 @patch
 def status(self: SageMakerBackend, job: dict) -> str:  # noqa: F811 (patched per backend)
@@ -802,7 +748,6 @@ def status(self: SageMakerBackend, job: dict) -> str:  # noqa: F811 (patched per
         )
     return "done" if st == "Completed" else "failed"
 
-
 # %% ../nbs/82_cloud_jobs.ipynb #066c412e
 @patch
 def cancel(self: SageMakerBackend, job: dict) -> None:  # noqa: F811 (patched per backend)
@@ -813,7 +758,6 @@ def cancel(self: SageMakerBackend, job: dict) -> None:  # noqa: F811 (patched pe
         cloud.aws_client(s, "sagemaker").stop_training_job,
         TrainingJobName=job["training_job"],
     )
-
 
 # %% ../nbs/82_cloud_jobs.ipynb #515d4062
 def sagemaker_train_main(argv: list[str]) -> int:

@@ -23,34 +23,10 @@ from .contracts import UserError, project_dirs
 from .util import atomic_write
 
 # %% auto #0
-__all__ = [
-    "RULES",
-    "MaterialEnc",
-    "ThemeEnc",
-    "Precision",
-    "Prediction",
-    "Schedule",
-    "Loss",
-    "Tracker",
-    "NonFinite",
-    "DataConfig",
-    "ModelConfig",
-    "TrainConfig",
-    "EvalConfig",
-    "ExperimentConfig",
-    "ConfigError",
-    "find_config",
-    "check_config",
-    "load_config",
-    "config_to_dict",
-    "config_from_dict",
-    "save_config",
-    "add_config_args",
-    "config_args",
-    "config_from_args",
-    "config_main",
-]
-
+__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Loss', 'Tracker', 'NonFinite',
+           'DataConfig', 'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config',
+           'check_config', 'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args',
+           'config_args', 'config_from_args', 'config_main']
 
 # %% ../nbs/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -59,7 +35,6 @@ class MaterialEnc(str, Enum):
     one_hot = "one_hot"
     embedding = "embedding"
 
-
 # %% ../nbs/01_config.ipynb #adf58b56
 class ThemeEnc(str, Enum):
     "How the theme (and the lighting setup) conditions the model."
@@ -67,7 +42,6 @@ class ThemeEnc(str, Enum):
     planes = "planes"
     id = "id"
     param_vector = "param_vector"
-
 
 # %% ../nbs/01_config.ipynb #a5191abd
 class Precision(str, Enum):
@@ -78,19 +52,16 @@ class Precision(str, Enum):
     bf16 = "bf16"
     auto = "auto"
 
-
 # %% ../nbs/01_config.ipynb #9a01d6a7
 class Prediction(str, Enum):
     eps = "eps"
     v = "v"
     edm = "edm"  # edm: Karras et al. (2022) preconditioning, σ_data 0.5
 
-
 # %% ../nbs/01_config.ipynb #3cfb6069
 class Schedule(str, Enum):
     cosine = "cosine"
     linear = "linear"
-
 
 # %% ../nbs/01_config.ipynb #9f488e7d
 class Loss(str, Enum):
@@ -101,12 +72,10 @@ class Loss(str, Enum):
     x0 = "x0"
     min_snr = "min_snr"
 
-
 # %% ../nbs/01_config.ipynb #ab21c993
 class Tracker(str, Enum):
     wandb = "wandb"
     none = "none"
-
 
 # %% ../nbs/01_config.ipynb #2be5fed4
 class NonFinite(str, Enum):
@@ -114,7 +83,6 @@ class NonFinite(str, Enum):
 
     stop = "stop"
     skip = "skip"
-
 
 # %% ../nbs/01_config.ipynb #b9300cda
 @dataclass
@@ -130,7 +98,6 @@ class DataConfig:
     episodes: int = 64
     frames_per_episode: int = 32
     shard_size: int = 1000
-
 
 # %% ../nbs/01_config.ipynb #151b0594
 @dataclass
@@ -158,7 +125,6 @@ class ModelConfig:
     depth_freqs: list[int] = field(default_factory=list)
     # width of a per-pixel MLP beside the U-Net's output (0: none)
     pixel_head: int = 0
-
 
 # %% ../nbs/01_config.ipynb #0488c609
 @dataclass
@@ -191,7 +157,6 @@ class TrainConfig:
     # the run's last N steps: one step from pure noise (t = T-1), x0 loss
     finetune_steps: int = 0
 
-
 # %% ../nbs/01_config.ipynb #3c1de04a
 @dataclass
 class EvalConfig:
@@ -203,7 +168,6 @@ class EvalConfig:
     device: str = "auto"
     # AdamW steps of the factor classifiers (fitted on training frames)
     classifier_steps: int = 300
-
 
 # %% ../nbs/01_config.ipynb #0c76491d
 @dataclass
@@ -219,11 +183,9 @@ class ExperimentConfig:
     # wandb runs offline unless you are logged in
     tracker: Tracker = Tracker.wandb
 
-
 # %% ../nbs/01_config.ipynb #16392fe2
 class ConfigError(UserError, ValueError):
     "A config could not be loaded: the message names the key, the source and the fix."
-
 
 # %% ../nbs/01_config.ipynb #ffcf55a5
 def _section_type(key: str):
@@ -236,7 +198,6 @@ def _section_type(key: str):
             return None
     return t if is_dataclass(t) else None
 
-
 # %% ../nbs/01_config.ipynb #b30a9744
 def _closest(key: str) -> str | None:
     t = _section_type(key)
@@ -248,7 +209,6 @@ def _closest(key: str) -> str | None:
     )
     return prefix + m[0] if m else None
 
-
 # %% ../nbs/01_config.ipynb #793430f3
 def _explain(e: OmegaConfBaseException, source: str) -> ConfigError:
     key = getattr(e, "full_key", None) or "?"
@@ -259,7 +219,6 @@ def _explain(e: OmegaConfBaseException, source: str) -> ConfigError:
         return ConfigError(f"unknown key '{key}' in {source}{fix}")
     msg = (getattr(e, "msg", None) or str(e)).split("\n")[0]
     return ConfigError(f"bad value for '{key}' in {source}: {msg}")
-
 
 # %% ../nbs/01_config.ipynb #c5efd0c2
 def find_config(name: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
@@ -283,7 +242,6 @@ def find_config(name: str | os.PathLike, root: str | os.PathLike | None = None) 
         + (f" (sweeps/exp has: {', '.join(have)})" if have else "")
     )
 
-
 # %% ../nbs/01_config.ipynb #78e2d671
 def _read_yaml(path: Path) -> dict:
     try:
@@ -298,14 +256,12 @@ def _read_yaml(path: Path) -> dict:
         raise ConfigError(f"{path}: a config file is a YAML mapping, got {type(d).__name__}")
     return d
 
-
 # %% ../nbs/01_config.ipynb #5074c169
 def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
     try:
         return OmegaConf.merge(cfg, other)
     except OmegaConfBaseException as e:
         raise _explain(e, source) from None
-
 
 # %% ../nbs/01_config.ipynb #91e7c5d0
 def _override(cfg: DictConfig, item: str) -> DictConfig:
@@ -317,7 +273,6 @@ def _override(cfg: DictConfig, item: str) -> DictConfig:
         raise ConfigError(f"override '{item}' could not be parsed: {e.msg}") from None
     return _merge(cfg, dot, f"override '{item}'")
 
-
 # %% ../nbs/01_config.ipynb #391b0b01
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=-]*")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -326,21 +281,17 @@ _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 def _at_least(n):
     return (lambda v: v >= n), f"must be at least {n}"
 
-
 # %% ../nbs/01_config.ipynb #59afad1d
 def _above(n):
     return (lambda v: v > n), f"must be above {n}"
-
 
 # %% ../nbs/01_config.ipynb #eb547f1b
 def _fraction():
     return (lambda v: 0 <= v < 1), "must be in [0, 1)"
 
-
 # %% ../nbs/01_config.ipynb #ea8fb50f
 def _in_unit():
     return (lambda v: 0 <= v <= 1), "must be in [0, 1]"
-
 
 # %% ../nbs/01_config.ipynb #18372593
 _NAME = (
@@ -399,7 +350,6 @@ def check_config(cfg: DictConfig) -> DictConfig:
             )
     return cfg
 
-
 # %% ../nbs/01_config.ipynb #eb6e6ca1
 def load_config(
     config: str | os.PathLike | dict | None = None,
@@ -424,18 +374,15 @@ def load_config(
     OmegaConf.set_readonly(cfg, True)
     return check_config(cfg)
 
-
 # %% ../nbs/01_config.ipynb #d0bad3a4
 def config_to_dict(cfg: DictConfig) -> dict:
     "The resolved config as plain data (dicts, lists, str, int, float, bool)."
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
-
 # %% ../nbs/01_config.ipynb #df59ac34
 def config_from_dict(d: dict) -> ExperimentConfig:
     "A config back from plain data (a checkpoint's or a run dir's), type-checked like a file."
     return load_config(dict(d))
-
 
 # %% ../nbs/01_config.ipynb #c129eb2d
 def save_config(cfg: DictConfig | dict, path: str | os.PathLike) -> Path:
@@ -444,7 +391,6 @@ def save_config(cfg: DictConfig | dict, path: str | os.PathLike) -> Path:
     return atomic_write(
         path, yaml.safe_dump(cfg if isinstance(cfg, dict) else config_to_dict(cfg), sort_keys=False)
     )
-
 
 # %% ../nbs/01_config.ipynb #4dd5b719
 def add_config_args(p, overrides_help: str = "key=value overrides, e.g. train.lr=1e-4 seed=2"):
@@ -457,19 +403,16 @@ def add_config_args(p, overrides_help: str = "key=value overrides, e.g. train.lr
     p.add_argument("overrides", nargs="*", help=overrides_help)
     return p
 
-
 # %% ../nbs/01_config.ipynb #263a4d0c
 def config_args(a) -> tuple[str | None, list[str]]:
     "(config, overrides) from parsed `add_config_args` arguments."
     config, overrides = a.config, list(a.overrides)
     return (None, [config, *overrides]) if config and "=" in config else (config, overrides)
 
-
 # %% ../nbs/01_config.ipynb #0581fc72
 def config_from_args(a) -> ExperimentConfig:
     "The config that parsed `add_config_args` arguments name."
     return load_config(*config_args(a))
-
 
 # %% ../nbs/01_config.ipynb #b72b0dc0
 def config_main(argv: list[str]) -> int:

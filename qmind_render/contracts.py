@@ -19,36 +19,11 @@ import numpy as np
 import yaml
 
 # %% auto #0
-__all__ = [
-    "INPUT_ERRORS",
-    "contracts_dir",
-    "project_dirs",
-    "UserError",
-    "one_line",
-    "error_exit",
-    "guarded",
-    "strip_debug",
-    "parse_version",
-    "is_compatible",
-    "IncompatibleVersion",
-    "check_compatible",
-    "ChannelSpec",
-    "load_spec",
-    "bytes_per_pixel",
-    "random_frame",
-    "ChannelError",
-    "validate",
-    "check_spec_version",
-    "jsonschema",
-    "ThemeSchema",
-    "load_theme_schema",
-    "ThemeError",
-    "validate_theme",
-    "theme_parts",
-    "theme_vector",
-    "contract_versions",
-]
-
+__all__ = ['INPUT_ERRORS', 'contracts_dir', 'project_dirs', 'UserError', 'one_line', 'error_exit', 'guarded', 'strip_debug',
+           'parse_version', 'is_compatible', 'IncompatibleVersion', 'check_compatible', 'ChannelSpec', 'load_spec',
+           'bytes_per_pixel', 'random_frame', 'ChannelError', 'validate', 'check_spec_version', 'jsonschema',
+           'ThemeSchema', 'load_theme_schema', 'ThemeError', 'validate_theme', 'theme_parts', 'theme_vector',
+           'contract_versions']
 
 # %% ../nbs/00_contracts.ipynb #a9ae0412
 def contracts_dir() -> Path:
@@ -56,7 +31,6 @@ def contracts_dir() -> Path:
     import qmind_render
 
     return Path(qmind_render.__file__).resolve().parent / "contracts"
-
 
 # %% ../nbs/00_contracts.ipynb #f005ebed
 def project_dirs(root: str | Path | None = None) -> list[Path]:
@@ -71,7 +45,6 @@ def project_dirs(root: str | Path | None = None) -> list[Path]:
     out = [Path(".")] + [d for d in [*here.parents, checkout] if d != here]
     return [d for i, d in enumerate(out) if d.resolve() not in {x.resolve() for x in out[:i]}]
 
-
 # %% ../nbs/00_contracts.ipynb #8b96b14b
 def _read_yaml(path: Path, what: str) -> dict:
     path = Path(path)
@@ -83,7 +56,6 @@ def _read_yaml(path: Path, what: str) -> dict:
         raise ValueError(f"{path}: not a {what} (a YAML mapping with a `version` key)")
     return d
 
-
 # %% ../nbs/00_contracts.ipynb #106d3c58
 class UserError(Exception):
     """An expected failure caused by input: a config, a file, a flag, the machine. Its message names
@@ -91,13 +63,11 @@ class UserError(Exception):
 
     exit_code = 2
 
-
 # %% ../nbs/00_contracts.ipynb #a5968e5b
 def one_line(e: BaseException) -> str:
     "An error's message as one line: a `KeyError`'s text without its quotes, newlines folded."
     msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
     return " ".join(str(msg).split())
-
 
 # %% ../nbs/00_contracts.ipynb #266bad03
 # MemoryError: train.OutOfMemory says what to change
@@ -109,7 +79,6 @@ def error_exit(prog: str, e: BaseException) -> int:
     else 2)."""
     print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
     return getattr(e, "exit_code", 2)
-
 
 # %% ../nbs/00_contracts.ipynb #345cd28c
 def guarded(prog: str, fn: Callable[[], int | None]) -> int:
@@ -125,7 +94,6 @@ def guarded(prog: str, fn: Callable[[], int | None]) -> int:
             raise
         return error_exit(prog, e)
 
-
 # %% ../nbs/00_contracts.ipynb #943b7b54
 def strip_debug(argv: list[str]) -> list[str]:
     """`argv` without `--debug`, which may stand anywhere; when it was there, `QMIND_DEBUG=1` is
@@ -134,7 +102,6 @@ def strip_debug(argv: list[str]) -> list[str]:
         return list(argv)
     os.environ["QMIND_DEBUG"] = "1"
     return [a for a in argv if a != "--debug"]
-
 
 # %% ../nbs/00_contracts.ipynb #cce90593
 _semver = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
@@ -147,7 +114,6 @@ def parse_version(v: str) -> tuple[int, int, int]:
         raise ValueError(f"not a semantic version (MAJOR.MINOR.PATCH): {v!r}")
     return tuple(int(x) for x in m.groups())
 
-
 # %% ../nbs/00_contracts.ipynb #0fd4063b
 def is_compatible(made: str, reader: str) -> bool:
     "Can code at version `reader` read data made under version `made`?"
@@ -155,7 +121,6 @@ def is_compatible(made: str, reader: str) -> bool:
     if M != RM:
         return False
     return m == Rm if M == 0 else m <= Rm
-
 
 # %% ../nbs/00_contracts.ipynb #8d466f07
 class IncompatibleVersion(UserError, ValueError):
@@ -170,14 +135,12 @@ class IncompatibleVersion(UserError, ValueError):
             f"whose contracts/{contract}.yaml is at {made}."
         )
 
-
 # %% ../nbs/00_contracts.ipynb #7c6560b9
 def check_compatible(contract: str, made: str, reader: str, what: str = "data") -> None:
     """Raise `IncompatibleVersion` (naming both versions and `what`) unless `made` is readable by
     `reader`."""
     if not is_compatible(made, reader):
         raise IncompatibleVersion(contract, made, reader, what)
-
 
 # %% ../nbs/00_contracts.ipynb #aa43b205
 @dataclass(frozen=True)
@@ -218,7 +181,6 @@ class ChannelSpec:
     def material_none(self) -> int:
         return int(self.channels["material"]["none"])
 
-
 # %% ../nbs/00_contracts.ipynb #0f0545ab
 _REQUIRED = ("dtype", "shape")
 
@@ -229,13 +191,11 @@ def load_spec(path: str | Path | None = None) -> ChannelSpec:
     path = Path(path) if path else contracts_dir() / "channel_spec.yaml"
     return _load_spec(*_cache_key(path))
 
-
 # %% ../nbs/00_contracts.ipynb #b16b9d06
 def _cache_key(path: Path) -> tuple[str, int]:
     if not path.is_file():
         raise FileNotFoundError(f"not found: {path}")
     return str(path.resolve()), path.stat().st_mtime_ns
-
 
 # %% ../nbs/00_contracts.ipynb #7e022a61
 @functools.lru_cache(maxsize=16)
@@ -263,14 +223,12 @@ def _load_spec(path: str, mtime_ns: int) -> ChannelSpec:
             raise ValueError(f"{path}: channel {name!r} is missing")
     return ChannelSpec(str(d["version"]), tuple(size), chans, path, d.get("map") or {})
 
-
 # %% ../nbs/00_contracts.ipynb #ceb73eb4
 def bytes_per_pixel(spec: ChannelSpec, rgb: bool = True) -> int:
     "Bytes one pixel takes across all channels (plus 3 for the RGB frame when `rgb`)."
     H, W = spec.size
     n = sum(spec.dtype(c).itemsize * int(np.prod(spec.shape(c))) for c in spec.names) // (H * W)
     return n + (3 if rgb else 0)
-
 
 # %% ../nbs/00_contracts.ipynb #54353b65
 def random_frame(spec: ChannelSpec, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -287,7 +245,6 @@ def random_frame(spec: ChannelSpec, rng: np.random.Generator) -> dict[str, np.nd
         "light": rng.random((H, W)).astype(spec.dtype("light")),
     }
 
-
 # %% ../nbs/00_contracts.ipynb #71a64d3a
 class ChannelError(UserError, ValueError):
     "A sample broke the channel spec: `.channel` and `.rule` say where and how."
@@ -297,7 +254,6 @@ class ChannelError(UserError, ValueError):
         super().__init__(
             f"channel {channel!r} breaks rule '{rule}' of channel_spec {spec.version}: {detail}"
         )
-
 
 # %% ../nbs/00_contracts.ipynb #fcd7039c
 def _check_array(name, x, rules, spec, lead):
@@ -317,7 +273,6 @@ def _check_array(name, x, rules, spec, lead):
         if xmin < lo or xmax > hi:
             raise fail("range", f"values must lie in [{lo}, {hi}], found [{xmin}, {xmax}]")
 
-
 # %% ../nbs/00_contracts.ipynb #7c5360c3
 def _check_ids(name, x, rules, spec):
     if "classes" in rules:
@@ -335,7 +290,6 @@ def _check_ids(name, x, rules, spec):
     if bad:
         raise ChannelError(name, "class set", f"allowed {what}, found {bad[:8]}", spec)
 
-
 # %% ../nbs/00_contracts.ipynb #cba07b29
 def _check_applies_to(sample, spec):
     rules = spec.channels["material"]
@@ -350,7 +304,6 @@ def _check_applies_to(sample, spec):
             f"{'/'.join(rules['applies_to'])}; {n} pixels disagree",
             spec,
         )
-
 
 # %% ../nbs/00_contracts.ipynb #20f5e2a5
 def validate(sample: dict, spec: ChannelSpec, batch: bool = False) -> dict:
@@ -375,13 +328,11 @@ def validate(sample: dict, spec: ChannelSpec, batch: bool = False) -> dict:
     _check_applies_to(sample, spec)
     return sample
 
-
 # %% ../nbs/00_contracts.ipynb #d50e260e
 def check_spec_version(made: str, spec: ChannelSpec | None = None, what: str = "data") -> None:
     "Refuse `what` made under channel_spec `made` unless this code's spec can read it."
     spec = spec or load_spec()
     check_compatible("channel_spec", made, spec.version, what)
-
 
 # %% ../nbs/00_contracts.ipynb #60adb71a
 def jsonschema():
@@ -396,7 +347,6 @@ def jsonschema():
     import jsonschema as js
 
     return js
-
 
 # %% ../nbs/00_contracts.ipynb #b058da5a
 @dataclass(frozen=True)
@@ -413,14 +363,12 @@ class ThemeSchema:
         "The compiled JSON Schema validator (made once per schema)."
         return jsonschema().Draft202012Validator(self.schema)
 
-
 # %% ../nbs/00_contracts.ipynb #f55c51ca
 def load_theme_schema(path: str | Path | None = None) -> ThemeSchema:
     """Load the theme schema (default: the project's `contracts/theme_schema.yaml`); cached until
     the file changes."""
     path = Path(path) if path else contracts_dir() / "theme_schema.yaml"
     return _load_theme_schema(*_cache_key(path))
-
 
 # %% ../nbs/00_contracts.ipynb #e081efd8
 @functools.lru_cache(maxsize=16)
@@ -430,7 +378,6 @@ def _load_theme_schema(path: str, mtime_ns: int) -> ThemeSchema:
     parse_version(d["version"])
     jsonschema().Draft202012Validator.check_schema(d["schema"])
     return ThemeSchema(str(d["version"]), d["schema"], tuple(d["x-param-vector"]), path)
-
 
 # %% ../nbs/00_contracts.ipynb #6e0b4cc4
 class ThemeError(UserError, ValueError):
@@ -442,14 +389,12 @@ class ThemeError(UserError, ValueError):
             f"theme {theme!r}: field '{fld}': {detail} (theme_schema {schema.version})"
         )
 
-
 # %% ../nbs/00_contracts.ipynb #6c212bfe
 def _field_path(parts) -> str:
     out = ""
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
     return out or "<record>"
-
 
 # %% ../nbs/00_contracts.ipynb #bd6162ac
 def validate_theme(record: dict, schema: ThemeSchema) -> dict:
@@ -465,7 +410,6 @@ def validate_theme(record: dict, schema: ThemeSchema) -> dict:
         raise ThemeError(name, _field_path(e.absolute_path), e.message, schema)
     return record
 
-
 # %% ../nbs/00_contracts.ipynb #7221ed82
 def _resolve_ref(node: dict, root: dict) -> dict:
     while "$ref" in node:
@@ -473,13 +417,11 @@ def _resolve_ref(node: dict, root: dict) -> dict:
         node = {**_root_get(root, ref), **{k: v for k, v in node.items() if k != "$ref"}}
     return node
 
-
 # %% ../nbs/00_contracts.ipynb #c3b9be3c
 def _root_get(root: dict, keys) -> dict:
     for k in keys:
         root = root[k]
     return root
-
 
 # %% ../nbs/00_contracts.ipynb #cf0576f3
 def _leaf_bounds(schema: dict, path: str) -> tuple[float, float]:
@@ -492,14 +434,12 @@ def _leaf_bounds(schema: dict, path: str) -> tuple[float, float]:
         node = _resolve_ref(node["items"], schema)
     return float(node["minimum"]), float(node["maximum"])
 
-
 # %% ../nbs/00_contracts.ipynb #59a65716
 def _leaf_values(record, path: str) -> list[float]:
     nodes = [record]
     for part in path.replace("[*]", ".[*]").split("."):
         nodes = [x for n in nodes for x in n] if part == "[*]" else [n[part] for n in nodes]
     return [float(v) for n in nodes for v in np.ravel(n)]
-
 
 # %% ../nbs/00_contracts.ipynb #835d9c93
 def theme_parts(record: dict, schema: ThemeSchema) -> dict[str, np.ndarray]:
@@ -514,13 +454,11 @@ def theme_parts(record: dict, schema: ThemeSchema) -> dict[str, np.ndarray]:
         )
     return out
 
-
 # %% ../nbs/00_contracts.ipynb #e3383a35
 def theme_vector(record: dict, schema: ThemeSchema) -> np.ndarray:
     """A validated theme as its parameter vector (float32, every entry in [0, 1]): `theme_parts` end
     to end."""
     return np.concatenate([np.zeros(0, np.float32), *theme_parts(record, schema).values()])
-
 
 # %% ../nbs/00_contracts.ipynb #d9950eec
 def contract_versions() -> dict[str, str]:

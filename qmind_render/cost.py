@@ -17,23 +17,9 @@ from .device import precision_dtype
 from .util import format_table, median_time
 
 # %% auto #0
-__all__ = [
-    "DECK",
-    "BYTES_PER_PARAM",
-    "gpu_hours",
-    "deck_sizing",
-    "saved_activation_bytes",
-    "measure_model",
-    "memory_gb",
-    "instance_rows",
-    "plan_cost",
-    "format_plan",
-    "cost_main",
-    "sweep_cost",
-    "step_seconds",
-    "estimate_wall",
-    "plot_cost",
-]
+__all__ = ['DECK', 'BYTES_PER_PARAM', 'gpu_hours', 'deck_sizing', 'saved_activation_bytes', 'measure_model', 'memory_gb',
+           'instance_rows', 'plan_cost', 'format_plan', 'cost_main', 'sweep_cost', 'step_seconds', 'estimate_wall',
+           'plot_cost']
 
 # %% ../nbs/85_cost.ipynb #f14003f1
 DECK = {
@@ -50,7 +36,6 @@ def gpu_hours(flops: float, tflops: float | None, utilisation: float) -> float |
     """Hours one GPU of peak `tflops` (bf16) needs for `flops` at `utilisation` of peak; None if the
     peak is unknown."""
     return None if not tflops else flops / (tflops * 1e12 * utilisation) / 3600
-
 
 # %% ../nbs/85_cost.ipynb #54ee556e
 def deck_sizing(menu: dict | None = None) -> list[dict]:
@@ -72,7 +57,6 @@ def deck_sizing(menu: dict | None = None) -> list[dict]:
         )
     return rows
 
-
 # %% ../nbs/85_cost.ipynb #95591248
 def _model_and_batch(model_cfg, n: int):
     import torch
@@ -86,7 +70,6 @@ def _model_and_batch(model_cfg, n: int):
         synthetic_batch(n, grid_shape=(e.n_themes, m.spec.n_materials, e.n_lightings)), None, m.spec
     )
     return m, x0, cond
-
 
 # %% ../nbs/85_cost.ipynb #5fbba415
 def saved_activation_bytes(model, x0, cond) -> int:
@@ -108,7 +91,6 @@ def saved_activation_bytes(model, x0, cond) -> int:
         model(x0, torch.zeros(len(x0), dtype=torch.long), cond)
     return total
 
-
 # %% ../nbs/85_cost.ipynb #14113803
 def measure_model(model_cfg, n: int = 2) -> dict:
     """Parameters, forward GFLOP per frame, the counted (forward + backward) / forward ratio,
@@ -128,7 +110,6 @@ def measure_model(model_cfg, n: int = 2) -> dict:
         "activation_bytes_per_sample": act,
     }
 
-
 # %% ../nbs/85_cost.ipynb #2a4bb7a8
 BYTES_PER_PARAM = {"weights": 4, "grads": 4, "adam": 8, "ema": 4}
 
@@ -140,11 +121,9 @@ def memory_gb(params: int, activation_bytes_per_sample: float, batch: int) -> di
     d["activations"] = activation_bytes_per_sample * batch / 1e9
     return d | {"total": sum(d.values())}
 
-
 # %% ../nbs/85_cost.ipynb #b3db3f4e
 def _per_run(hours, price, gpus):
     return None if hours is None or price is None else hours * price / gpus
-
 
 # %% ../nbs/85_cost.ipynb #74fb554e
 def instance_rows(
@@ -168,7 +147,6 @@ def instance_rows(
             }
         )
     return rows
-
 
 # %% ../nbs/85_cost.ipynb #08f2488c
 _MEASURED: dict[str, dict] = {}
@@ -209,7 +187,6 @@ def plan_cost(
         "deck": deck_sizing(),
     }
 
-
 # %% ../nbs/85_cost.ipynb #7b0db559
 def format_plan(p: dict) -> str:
     """The plan as text: the measured model, memory, the instance table, and the deck's arithmetic
@@ -231,7 +208,6 @@ def format_plan(p: dict) -> str:
     ]
     return "\n".join(head + ["", format_table(p["instances"]), ""] + deck)
 
-
 # %% ../nbs/85_cost.ipynb #3e8bd7ab
 def cost_main(argv: list[str]) -> int:
     """`qmind cost CONFIG [key=value ...] [--instance NAME] [--budget USD] [--utilisation U]
@@ -252,7 +228,6 @@ def cost_main(argv: list[str]) -> int:
     p = plan_cost(load_config(a.config, a.overrides), a.instance, a.budget, a.utilisation)
     print(json.dumps(p, indent=1) if a.json else format_plan(p))
     return 0
-
 
 # %% ../nbs/85_cost.ipynb #6562e038
 def sweep_cost(
@@ -281,7 +256,6 @@ def sweep_cost(
             for k in ("hours", "usd_on_demand", "usd_spot"):
                 t[k] = None if t[k] is None or x[k] is None else t[k] + x[k]
     return list(tot.values())
-
 
 # %% ../nbs/85_cost.ipynb #79e87002
 def step_seconds(
@@ -318,7 +292,6 @@ def step_seconds(
     finally:
         torch.set_num_threads(old)
     return s * cfg.train.batch * cfg.train.grad_accum / b
-
 
 # %% ../nbs/85_cost.ipynb #97d002e0
 def estimate_wall(
@@ -398,7 +371,6 @@ def estimate_wall(
         )
     )
     return {"runs": per, "wall_minutes": total, "basis": basis}
-
 
 # %% ../nbs/85_cost.ipynb #5555fbfc
 def plot_cost(rows: list[dict], title: str = ""):

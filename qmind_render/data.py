@@ -33,36 +33,10 @@ from .stores import Store, open_store
 from .util import atomic_write
 
 # %% auto #0
-__all__ = [
-    "LABELS",
-    "DERIVED",
-    "MANIFEST_KEYS",
-    "EDITED",
-    "sample_fields",
-    "Grid",
-    "DatasetError",
-    "check_arrays",
-    "shard_bytes",
-    "sha256_file",
-    "ShardInfo",
-    "shard_name",
-    "shard_index",
-    "write_shard",
-    "load_shard",
-    "random_samples",
-    "Manifest",
-    "manifest_hash",
-    "manifest_fault",
-    "data_cmd",
-    "parse_manifest",
-    "check_manifest",
-    "git_commit",
-    "dataset_key",
-    "DatasetExists",
-    "DatasetWriter",
-    "list_datasets",
-    "read_manifest",
-]
+__all__ = ['LABELS', 'DERIVED', 'MANIFEST_KEYS', 'EDITED', 'sample_fields', 'Grid', 'DatasetError', 'check_arrays', 'shard_bytes',
+           'sha256_file', 'ShardInfo', 'shard_name', 'shard_index', 'write_shard', 'load_shard', 'random_samples',
+           'Manifest', 'manifest_hash', 'manifest_fault', 'data_cmd', 'parse_manifest', 'check_manifest', 'git_commit',
+           'dataset_key', 'DatasetExists', 'DatasetWriter', 'list_datasets', 'read_manifest']
 
 # %% ../nbs/31_data.ipynb #f7a2caff
 LABELS = {"theme": np.int16, "lighting": np.int16, "seed": np.int64, "frame": np.int32}
@@ -76,7 +50,6 @@ def sample_fields(spec: ChannelSpec, n_cells: int) -> dict[str, tuple[tuple, np.
     f.update({k: ((), np.dtype(t)) for k, t in LABELS.items()})
     f["cells"] = ((n_cells,), np.dtype(bool))
     return f
-
 
 # %% ../nbs/31_data.ipynb #47305e71
 @dataclass(frozen=True)
@@ -108,7 +81,6 @@ class Grid:
             int(i % self.light),
         )
 
-
 # %% ../nbs/31_data.ipynb #1f11e206
 class DatasetError(UserError, ValueError):
     """A dataset or one of its shards is missing, corrupt or incompatible; the message names both,
@@ -130,7 +102,6 @@ class DatasetError(UserError, ValueError):
             f"dataset {dataset}" + (f", shard {shard}" if shard else "") + f": {detail}"
         )
 
-
 # %% ../nbs/31_data.ipynb #990659ca
 def check_arrays(arrays: dict, spec: ChannelSpec, grid: Grid, where: str = "shard") -> int:
     "Check that `arrays` holds every sample field with one common length; return that length."
@@ -147,7 +118,6 @@ def check_arrays(arrays: dict, spec: ChannelSpec, grid: Grid, where: str = "shar
     validate({c: arrays[c] for c in spec.names}, spec, batch=True)
     return n
 
-
 # %% ../nbs/31_data.ipynb #5cbfc92c
 def shard_bytes(arrays: dict) -> bytes:
     """An uncompressed `.npz` of `arrays` whose bytes depend only on the arrays (fixed zip
@@ -162,7 +132,6 @@ def shard_bytes(arrays: dict) -> bytes:
                 np.lib.format.write_array(f, np.ascontiguousarray(arrays[k]))
     return buf.getvalue()
 
-
 # %% ../nbs/31_data.ipynb #154b3587
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     h = hashlib.sha256()
@@ -170,7 +139,6 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
         while b := f.read(chunk):
             h.update(b)
     return h.hexdigest()
-
 
 # %% ../nbs/31_data.ipynb #e32f1411
 @dataclass(frozen=True)
@@ -186,11 +154,9 @@ class ShardInfo:
     def index(self) -> int:
         return shard_index(self.file)
 
-
 # %% ../nbs/31_data.ipynb #1118e3d4
 def shard_name(index: int) -> str:
     return f"shard-{index:05d}.npz"
-
 
 # %% ../nbs/31_data.ipynb #1a154b5c
 def shard_index(name: str) -> int:
@@ -199,7 +165,6 @@ def shard_index(name: str) -> int:
     if m is None:
         raise ValueError(f"{name!r} is not a shard's file name (shard-NNNNN.npz)")
     return int(m[1])
-
 
 # %% ../nbs/31_data.ipynb #f67b8e2b
 def write_shard(arrays: dict, path: Path) -> ShardInfo:
@@ -210,13 +175,11 @@ def write_shard(arrays: dict, path: Path) -> ShardInfo:
         Path(path).name, len(arrays["rgb"]), len(data), hashlib.sha256(data).hexdigest()
     )
 
-
 # %% ../nbs/31_data.ipynb #f968f9b7
 def load_shard(path: Path, fields: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     "Read a shard's arrays (all, or just `fields`). No checksum here: `verify_shard` does that."
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in (fields or [f.removesuffix(".npy") for f in z.files])}
-
 
 # %% ../nbs/31_data.ipynb #f11fef9c
 def random_samples(
@@ -244,7 +207,6 @@ def random_samples(
     cells[np.arange(n), [grid.index(*c) for c in zip(t, m, l)]] = True
     out["cells"] = cells
     return out
-
 
 # %% ../nbs/31_data.ipynb #8c86f047
 @dataclass
@@ -283,7 +245,6 @@ class Manifest:
         d.update(n_samples=self.n_samples, content_sha256=manifest_hash(d))
         return (json.dumps(d, indent=1, sort_keys=True) + "\n").encode()
 
-
 # %% ../nbs/31_data.ipynb #75c85bf2
 DERIVED = ("content_sha256", "n_samples")
 
@@ -295,7 +256,6 @@ def manifest_hash(d: dict) -> str:
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
 
-
 # %% ../nbs/31_data.ipynb #02dedf31
 MANIFEST_KEYS = {"id", "channel_spec", "theme_schema", "grid", "seeds", "shards"}
 EDITED = "the manifest was edited or is corrupt"
@@ -303,7 +263,6 @@ EDITED = "the manifest was edited or is corrupt"
 
 def _whole(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x > 0
-
 
 # %% ../nbs/31_data.ipynb #88739039
 def _shard_fault(i: int, s) -> str | None:
@@ -324,7 +283,6 @@ def _shard_fault(i: int, s) -> str | None:
         and set(s["sha256"]) <= set("0123456789abcdef")
     ):
         return f"shard {s['file']} has sha256={s['sha256']!r}, expected 64 hex digits"
-
 
 # %% ../nbs/31_data.ipynb #19559ba4
 def manifest_fault(d, dataset: str) -> str | None:
@@ -367,13 +325,11 @@ def manifest_fault(d, dataset: str) -> str | None:
             f"but the shards hold {total} samples"
         )
 
-
 # %% ../nbs/31_data.ipynb #c9ff3302
 def data_cmd(action: str, dataset: str, store: Store | None = None, extra: str = "") -> str:
     "The `qmind data ACTION DATASET` command line for `store` (no --store for the default one)."
     opt = "" if store is None or store.uri == open_store().uri else f" --store {store.uri}"
     return f"`qmind data {action} {dataset}{extra}{opt}`"
-
 
 # %% ../nbs/31_data.ipynb #89edcf5e
 def parse_manifest(
@@ -412,7 +368,6 @@ def parse_manifest(
     d["shards"] = [ShardInfo(**s) for s in d["shards"]]
     return Manifest(**{k: v for k, v in d.items() if k in Manifest.__dataclass_fields__})
 
-
 # %% ../nbs/31_data.ipynb #3dbb5529
 def check_manifest(m: Manifest, spec: ChannelSpec | None = None) -> Manifest:
     "Refuse a manifest made under an incompatible channel spec (both versions in the message)."
@@ -421,7 +376,6 @@ def check_manifest(m: Manifest, spec: ChannelSpec | None = None) -> Manifest:
     except ValueError as e:
         raise DatasetError(m.id, str(e)) from None
     return m
-
 
 # %% ../nbs/31_data.ipynb #65dd0d3a
 def git_commit(root: Path | None = None) -> str:
@@ -455,16 +409,13 @@ def git_commit(root: Path | None = None) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
-
 # %% ../nbs/31_data.ipynb #6348189a
 def dataset_key(dataset: str, name: str = "") -> str:
     return f"datasets/{dataset}/{name}"
 
-
 # %% ../nbs/31_data.ipynb #be107786
 class DatasetExists(DatasetError):
     "Writing to an ID that already has a manifest."
-
 
 # %% ../nbs/31_data.ipynb #54f5cfdd
 class DatasetWriter:
@@ -492,7 +443,6 @@ class DatasetWriter:
             )
         self.shards: dict[int, ShardInfo] = {}
 
-
 # %% ../nbs/31_data.ipynb #de74c178
 @patch
 def add_shard(
@@ -507,7 +457,6 @@ def add_shard(
     (staging / name).unlink()
     return info
 
-
 # %% ../nbs/31_data.ipynb #e10f3144
 @patch
 def put(self: DatasetWriter, local: Path, info: ShardInfo) -> None:
@@ -516,7 +465,6 @@ def put(self: DatasetWriter, local: Path, info: ShardInfo) -> None:
     if not (self.store.exists(key) and self.store.size(key) == info.bytes):
         self.store.put_file(local, key)
     self.shards[info.index] = info
-
 
 # %% ../nbs/31_data.ipynb #fb7e068b
 @patch
@@ -544,12 +492,10 @@ def commit(self: DatasetWriter, seeds: tuple[int, int], generator: dict | None =
     self.store.put_bytes(m.to_json(), dataset_key(self.id, "manifest.json"))
     return m
 
-
 # %% ../nbs/31_data.ipynb #62d3abe5
 def list_datasets(store: Store) -> list[str]:
     "IDs of committed datasets (those with a manifest)."
     return sorted({k.split("/")[1] for k in store.list("datasets") if k.endswith("/manifest.json")})
-
 
 # %% ../nbs/31_data.ipynb #aee65248
 def read_manifest(

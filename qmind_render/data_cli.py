@@ -33,8 +33,7 @@ from .stores import Store, open_store
 from .util import save_image
 
 # %% auto #0
-__all__ = ["data_main", "bench_data"]
-
+__all__ = ['data_main', 'bench_data']
 
 # %% ../nbs/36_data_cli.ipynb #8406cf37
 def _data_parser():
@@ -84,7 +83,6 @@ def _data_parser():
     s.add_argument("--force", action="store_true")
     return p
 
-
 # %% ../nbs/36_data_cli.ipynb #dc186f25
 def _ls(store: Store) -> int:
     """One line per dataset; a broken one says what is wrong and what to do, and the others are
@@ -106,7 +104,6 @@ def _ls(store: Store) -> int:
         )
     return 0
 
-
 # %% ../nbs/36_data_cli.ipynb #f841807e
 def _verify(store: Store, dataset: str, seal: bool) -> int:
     if seal:
@@ -127,7 +124,6 @@ def _verify(store: Store, dataset: str, seal: bool) -> int:
         )
     )
     return 1 if problems else 0
-
 
 # %% ../nbs/36_data_cli.ipynb #5ea8cd6a
 def data_main(argv: list[str]) -> int:
@@ -178,7 +174,6 @@ def data_main(argv: list[str]) -> int:
     print(f"sample sheet: {out}")
     return 0
 
-
 # %% ../nbs/36_data_cli.ipynb #7922b778
 def bench_data(
     episodes: int = 8, frames: int = 125, repeats: int = 3, batch: int | None = None
@@ -218,7 +213,6 @@ def bench_data(
         "samples_generated": n,
         "samples_loaded": n_train,
     }
-
 
 # %% ../nbs/36_data_cli.ipynb #0c26e99c
 def _timed(fn) -> float:

@@ -12,7 +12,7 @@ import torch
 from .config import Precision
 
 # %% auto #0
-__all__ = ["DEVICES", "pick_device", "native_bf16", "resolve_precision", "precision_dtype"]
+__all__ = ['DEVICES', 'pick_device', 'native_bf16', 'resolve_precision', 'precision_dtype']
 
 # %% ../nbs/02_device.ipynb #5ffe28ec
 # what train.device, eval.device and --device take
@@ -50,7 +50,6 @@ def pick_device(name: str = "auto", local_rank: int = 0, key: str = "train.devic
         )
     return dev
 
-
 # %% ../nbs/02_device.ipynb #c75f94d4
 def native_bf16(device="cpu") -> bool:
     """Whether `device` computes bf16 natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX
@@ -66,7 +65,6 @@ def native_bf16(device="cpu") -> bool:
         and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )
 
-
 # %% ../nbs/02_device.ipynb #7c0a8282
 def resolve_precision(precision: Precision | str, device="cpu") -> Precision:
     """`precision`, with `auto` made concrete for `device`: bf16 where it is native (`native_bf16`),
@@ -75,7 +73,6 @@ def resolve_precision(precision: Precision | str, device="cpu") -> Precision:
     if p is not Precision.auto:
         return p
     return Precision.bf16 if native_bf16(device) else Precision.fp32
-
 
 # %% ../nbs/02_device.ipynb #baabe651
 def precision_dtype(precision: Precision | str, device="cpu"):

@@ -20,18 +20,8 @@ from .encodings import choice
 from .model import ConditionalUNet
 
 # %% auto #0
-__all__ = [
-    "SCHEDULES",
-    "PREDICTIONS",
-    "SIGMA_DATA",
-    "make_schedule",
-    "Diffusion",
-    "draw_noise",
-    "min_snr_weight",
-    "diffusion_loss",
-    "ddim_sample",
-    "to_uint8",
-]
+__all__ = ['SCHEDULES', 'PREDICTIONS', 'SIGMA_DATA', 'make_schedule', 'Diffusion', 'draw_noise', 'min_snr_weight',
+           'diffusion_loss', 'ddim_sample', 'to_uint8']
 
 # %% ../nbs/41_diffusion.ipynb #65453c8f
 SCHEDULES = tuple(e.value for e in Schedule)
@@ -57,7 +47,6 @@ def make_schedule(kind: str, timesteps: int) -> torch.Tensor:
     else:
         raise ValueError(f"model.schedule={kind!r} is not one of {', '.join(SCHEDULES)}")
     return torch.cumprod(1 - betas, 0)
-
 
 # %% ../nbs/41_diffusion.ipynb #0c4bc030
 class Diffusion:
@@ -117,14 +106,12 @@ class Diffusion:
             return x_t
         return x_t * self.precond(t, x_t)[0]
 
-
 # %% ../nbs/41_diffusion.ipynb #6ff83439
 @patch
 def q_sample(self: Diffusion, x0, t, noise):
     "x_t = √ᾱ_t x0 + √(1-ᾱ_t) ε."
     a, s = self.coefs(t, x0)
     return a * x0 + s * noise
-
 
 # %% ../nbs/41_diffusion.ipynb #f4b851e4
 @patch
@@ -139,7 +126,6 @@ def target(self: Diffusion, x0, t, noise):
     a, s = self.coefs(t, x0)
     return a * noise - s * x0
 
-
 # %% ../nbs/41_diffusion.ipynb #b155df0e
 @patch
 def split(self: Diffusion, out, x_t, t):
@@ -153,13 +139,11 @@ def split(self: Diffusion, out, x_t, t):
         return x0, (x_t - a * x0) / s
     return a * x_t - s * out, a * out + s * x_t
 
-
 # %% ../nbs/41_diffusion.ipynb #da4f1a8e
 def draw_noise(shape, generator, device):
     "Standard normal noise from `generator` (drawn on the generator's device), on `device`."
     g_dev = generator.device if generator is not None else device
     return torch.randn(shape, generator=generator, device=g_dev).to(device)
-
 
 # %% ../nbs/41_diffusion.ipynb #9788b957
 def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) -> torch.Tensor:
@@ -170,7 +154,6 @@ def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) ->
     if diffusion.prediction == "edm":
         return (snr.clamp(max=gamma) * diffusion.precond(t, t)[2].double() ** 2).float()
     return (snr.clamp(max=gamma) / (snr if diffusion.prediction == "eps" else snr + 1)).float()
-
 
 # %% ../nbs/41_diffusion.ipynb #b4c40152
 def diffusion_loss(
@@ -202,7 +185,6 @@ def diffusion_loss(
     err = (out - diffusion.target(x0, t, noise)).square().mean((1, 2, 3))
     return (err * min_snr_weight(diffusion, t)).mean()
 
-
 # %% ../nbs/41_diffusion.ipynb #bf1bf141
 @patch
 def ddim_timesteps(self: Diffusion, steps: int) -> list[int]:
@@ -212,7 +194,6 @@ def ddim_timesteps(self: Diffusion, steps: int) -> list[int]:
     return [
         int(x) for x in np.round(np.arange(self.T, 0, -self.T / int(steps))).astype(np.int64) - 1
     ]
-
 
 # %% ../nbs/41_diffusion.ipynb #1882be40
 @patch
@@ -230,7 +211,6 @@ def ddim_step(
     sigma = eta * ((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)) ** 0.5
     x_prev = a_prev**0.5 * x0 + max(1 - a_prev - sigma**2, 0.0) ** 0.5 * eps
     return x_prev + sigma * noise if sigma > 0 else x_prev
-
 
 # %% ../nbs/41_diffusion.ipynb #aac4b51b
 @torch.no_grad()
@@ -270,7 +250,6 @@ def ddim_sample(
     finally:
         model.train(was)
     return x
-
 
 # %% ../nbs/41_diffusion.ipynb #ac307a2d
 def to_uint8(x: torch.Tensor, numpy: bool = True) -> np.ndarray | torch.Tensor:

@@ -38,32 +38,10 @@ from qmind_render.runner import (
 from .util import atomic_dir, atomic_write, format_table
 
 # %% auto #0
-__all__ = [
-    "RENDER_JOB",
-    "SITE_CSS",
-    "Page",
-    "page_name",
-    "find_pages",
-    "execute_nb",
-    "process_nb",
-    "lenient_exec_show_docs",
-    "DocsFilter",
-    "render_notebooks",
-    "quarto_options",
-    "markdown_ready",
-    "notebook_markdown",
-    "local_links",
-    "build_slides",
-    "talks_index",
-    "slugify",
-    "nav",
-    "mkdocs_yaml",
-    "write_pages",
-    "build_site",
-    "serve_site",
-    "docs_main",
-]
-
+__all__ = ['RENDER_JOB', 'SITE_CSS', 'Page', 'page_name', 'find_pages', 'execute_nb', 'process_nb', 'lenient_exec_show_docs',
+           'DocsFilter', 'render_notebooks', 'quarto_options', 'markdown_ready', 'notebook_markdown', 'local_links',
+           'build_slides', 'talks_index', 'slugify', 'nav', 'mkdocs_yaml', 'write_pages', 'build_site', 'serve_site',
+           'docs_main']
 
 # %% ../nbs/96_docs.ipynb #33e3bfb6
 @dataclass(frozen=True)
@@ -73,7 +51,6 @@ class Page:
     rel: str
     section: str  # "Home", "Chapters", a sub-folder's name, or "Talks"
 
-
 # %% ../nbs/96_docs.ipynb #6964d9c1
 def page_name(nb_rel: str | Path) -> str:
     """The page a notebook becomes: `10_engine.ipynb` -> `engine.md`, `talks/12_autograd.ipynb` ->
@@ -81,13 +58,11 @@ def page_name(nb_rel: str | Path) -> str:
     p = Path(nb_rel)
     return (p.parent / (re.sub(r"^\d+_", "", p.stem) + ".md")).as_posix()
 
-
 # %% ../nbs/96_docs.ipynb #0881d9fa
 def _section(rel: Path) -> str:
     if len(rel.parts) == 1:
         return "Home" if rel.name == "index.ipynb" else "Chapters"
     return "Talks" if rel.parts[0] == "talks" else rel.parts[0].replace("_", " ").capitalize()
-
 
 # %% ../nbs/96_docs.ipynb #52704485
 def find_pages(nbs: Path) -> list[Page]:
@@ -113,7 +88,6 @@ def find_pages(nbs: Path) -> list[Page]:
         seen[page.rel] = rel
         pages.append(page)
     return pages
-
 
 # %% ../nbs/96_docs.ipynb #2c689683
 def execute_nb(
@@ -150,7 +124,6 @@ def execute_nb(
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     write_nb(nb, dst)
 
-
 # %% ../nbs/96_docs.ipynb #daeb5d4a
 def process_nb(
     src: Path, dst: Path, cwd: Path, lenient: bool = True, skip_flags: tuple[str, ...] = ("slow",)
@@ -169,7 +142,6 @@ def process_nb(
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     write_nb(nb, dst)
     return list(_SKIPPED)
-
 
 # %% ../nbs/96_docs.ipynb #6fcfcabf
 _SKIPPED: list[str] = []
@@ -197,14 +169,12 @@ class lenient_exec_show_docs(exec_show_docs):
             _SKIPPED.append(f"cell {getattr(cell, 'idx_', '?')}: {type(err).__name__}: {err}")
             self.k.exc = None
 
-
 # %% ../nbs/96_docs.ipynb #167e7208
 class DocsFilter(FilterDefaults):
     "nbdev's `FilterDefaults` with `exec_show_docs` made lenient (see above)."
 
     def base_procs(self):
         return [lenient_exec_show_docs if p is exec_show_docs else p for p in super().base_procs()]
-
 
 # %% ../nbs/96_docs.ipynb #2c92c8f4
 # what a docs worker process calls for each page
@@ -249,14 +219,12 @@ def _render_job(job: dict) -> dict:
         dst.with_suffix(".executed.ipynb").unlink(missing_ok=True)
     return {**result, "seconds": time.perf_counter() - t0}
 
-
 # %% ../nbs/96_docs.ipynb #0f6b5bc0
 def _page_state(r: dict) -> str:
     "What became of one page's notebook: FAILED, cached, executed or processed."
     if r["error"]:
         return "FAILED"
     return "cached" if r["cached"] else "executed" if r["executed"] else "processed"
-
 
 # %% ../nbs/96_docs.ipynb #eacbc8ca
 def _run_job(job: dict, workers: threading.local, started: list) -> dict:
@@ -288,7 +256,6 @@ def _run_job(job: dict, workers: threading.local, started: list) -> dict:
         "skipped_cells": [],
         "error": w.died,
     }
-
 
 # %% ../nbs/96_docs.ipynb #93b5e71a
 def render_notebooks(
@@ -357,7 +324,6 @@ def render_notebooks(
         )
     return results
 
-
 # %% ../nbs/96_docs.ipynb #3c09d4bf
 _OPT = re.compile(r"^#\|\s*([\w-]+)\s*:\s*(.*?)\s*$")
 _CELL_KEYS = {
@@ -375,7 +341,6 @@ def quarto_options(source: str) -> tuple[dict, str]:
         lines.pop(0)
     return opts, "\n".join(lines)
 
-
 # %% ../nbs/96_docs.ipynb #7dabcf17
 def _front_matter(cell) -> str | None:
     src = cell.source.strip()
@@ -384,7 +349,6 @@ def _front_matter(cell) -> str | None:
     fm = yaml.safe_load(src.strip("-")) or {}
     md = f"# {fm['title']}" if fm.get("title") else ""
     return md + (f"\n\n> {fm['description']}" if fm.get("description") else "")
-
 
 # %% ../nbs/96_docs.ipynb #6c83f55c
 def markdown_ready(nb: dict):
@@ -415,7 +379,6 @@ def markdown_ready(nb: dict):
     nb.cells = cells
     return nb
 
-
 # %% ../nbs/96_docs.ipynb #76d0c720
 def notebook_markdown(nb: dict, stem: str) -> tuple[str, dict[str, bytes]]:
     """A processed notebook as (Markdown, {image file relative to the page: bytes}); images go in
@@ -432,7 +395,6 @@ def notebook_markdown(nb: dict, stem: str) -> tuple[str, dict[str, bytes]]:
     )
     return body, dict(res.get("outputs", {}))
 
-
 # %% ../nbs/96_docs.ipynb #2e3394db
 def local_links(md: str, page: str, pages: set[str], site_url: str) -> str:
     """Point nbdev's links to the published site (`SITE_URL/engine.html#x`) at local pages, relative
@@ -448,7 +410,6 @@ def local_links(md: str, page: str, pages: set[str], site_url: str) -> str:
 
     return re.sub(re.escape(site_url.rstrip("/") + "/") + r"([\w./-]+?)\.html(#[\w.\-]*)?", sub, md)
 
-
 # %% ../nbs/96_docs.ipynb #385c1409
 def _talks_module():
     "`qmind_render.talks`, or None where this project has no talks module."
@@ -458,7 +419,6 @@ def _talks_module():
         if e.name == "qmind_render.talks":
             return None
         raise
-
 
 # %% ../nbs/96_docs.ipynb #5f26a0a5
 def build_slides(out_dir: Path, cache: Path | None = None) -> list[Path] | None:
@@ -474,7 +434,6 @@ def build_slides(out_dir: Path, cache: Path | None = None) -> list[Path] | None:
         )
     return slides
 
-
 # %% ../nbs/96_docs.ipynb #4628cd44
 def _title(page: Page) -> str:
     "A page's title: the notebook's first `# heading`, else its name."
@@ -485,7 +444,6 @@ def _title(page: Page) -> str:
             return m[1].strip()
     return Path(page.rel).stem.replace("_", " ").capitalize()
 
-
 # %% ../nbs/96_docs.ipynb #cd4465c8
 def _subtitle(page: Page) -> str:
     for c in json.loads(page.src.read_text())["cells"]:
@@ -494,7 +452,6 @@ def _subtitle(page: Page) -> str:
         ):
             return m[1].strip()
     return ""
-
 
 # %% ../nbs/96_docs.ipynb #c2b38c69
 def talks_index(talks: list[Page], slides: list[Path] | None, talks_dir: Path) -> str:
@@ -560,13 +517,11 @@ def talks_index(talks: list[Page], slides: list[Path] | None, talks_dir: Path) -
         ]
     return "\n".join(lines) + "\n"
 
-
 # %% ../nbs/96_docs.ipynb #933d3c92
 def slugify(value: str, separator: str = "-") -> str:
     """Heading ids as Quarto/nbdev make them: lower case, dots and underscores kept
     (`Backend.cancel` -> `backend.cancel`)."""
     return re.sub(r"\s+", separator, re.sub(r"[^\w\s.-]", "", value).strip().lower())
-
 
 # %% ../nbs/96_docs.ipynb #49119613
 def nav(pages: list[Page]) -> list:
@@ -581,7 +536,6 @@ def nav(pages: list[Page]) -> list:
     sections.setdefault("Talks", [])
     sections["Talks"] = ["talks/index.md", *sections["Talks"]]
     return out + [{k: v} for k, v in sections.items()]
-
 
 # %% ../nbs/96_docs.ipynb #092d9e7b
 SITE_CSS = """/* qmind docs: room for 100-column code and figures at a laptop's 1280 px */
@@ -635,14 +589,12 @@ def mkdocs_yaml(title: str, pages: list[Page], docs_dir: Path, site_dir: Path) -
     )
     return yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True) + exts
 
-
 # %% ../nbs/96_docs.ipynb #0f4eaf1a
 def _site_url() -> str:
     from nbdev.config import get_config
 
     cfg = get_config()
     return f"{cfg.get('doc_host', '')}{cfg.get('doc_baseurl', '')}" if cfg.get("doc_host") else ""
-
 
 # %% ../nbs/96_docs.ipynb #dd55a46c
 def write_pages(pages: list[Page], proc: Path, docs: Path, site_url: str) -> int:
@@ -662,7 +614,6 @@ def write_pages(pages: list[Page], proc: Path, docs: Path, site_url: str) -> int
             (out.parent / name).write_bytes(data)
         n += len(images)
     return n
-
 
 # %% ../nbs/96_docs.ipynb #57a95f25
 def build_site(
@@ -749,12 +700,10 @@ def build_site(
         "skipped_cells": {r["rel"]: r["skipped_cells"] for r in res if r["skipped_cells"]},
     }
 
-
 # %% ../nbs/96_docs.ipynb #d5fa80fb
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *a):
         pass
-
 
 # %% ../nbs/96_docs.ipynb #669a6664
 class _Server(http.server.ThreadingHTTPServer):
@@ -765,7 +714,6 @@ class _Server(http.server.ThreadingHTTPServer):
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
 
-
 # %% ../nbs/96_docs.ipynb #5ebc6679
 def serve_site(
     site: Path, port: int = 0, host: str = "127.0.0.1"
@@ -775,7 +723,6 @@ def serve_site(
     srv = _Server((host, port), functools.partial(_Quiet, directory=str(site)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
-
 
 # %% ../nbs/96_docs.ipynb #6032bd77
 def docs_main(argv: list[str]) -> int:

@@ -29,22 +29,8 @@ from qmind_render.contracts import (
 )
 
 # %% auto #0
-__all__ = [
-    "MATERIAL_ENCS",
-    "COND_ENCS",
-    "COND_KEYS",
-    "ModelInputError",
-    "check_tensor",
-    "choice",
-    "Encodings",
-    "model_config",
-    "condition_tables",
-    "Encoded",
-    "ConditionEncoder",
-    "prepare_batch",
-    "synthetic_batch",
-]
-
+__all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'ModelInputError', 'check_tensor', 'choice', 'Encodings', 'model_config',
+           'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch']
 
 # %% ../nbs/39_encodings.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -54,7 +40,6 @@ class ModelInputError(UserError, ValueError):
     def __init__(self, tensor: str, detail: str):
         self.tensor = tensor
         super().__init__(f"{tensor}: {detail}")
-
 
 # %% ../nbs/39_encodings.ipynb #e4ca0b91
 _KINDS = {
@@ -85,7 +70,6 @@ def check_tensor(
         raise ModelInputError(name, f"{want}, {got}")
     return x
 
-
 # %% ../nbs/39_encodings.ipynb #28731f26
 def choice(value, enum: type[Enum], key: str) -> str:
     """`value` (a config's str enum, or a plain string) as the plain string it names; not one of
@@ -96,7 +80,6 @@ def choice(value, enum: type[Enum], key: str) -> str:
         raise ValueError(
             f"{key}={value!r} is not one of {', '.join(e.value for e in enum)}"
         ) from None
-
 
 # %% ../nbs/39_encodings.ipynb #6cdd758c
 MATERIAL_ENCS = tuple(e.value for e in MaterialEnc)
@@ -138,7 +121,6 @@ class Encodings:
             tuple(int(f) for f in cfg.depth_freqs),
         )
 
-
 # %% ../nbs/39_encodings.ipynb #40cb0a61
 def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
     """A `ModelConfig`: `cfg` (the dataclass or its OmegaConf form; None: the defaults) with
@@ -153,7 +135,6 @@ def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
         else OmegaConf.to_object(cfg)
     )
     return dataclasses.replace(base, **changes)
-
 
 # %% ../nbs/39_encodings.ipynb #5f423bdf
 def _palette(parts: dict, spec: ChannelSpec) -> np.ndarray:
@@ -170,7 +151,6 @@ def _palette(parts: dict, spec: ChannelSpec) -> np.ndarray:
             np.zeros(6, np.float32) if c in walls or rgb is None else np.concatenate([rgb, rgb])
         )
     return np.stack(rows).astype(np.float32)
-
 
 # %% ../nbs/39_encodings.ipynb #09c3f5e5
 def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
@@ -189,7 +169,6 @@ def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np
         "lighting_vec": np.stack([lighting_vector(x) for x in grid.lightings]).astype(np.float32),
     }
 
-
 # %% ../nbs/39_encodings.ipynb #e5211227
 class Encoded(NamedTuple):
     """Encoded conditioning: `planes` [B, C, H, W] to concatenate with x_t; `vec` [B, E] for the
@@ -198,7 +177,6 @@ class Encoded(NamedTuple):
     planes: torch.Tensor
     vec: torch.Tensor | None
 
-
 # %% ../nbs/39_encodings.ipynb #2992aadc
 def _global_encoder(kind: str, n: int, dim: int, emb_dim: int) -> nn.Module | None:
     if kind == "id":
@@ -206,7 +184,6 @@ def _global_encoder(kind: str, n: int, dim: int, emb_dim: int) -> nn.Module | No
     if kind == "param_vector":
         return nn.Sequential(nn.Linear(dim, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
     return None
-
 
 # %% ../nbs/39_encodings.ipynb #88a8c36f
 class ConditionEncoder(nn.Module):
@@ -306,7 +283,6 @@ class ConditionEncoder(nn.Module):
         self.check(cond)
         return Encoded(torch.cat(_planes(self, cond), -1).permute(0, 3, 1, 2), _vec(self, cond))
 
-
 # %% ../nbs/39_encodings.ipynb #42a5b0c3
 COND_KEYS = ("depth", "surface", "material", "uv", "light", "theme", "lighting")
 
@@ -340,7 +316,6 @@ def check(self: ConditionEncoder, cond: dict) -> None:
     check_tensor("cond['lighting']", cond["lighting"], (B,), "[B]", "int")
     if not torch.compiler.is_compiling() and cond["surface"].device.type == "cpu":
         self.check_ids(cond)
-
 
 # %% ../nbs/39_encodings.ipynb #f55ad95b
 @patch
@@ -376,7 +351,6 @@ def check_ids(self: ConditionEncoder, cond: dict) -> None:
             "cond['lighting']",
             f"lighting ids must be 0..{self.n_lightings - 1}, found {lo_l}..{hi_l}",
         )
-
 
 # %% ../nbs/39_encodings.ipynb #35f1455d
 def _planes(self: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
@@ -414,7 +388,6 @@ def _planes(self: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
         )
     return out
 
-
 # %% ../nbs/39_encodings.ipynb #bec361aa
 def _vec(self: ConditionEncoder, cond: dict) -> torch.Tensor | None:
     vs = []
@@ -427,7 +400,6 @@ def _vec(self: ConditionEncoder, cond: dict) -> torch.Tensor | None:
         )
     return sum(vs) if vs else None
 
-
 # %% ../nbs/39_encodings.ipynb #60797be6
 def _as_tensor(name, x):
     if isinstance(x, np.ndarray):
@@ -438,11 +410,9 @@ def _as_tensor(name, x):
         f"batch[{name!r}]", f"expected a torch tensor or numpy array, got {type(x).__name__}"
     )
 
-
 # %% ../nbs/39_encodings.ipynb #6fa9e27b
 def _torch_dtype(np_dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, np_dtype)).dtype
-
 
 # %% ../nbs/39_encodings.ipynb #1f5b102c
 def prepare_batch(
@@ -471,7 +441,6 @@ def prepare_batch(
     x0 = b.pop("rgb").permute(0, 3, 1, 2).float().div_(127.5).sub_(1)
     cond = {k: (v.float() if v.is_floating_point() else v.long()) for k, v in b.items()}
     return x0, cond
-
 
 # %% ../nbs/39_encodings.ipynb #2cb1d548
 def synthetic_batch(

@@ -19,42 +19,11 @@ from numba import njit
 from .contracts import ChannelSpec, load_spec
 
 # %% auto #0
-__all__ = [
-    "ENGINE_VERSION",
-    "ACTIONS",
-    "MIN_SIDE",
-    "MAX_SIDE",
-    "N_HEADINGS",
-    "DEPTH_Q",
-    "UV_Q",
-    "OPEN",
-    "MAX_ENEMIES",
-    "PLANE",
-    "FALLOFF2",
-    "ENEMY_W",
-    "ENEMY_H",
-    "NEAR_CLIP",
-    "MOVE_STEP",
-    "STRAFE_STEP",
-    "TURN_STEP",
-    "PLAYER_RADIUS",
-    "ENEMY_RADIUS",
-    "ENEMY_SPEED",
-    "ENEMY_TURN_P",
-    "BURST_P",
-    "BURST_MAX",
-    "AIM_TAN2",
-    "WAYPOINT_R2",
-    "PATIENCE",
-    "engine_spec",
-    "heading_table",
-    "depth_table",
-    "World",
-    "Frames",
-    "render_world",
-    "episode_streams",
-    "Runner",
-]
+__all__ = ['ENGINE_VERSION', 'ACTIONS', 'MIN_SIDE', 'MAX_SIDE', 'N_HEADINGS', 'DEPTH_Q', 'UV_Q', 'OPEN', 'MAX_ENEMIES', 'PLANE',
+           'FALLOFF2', 'ENEMY_W', 'ENEMY_H', 'NEAR_CLIP', 'MOVE_STEP', 'STRAFE_STEP', 'TURN_STEP', 'PLAYER_RADIUS',
+           'ENEMY_RADIUS', 'ENEMY_SPEED', 'ENEMY_TURN_P', 'BURST_P', 'BURST_MAX', 'AIM_TAN2', 'WAYPOINT_R2', 'PATIENCE',
+           'engine_spec', 'heading_table', 'depth_table', 'World', 'Frames', 'render_world', 'episode_streams',
+           'Runner']
 
 # %% ../nbs/10_engine.ipynb #381afb65
 ENGINE_VERSION = "0.1.0"
@@ -70,13 +39,11 @@ _DTYPES = {
     "light": "float16",
 }
 
-
 # %% ../nbs/10_engine.ipynb #8378e266
 @functools.lru_cache(maxsize=1)
 # parsed once: YAML costs ~7 ms, an episode may be shorter
 def _project_spec() -> ChannelSpec:
     return load_spec()
-
 
 # %% ../nbs/10_engine.ipynb #db77a37b
 def engine_spec(spec: ChannelSpec | None = None) -> ChannelSpec:
@@ -111,7 +78,6 @@ def engine_spec(spec: ChannelSpec | None = None) -> ChannelSpec:
         raise ValueError("spec depth norm must be 'log' (log1p(d)/log1p(max))")
     return spec
 
-
 # %% ../nbs/10_engine.ipynb #8312b3b1
 N_HEADINGS = 512  # directions per full turn
 DEPTH_Q = 1024  # depth grid: 1/1024 cell
@@ -125,7 +91,6 @@ def _exact(x: float, bits: int = 30) -> float:
         raise RuntimeError(f"{x!r} is too close to a rounding boundary")
     return round(r) / 2.0**bits
 
-
 # %% ../nbs/10_engine.ipynb #f1dc6630
 @functools.lru_cache(maxsize=None)
 def heading_table(n: int = N_HEADINGS) -> np.ndarray:
@@ -138,7 +103,6 @@ def heading_table(n: int = N_HEADINGS) -> np.ndarray:
     )
     t.flags.writeable = False
     return t
-
 
 # %% ../nbs/10_engine.ipynb #31124f98
 @functools.lru_cache(maxsize=None)
@@ -181,7 +145,6 @@ class World:
     def materials(self) -> np.ndarray:
         return np.unique(self.grid[self.grid != OPEN])
 
-
 # %% ../nbs/10_engine.ipynb #3a9b6c53
 def _parse_ascii(text: str) -> list[str]:
     rows = textwrap.dedent(text).strip("\n").splitlines()
@@ -194,7 +157,6 @@ def _parse_ascii(text: str) -> list[str]:
     ):
         raise ValueError("text: the border of an ascii map must be walls")
     return rows
-
 
 # %% ../nbs/10_engine.ipynb #c06a35f7
 def _from_ascii(cls, text: str, light: float = 1.0, heading: int = 0) -> World:
@@ -248,13 +210,11 @@ class _Tables(NamedTuple):
     enemy: int
     none: int
 
-
 # %% ../nbs/10_engine.ipynb #6078fa04
 @njit(cache=True)
 def _falloff(d):
     "Light falloff with perpendicular distance d: 1 at the eye, 1/2 at 6 cells."
     return FALLOFF2 / (FALLOFF2 + d * d)
-
 
 # %% ../nbs/10_engine.ipynb #8951482b
 @functools.lru_cache(maxsize=16)
@@ -277,7 +237,6 @@ def _tables_for(H: int, W: int, dmax: float, ids: tuple[int, ...]) -> _Tables:
         *ids,
     )
 
-
 # %% ../nbs/10_engine.ipynb #a283decb
 def _tables(spec: ChannelSpec) -> _Tables:
     "The frame tables for an (already checked) spec."
@@ -285,7 +244,6 @@ def _tables(spec: ChannelSpec) -> _Tables:
         spec.material_none,
     )
     return _tables_for(*spec.size, float(spec.channels["depth"].get("max", 32.0)), ids)
-
 
 # %% ../nbs/10_engine.ipynb #84f0542a
 @njit(cache=True)
@@ -312,7 +270,6 @@ def _cast(grid, px, py, rdx, rdy):
             break
     return (sdx - ddx if side == 0 else sdy - ddy), side, mx, my, lx, ly
 
-
 # %% ../nbs/10_engine.ipynb #3121a5d1
 @njit(cache=True)
 def _wall_u(px, py, d, rdx, rdy, side):
@@ -322,14 +279,12 @@ def _wall_u(px, py, d, rdx, rdy, side):
     flip = (side == 0 and rdx < 0) or (side == 1 and rdy > 0)
     return 1.0 - u if flip else u
 
-
 # %% ../nbs/10_engine.ipynb #42ca9e88
 @njit(cache=True)
 def _q(x):
     "Quantise x in [0, 1] to k/1024 (an index into the half table)."
     k = int(x * UV_Q + 0.5)
     return 0 if k < 0 else (UV_Q if k > UV_Q else k)
-
 
 # %% ../nbs/10_engine.ipynb #e60740ec
 @njit(cache=True)
@@ -338,7 +293,6 @@ def _dbits(d, tab):
     k = int(d * DEPTH_Q + 0.5)
     n = tab.depth.shape[0] - 1
     return tab.depth[k if k < n else n]
-
 
 # %% ../nbs/10_engine.ipynb #94536081
 @njit(cache=True)
@@ -357,7 +311,6 @@ def _floor_px(y, x, px, py, rdx, rdy, sector, slight, tab, out):
     uv[y, x, 1] = tab.half[_q(wy - fy)]
     light[y, x] = tab.half[_q(slight[sector[cy, cx]] * tab.row_fall[y])]
     zbuf[y, x] = r
-
 
 # %% ../nbs/10_engine.ipynb #f7bbf27c
 @njit(cache=True)
@@ -378,14 +331,12 @@ def _column(x, grid, sector, slight, px, py, rdx, rdy, tab, out):
         zbuf[y, x] = d
     return d
 
-
 # %% ../nbs/10_engine.ipynb #0a3fa820
 @njit(cache=True)
 def _silhouette(u, v):
     "Is sprite-local (u, v) inside the enemy: an ellipse body and a round head?"
     bu, bv, hu, hv = (u - 0.5) / 0.42, (v - 0.36) / 0.36, (u - 0.5) / 0.2, (v - 0.84) / 0.15
     return bu * bu + bv * bv <= 1.0 or hu * hu + hv * hv <= 1.0
-
 
 # %% ../nbs/10_engine.ipynb #d94e4a0b
 @njit(cache=True)
@@ -398,7 +349,6 @@ def _sprite_box(tx, ty, tab, H, W):
     y0 = int(math.floor((0.5 - ENEMY_H) * tab.focal / ty + H * 0.5 - 0.5))
     y1 = int(math.ceil(0.5 * tab.focal / ty + H * 0.5 - 0.5))
     return max(x0, 0), min(x1, W - 1), max(y0, 0), min(y1, H - 1)
-
 
 # %% ../nbs/10_engine.ipynb #c100a527
 @njit(cache=True)
@@ -420,7 +370,6 @@ def _draw_sprite(tx, ty, lvl, tab, out):
             uv[y, x, 0], uv[y, x, 1], light[y, x] = tab.half[_q(u)], tab.half[_q(v)], lbits
             zbuf[y, x] = ty
 
-
 # %% ../nbs/10_engine.ipynb #3c3e36ca
 @njit(cache=True)
 def _far_first(ty):
@@ -433,7 +382,6 @@ def _far_first(ty):
             j -= 1
         order[j + 1] = k
     return order
-
 
 # %% ../nbs/10_engine.ipynb #482c4a09
 @njit(cache=True)
@@ -448,7 +396,6 @@ def _sprites(enemy, n, sector, slight, px, py, dx, dy, plx, ply, tab, out):
         if ty[e] > NEAR_CLIP:
             lvl = slight[sector[int(enemy[e, 1]), int(enemy[e, 0])]] * _falloff(ty[e])
             _draw_sprite(tx[e], ty[e], lvl, tab, out)
-
 
 # %% ../nbs/10_engine.ipynb #c150c7ff
 class _State(NamedTuple):
@@ -467,7 +414,6 @@ class _State(NamedTuple):
 
 # the registers in _State.ints
 _HEAD, _NEN, _NFLOOR, _PLEN, _PI, _BURST_A, _BURST_N, _WPT = range(8)
-
 
 # %% ../nbs/10_engine.ipynb #08c3aebf
 def _state(worlds: Sequence[World]) -> _State:
@@ -495,7 +441,6 @@ def _state(worlds: Sequence[World]) -> _State:
         st.ints[b, [_HEAD, _NEN, _NFLOOR]] = w.heading, len(w.enemies), len(cells)
     return st
 
-
 # %% ../nbs/10_engine.ipynb #a35e7b22
 @njit(cache=True)
 def _render(st, b, tab, out, zcol):
@@ -510,7 +455,6 @@ def _render(st, b, tab, out, zcol):
         c = tab.camx[x]
         zcol[x] = _column(x, grid, sector, slight, px, py, dx + plx * c, dy + ply * c, tab, out)
     _sprites(st.enemy[b], st.ints[b, _NEN], sector, slight, px, py, dx, dy, plx, ply, tab, out)
-
 
 # %% ../nbs/10_engine.ipynb #0a1cda4e
 class Frames(NamedTuple):
@@ -535,7 +479,6 @@ class Frames(NamedTuple):
             "light": self.light[ix].view(np.float16),
         }
 
-
 # %% ../nbs/10_engine.ipynb #67ef411e
 def _alloc(T: int, B: int, H: int, W: int) -> Frames:
     u16, u8 = np.uint16, np.uint8
@@ -547,7 +490,6 @@ def _alloc(T: int, B: int, H: int, W: int) -> Frames:
         np.empty((T, B, H, W), u16),
         np.empty((T, B, W)),
     )
-
 
 # %% ../nbs/10_engine.ipynb #22bfea1d
 @njit(cache=True)
@@ -566,7 +508,6 @@ def _draw_all(st, tab, out, t):
         )
         _render(st, b, tab, o, out.zcol[t, b])
 
-
 # %% ../nbs/10_engine.ipynb #37cf3b3c
 def render_world(world: World, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
     "The frame a world shows before anyone moves."
@@ -574,7 +515,6 @@ def render_world(world: World, spec: ChannelSpec | None = None) -> dict[str, np.
     out = _alloc(1, 1, *spec.size)
     _draw_all(_state([world]), _tables(spec), out, 0)
     return out.frame(0, 0)
-
 
 # %% ../nbs/10_engine.ipynb #82655a68
 MOVE_STEP, STRAFE_STEP, TURN_STEP = 0.1, 0.08, 8
@@ -589,7 +529,6 @@ def _open(grid, x, y):
         return False
     return grid[iy, ix] == 255
 
-
 # %% ../nbs/10_engine.ipynb #b92958a9
 @njit(cache=True)
 def _fits(grid, x, y, r):
@@ -601,7 +540,6 @@ def _fits(grid, x, y, r):
         and _open(grid, x + r, y + r)
     )
 
-
 # %% ../nbs/10_engine.ipynb #c606d988
 @njit(cache=True)
 def _slide(grid, xy, dx, dy, r):
@@ -610,7 +548,6 @@ def _slide(grid, xy, dx, dy, r):
         xy[0] += dx
     if _fits(grid, xy[0], xy[1] + dy, r):
         xy[1] += dy
-
 
 # %% ../nbs/10_engine.ipynb #310759bc
 @njit(cache=True)
@@ -631,7 +568,6 @@ def _act(grid, xy, ints, heading, a):
     elif a == _STRAFE_R:
         _slide(grid, xy, -s * STRAFE_STEP, c * STRAFE_STEP, PLAYER_RADIUS)
 
-
 # %% ../nbs/10_engine.ipynb #75839723
 @njit(cache=True)
 def _move_enemies(grid, enemy, edir, n, heading, u):
@@ -644,7 +580,6 @@ def _move_enemies(grid, enemy, edir, n, heading, u):
         else:
             d = int(u[2 * e + 1] * N_HEADINGS)
         edir[e] = d
-
 
 # %% ../nbs/10_engine.ipynb #5de910f3
 BURST_P, BURST_MAX, AIM_TAN2, WAYPOINT_R2, PATIENCE = 0.03, 8, 0.07, 0.09, 90
@@ -678,7 +613,6 @@ def _bfs(grid, sx, sy, tx, ty, path):
         path[i, 0], path[i, 1], c = c % MW, c // MW, prev[c]
     return n
 
-
 # %% ../nbs/10_engine.ipynb #c8e68d18
 @njit(cache=True)
 def _steer(xy, ints, heading, path):
@@ -699,7 +633,6 @@ def _steer(xy, ints, heading, path):
         return _FORWARD
     return _TURN_R if cross > 0.0 else _TURN_L
 
-
 # %% ../nbs/10_engine.ipynb #52b04384
 @njit(cache=True)
 def _policy(grid, xy, ints, heading, floor, path, u):
@@ -716,7 +649,6 @@ def _policy(grid, xy, ints, heading, floor, path, u):
         ints[_PLEN] = _bfs(grid, int(xy[0]), int(xy[1]), floor[k, 0], floor[k, 1], path)
         ints[_PI], ints[_WPT] = 0, 0
     return _steer(xy, ints, heading, path)
-
 
 # %% ../nbs/10_engine.ipynb #f5b9540d
 _KW, _KP = 2 * MAX_ENEMIES, 4  # uniforms per frame: motion, policy
@@ -737,12 +669,10 @@ def _run(st, tab, actions, wu, pu, out):
             actions[t, b] = a
         _draw_all(st, tab, out, t)
 
-
 # %% ../nbs/10_engine.ipynb #6dd0e997
 def episode_streams(seed: int) -> list[np.random.Generator]:
     "The four independent random streams of an episode: layout, materials, motion, policy."
     return np.random.default_rng(seed).spawn(4)
-
 
 # %% ../nbs/10_engine.ipynb #11534ca7
 class Runner:

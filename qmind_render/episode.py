@@ -35,23 +35,9 @@ from .util import atomic_write, cpu_name
 from .viz import top_down
 
 # %% auto #0
-__all__ = [
-    "MAP_SIZE",
-    "MAX_ROOMS",
-    "CHUNK",
-    "GOLDEN_CASES",
-    "check_seed",
-    "make_world",
-    "map_image",
-    "render_episode",
-    "render_batch",
-    "episode_hashes",
-    "golden_record",
-    "default_golden_path",
-    "check_goldens",
-    "regen_goldens",
-    "bench_engine",
-]
+__all__ = ['MAP_SIZE', 'MAX_ROOMS', 'CHUNK', 'GOLDEN_CASES', 'check_seed', 'make_world', 'map_image', 'render_episode',
+           'render_batch', 'episode_hashes', 'golden_record', 'default_golden_path', 'check_goldens', 'regen_goldens',
+           'bench_engine']
 
 # %% ../nbs/11_episode.ipynb #0cd65b62
 MAP_SIZE = 32  # generated maps are MAP_SIZE x MAP_SIZE cells
@@ -62,7 +48,6 @@ def _apart(a, b) -> bool:
     "Rooms (y, x, h, w) a and b leave at least one wall cell between them."
     (ay, ax, ah, aw), (by, bx, bh, bw) = a, b
     return ay + ah < by or by + bh < ay or ax + aw < bx or bx + bw < ax
-
 
 # %% ../nbs/11_episode.ipynb #ab94dd18
 def _place_rooms(rng: np.random.Generator, m: int) -> list[tuple[int, int, int, int]]:
@@ -76,11 +61,9 @@ def _place_rooms(rng: np.random.Generator, m: int) -> list[tuple[int, int, int, 
             break
     return sorted(rooms, key=lambda r: (r[1] + r[3] // 2, r[0] + r[2] // 2))  # left to right
 
-
 # %% ../nbs/11_episode.ipynb #73d15893
 def _centre(room) -> tuple[int, int]:
     return room[0] + room[2] // 2, room[1] + room[3] // 2
-
 
 # %% ../nbs/11_episode.ipynb #a3141569
 def _dig(open_, sector, ys, xs, sid):
@@ -88,7 +71,6 @@ def _dig(open_, sector, ys, xs, sid):
     new = ~open_[ys, xs]
     sector[ys, xs] = np.where(new, sid, sector[ys, xs])
     open_[ys, xs] = True
-
 
 # %% ../nbs/11_episode.ipynb #1e189bf3
 def _corridor(open_, sector, a, b, sid, flip: bool, wide: bool):
@@ -103,7 +85,6 @@ def _corridor(open_, sector, a, b, sid, flip: bool, wide: bool):
         if wide:
             dy = int(y0 == y1)  # widen a row leg downwards, a column leg to the right
             _dig(open_, sector, np.minimum(ys + dy, m - 2), np.minimum(xs + 1 - dy, m - 2), sid)
-
 
 # %% ../nbs/11_episode.ipynb #efa0086d
 def _layout(rng: np.random.Generator, m: int = MAP_SIZE):
@@ -139,7 +120,6 @@ def _layout(rng: np.random.Generator, m: int = MAP_SIZE):
     pillars = [(py, px) for py, px in pillars if not open_[py, px]]
     return open_, sector, light, rooms, pillars
 
-
 # %% ../nbs/11_episode.ipynb #cbfcce15
 def _grow(mask: np.ndarray) -> np.ndarray:
     "`mask` grown by one cell in all eight directions."
@@ -150,7 +130,6 @@ def _grow(mask: np.ndarray) -> np.ndarray:
     out[:, 1:] |= row[:, :-1]
     out[:, :-1] |= row[:, 1:]
     return out
-
 
 # %% ../nbs/11_episode.ipynb #5939f70c
 def _walls(open_, sector, n_sectors, pillars, rng, allowed):
@@ -167,7 +146,6 @@ def _walls(open_, sector, n_sectors, pillars, rng, allowed):
         grid[ring], sector[ring], done[ring] = mats[s], s, True
     sector[sector < 0] = 0
     return grid, sector
-
 
 # %% ../nbs/11_episode.ipynb #9ace52b8
 def _actors(rng, open_, rooms):
@@ -188,7 +166,6 @@ def _actors(rng, open_, rooms):
         rng.integers(0, N_HEADINGS, len(pick)).astype(np.int64),
     )
 
-
 # %% ../nbs/11_episode.ipynb #fcb85d67
 def check_seed(seed, name: str = "seed") -> int:
     """`seed` as an int, or a `ValueError` naming `name` unless it is a non-negative integer (the
@@ -196,7 +173,6 @@ def check_seed(seed, name: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {seed!r}")
     return int(seed)
-
 
 # %% ../nbs/11_episode.ipynb #6bf3adf3
 def _check_materials(materials, n: int) -> np.ndarray:
@@ -213,7 +189,6 @@ def _check_materials(materials, n: int) -> np.ndarray:
         )
     return np.unique(np.asarray(ids, dtype=np.int64)).astype(np.uint8)
 
-
 # %% ../nbs/11_episode.ipynb #3bbb07fb
 def make_world(
     seed: int, materials: Sequence[int] | None = None, spec: ChannelSpec | None = None
@@ -228,7 +203,6 @@ def make_world(
     player, heading, enemies, edir = _actors(layout, open_, rooms)
     return World(grid, sector, light, player, heading, enemies, edir, rooms)
 
-
 # %% ../nbs/11_episode.ipynb #deaf92b3
 def map_image(
     grid: np.ndarray, sector: np.ndarray, light: np.ndarray, spec: ChannelSpec | None = None
@@ -241,7 +215,6 @@ def map_image(
     floor[open_] = light[sector[open_]]
     return top_down(np.where(seen, grid, OPEN).astype(np.uint8), floor, spec)
 
-
 # %% ../nbs/11_episode.ipynb #a2c13bc7
 CHUNK = 8  # frames per numba call
 
@@ -251,7 +224,6 @@ def _check_count(n, name: str = "n_frames") -> int:
         raise ValueError(f"{name} must be a non-negative integer, got {n!r}")
     return int(n)
 
-
 # %% ../nbs/11_episode.ipynb #b0c0967d
 def _chunks(runner: Runner, n: int) -> Iterator[Frames]:
     """Buffers of about CHUNK frames at a time (at least one step of every world), until n steps are
@@ -260,13 +232,11 @@ def _chunks(runner: Runner, n: int) -> Iterator[Frames]:
     for t0 in range(0, n, T):
         yield runner.run(min(T, n - t0))[0]
 
-
 # %% ../nbs/11_episode.ipynb #5f4a333c
 def _episode(runner: Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
     for out in _chunks(runner, n):
         for t in range(out.surface.shape[0]):
             yield out.frame(t, 0)
-
 
 # %% ../nbs/11_episode.ipynb #f6ac3fd9
 def render_episode(
@@ -279,13 +249,11 @@ def render_episode(
     seed, n, spec = check_seed(seed), _check_count(n_frames), engine_spec(spec)
     return _episode(Runner([make_world(seed, materials, spec)], [seed], spec), n)
 
-
 # %% ../nbs/11_episode.ipynb #1bd6076c
 def _batch(runner: Runner, n: int) -> Iterator[dict[str, np.ndarray]]:
     for out in _chunks(runner, n):
         for t in range(out.surface.shape[0]):
             yield out.frame(t)
-
 
 # %% ../nbs/11_episode.ipynb #556c84e0
 def render_batch(
@@ -303,7 +271,6 @@ def render_batch(
         engine_spec(spec),
     )
     return _batch(Runner([make_world(s, materials, spec) for s in seeds], seeds, spec), n)
-
 
 # %% ../nbs/11_episode.ipynb #a80119db
 GOLDEN_CASES = ((0, 48, None), (1, 48, None), (1003, 48, None), (7, 48, (2,)), (42, 48, (0, 4)))
@@ -324,7 +291,6 @@ def episode_hashes(
             hs[c].update(b)
             hs["all"].update(b)
     return {c: h.hexdigest() for c, h in hs.items()}
-
 
 # %% ../nbs/11_episode.ipynb #86bffdfb
 def golden_record(spec: ChannelSpec | None = None) -> dict:
@@ -347,12 +313,10 @@ def golden_record(spec: ChannelSpec | None = None) -> dict:
         "cases": cases,
     }
 
-
 # %% ../nbs/11_episode.ipynb #8fd7dde2
 def default_golden_path() -> Path:
     "`tests/golden/engine_hashes.json` of the checkout this package runs from."
     return Path(__file__).resolve().parents[1] / "tests" / "golden" / "engine_hashes.json"
-
 
 # %% ../nbs/11_episode.ipynb #597e3139
 def check_goldens(path: str | Path | None = None) -> list[str]:
@@ -383,7 +347,6 @@ def check_goldens(path: str | Path | None = None) -> list[str]:
             )
     return diffs
 
-
 # %% ../nbs/11_episode.ipynb #63ce57b9
 def regen_goldens(path: str | Path | None = None, force: bool = False) -> Path:
     "Write the goldens file; refuses new hashes under an unchanged ENGINE_VERSION unless `force`."
@@ -397,7 +360,6 @@ def regen_goldens(path: str | Path | None = None, force: bool = False) -> Path:
             )
     # what --check-goldens and the tests trust
     return atomic_write(path, json.dumps(new, indent=1) + "\n")
-
 
 # %% ../nbs/11_episode.ipynb #32c083a5
 def _machine() -> dict:
@@ -413,7 +375,6 @@ def _machine() -> dict:
         "numba": numba.__version__,
         "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
-
 
 # %% ../nbs/11_episode.ipynb #6feae9ef
 def _rate(make, frames: int, repeats: int, H: int, W: int) -> dict:
@@ -431,7 +392,6 @@ def _rate(make, frames: int, repeats: int, H: int, W: int) -> dict:
         "pixels_per_s": round(med * H * W),
         "runs_frames_per_s": [round(x) for x in runs],
     }
-
 
 # %% ../nbs/11_episode.ipynb #a37460ba
 def bench_engine(
@@ -475,7 +435,6 @@ def bench_engine(
         "machine": _machine(),
     }
 
-
 # %% ../nbs/11_episode.ipynb #bdce43fc
 def _module_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m qmind_render.episode")
@@ -505,7 +464,6 @@ def _module_main(argv: list[str] | None = None) -> int:
         )
     )
     return 0
-
 
 # %% ../nbs/11_episode.ipynb #97027c49
 # `python -m`: run the imported module, the one everything else imports

@@ -39,37 +39,10 @@ from .contracts import UserError
 from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
-__all__ = [
-    "as_float",
-    "psnr",
-    "ssim",
-    "lpips_available",
-    "lpips",
-    "error_by_surface",
-    "EvalError",
-    "Loaded",
-    "eval_batch",
-    "load_for_eval",
-    "eval_indices",
-    "gather",
-    "render_frames",
-    "MeanColour",
-    "FactorNet",
-    "factor_labels",
-    "train_classifier",
-    "accuracy",
-    "score",
-    "summarise",
-    "per_cell",
-    "episode_video",
-    "evaluate",
-    "psnr_curve",
-    "report_md",
-    "eval_main",
-    "headline",
-    "bench_eval",
-]
-
+__all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
+           'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
+           'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'episode_video', 'evaluate', 'psnr_curve',
+           'report_md', 'eval_main', 'headline', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -80,7 +53,6 @@ def as_float(rgb, device=None) -> torch.Tensor:
         raise TypeError(f"frames must be uint8 [B, H, W, 3], got {x.dtype}")
     return x.to(x.device if device is None else device).permute(0, 3, 1, 2).float() / 255
 
-
 # %% ../nbs/60_evaluate.ipynb #e99c22c8
 def psnr(pred: torch.Tensor, target: torch.Tensor, cap: float = 100.0) -> torch.Tensor:
     "Per-frame PSNR in dB (capped: identical frames give `cap`)."
@@ -89,14 +61,12 @@ def psnr(pred: torch.Tensor, target: torch.Tensor, cap: float = 100.0) -> torch.
     out = tm_psnr(pred, target, data_range=1.0, reduction="none", dim=(1, 2, 3))
     return out.nan_to_num(cap, posinf=cap).clamp(max=cap)
 
-
 # %% ../nbs/60_evaluate.ipynb #c94ee3aa
 def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     "Per-frame SSIM (torchmetrics, Gaussian window 11, σ 1.5)."
     from torchmetrics.functional.image import structural_similarity_index_measure as tm_ssim
 
     return tm_ssim(pred, target, data_range=1.0, reduction="none")
-
 
 # %% ../nbs/60_evaluate.ipynb #a403b451
 def lpips_available() -> bool:
@@ -110,7 +80,6 @@ def lpips_available() -> bool:
     hub = Path(torch.hub.get_dir()) / "checkpoints"
     return any(hub.glob("alexnet-*.pth"))
 
-
 # %% ../nbs/60_evaluate.ipynb #c2d14be3
 def lpips(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
     "Per-frame LPIPS (AlexNet) when available, else None."
@@ -120,7 +89,6 @@ def lpips(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
 
     net = L.LPIPS(net="alex", verbose=False)
     return net(pred * 2 - 1, target * 2 - 1).flatten().detach()
-
 
 # %% ../nbs/60_evaluate.ipynb #ec584c2f
 from .skinner import SURFACES  # class ids 0..3, as the channel spec lists them
@@ -141,11 +109,9 @@ def error_by_surface(
         for i, name in enumerate(SURFACES)
     }
 
-
 # %% ../nbs/60_evaluate.ipynb #66e7f38f
 class EvalError(UserError, ValueError):
     "What was asked for cannot be evaluated; the message says what is missing."
-
 
 # %% ../nbs/60_evaluate.ipynb #33b4f0dd
 @dataclass
@@ -179,14 +145,12 @@ class Loaded:
             buckets=(batch or eval_batch(self.device),),
         )
 
-
 # %% ../nbs/60_evaluate.ipynb #9df604e7
 def eval_batch(device) -> int:
     """Frames per rendering batch: 256 on a GPU (it needs width); 32 on a CPU, where bigger batches
     fall out of cache (500 frames of `small` at 4 steps: 7.7 s at 32, 11 s at 100, 14 s at 250,
     measured)."""
     return 256 if torch.device(device).type == "cuda" else 32
-
 
 # %% ../nbs/60_evaluate.ipynb #a4a9a4d4
 def load_for_eval(
@@ -218,7 +182,6 @@ def load_for_eval(
         cfg, path, int(ck["step"]), model, diffusion, ds, split, float(ck.get("elapsed_s", 0.0))
     )
 
-
 # %% ../nbs/60_evaluate.ipynb #2eef26ad
 def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
     """Up to `per_cell` samples (file order, spread out) for each cell of `part` ('train' |
@@ -232,7 +195,6 @@ def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
             chosen.append(cand[np.linspace(0, len(cand) - 1, min(per_cell, len(cand))).astype(int)])
     return np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
 
-
 # %% ../nbs/60_evaluate.ipynb #cfc1db95
 def gather(ds, idx: np.ndarray, shards=None) -> dict:
     """The samples at global indices `idx`, as one batch of tensors; pass a `ShardBatches` as
@@ -240,7 +202,6 @@ def gather(ds, idx: np.ndarray, shards=None) -> dict:
     from qmind_render.loader import ShardBatches
 
     return (shards or ShardBatches(ds, [], max_shards=len(ds.paths))).take(np.asarray(idx))
-
 
 # %% ../nbs/60_evaluate.ipynb #ba1d96d8
 def render_frames(sampler: GraphSampler, batch: dict, steps: int, seed: int = 0) -> torch.Tensor:
@@ -250,7 +211,6 @@ def render_frames(sampler: GraphSampler, batch: dict, steps: int, seed: int = 0)
     return to_uint8(
         sampler.sample(cond, steps, torch.Generator(sampler.device).manual_seed(seed)), numpy=False
     )
-
 
 # %% ../nbs/60_evaluate.ipynb #9fb24ae8
 class MeanColour:
@@ -282,7 +242,6 @@ class MeanColour:
         out = np.where((self.n[t, m, s] > 0)[..., None], mean[t, m, s], fallback[s])
         return out.round().clip(0, 255).astype(np.uint8)
 
-
 # %% ../nbs/60_evaluate.ipynb #595f25a6
 class FactorNet(torch.nn.Module):
     "A small CNN (on the frame at half resolution) with one head per factor."
@@ -312,7 +271,6 @@ class FactorNet(torch.nn.Module):
         h = self.body(x)
         return {k: head(h) for k, head in self.heads.items()}
 
-
 # %% ../nbs/60_evaluate.ipynb #ee8b407c
 def factor_labels(batch: dict, n_materials: int) -> dict[str, torch.Tensor]:
     "theme, lighting and the single wall material of each frame (-1 where there isn't exactly one)."
@@ -326,7 +284,6 @@ def factor_labels(batch: dict, n_materials: int) -> dict[str, torch.Tensor]:
     )
     return {"theme": batch["theme"].long(), "lighting": batch["lighting"].long(), "material": mat}
 
-
 # %% ../nbs/60_evaluate.ipynb #a5711a6c
 def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over the labelled rows (-1: none), 0 when there are none: no host read to find
@@ -334,7 +291,6 @@ def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(
         min=1
     )
-
 
 # %% ../nbs/60_evaluate.ipynb #7339c016
 def train_classifier(
@@ -358,7 +314,6 @@ def train_classifier(
         sched.step()
     return net.eval()
 
-
 # %% ../nbs/60_evaluate.ipynb #b581ee3d
 def accuracy(net: FactorNet, frames: torch.Tensor, labels: dict) -> dict[str, float]:
     "Per-factor accuracy (frames whose label is -1 are left out)."
@@ -377,7 +332,6 @@ def accuracy(net: FactorNet, frames: torch.Tensor, labels: dict) -> dict[str, fl
     right, known = torch.stack(right).tolist(), torch.stack(known).tolist()
     return {k: r / n if n else float("nan") for k, r, n in zip(labels, right, known)}
 
-
 # %% ../nbs/60_evaluate.ipynb #d7a6fed3
 def score(pred_u8, batch: dict) -> dict:
     """Per-frame PSNR/SSIM/LPIPS and the part's MAE by surface, for predicted uint8 frames (numpy,
@@ -392,7 +346,6 @@ def score(pred_u8, batch: dict) -> dict:
         "mae_by_surface": error_by_surface(p, t, batch["surface"]),
     }
 
-
 # %% ../nbs/60_evaluate.ipynb #beb6fe39
 def summarise(s: dict) -> dict:
     return {
@@ -402,14 +355,12 @@ def summarise(s: dict) -> dict:
         "mae_by_surface": s["mae_by_surface"],
     }
 
-
 # %% ../nbs/60_evaluate.ipynb #7ce94743
 def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
     "Mean of a per-frame value over the frames showing each cell (NaN where none do)."
     cells = np.asarray(cells, dtype=float)
     n = cells.sum(0)
     return np.where(n > 0, (values[:, None] * cells).sum(0) / np.maximum(n, 1), np.nan)
-
 
 # %% ../nbs/60_evaluate.ipynb #a86eb079
 def episode_video(
@@ -433,7 +384,6 @@ def episode_video(
     pred = render_frames(loaded.sampler(frames), batch, steps).cpu().numpy()
     return write_gif(episode_frames(batch, pred), path, scale=scale)
 
-
 # %% ../nbs/60_evaluate.ipynb #9b5e78fc
 def _classifiers(
     ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 1500
@@ -452,12 +402,10 @@ def _classifiers(
         ld.cfg.eval.classifier_steps,
     ), sizes
 
-
 # %% ../nbs/60_evaluate.ipynb #005f93a0
 def _fit_baseline(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000) -> MeanColour:
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
     return MeanColour(ld.ds.manifest.grid["theme"]).fit(gather(ld.ds, pick, shards))
-
 
 # %% ../nbs/60_evaluate.ipynb #d9fbedde
 def _part(
@@ -496,7 +444,6 @@ def _part(
             "per_frame_psnr": s["psnr"],
         }
     return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
-
 
 # %% ../nbs/60_evaluate.ipynb #c46edc82
 def evaluate(
@@ -566,7 +513,6 @@ def evaluate(
     _to_tracker(ld, out, res)
     return res
 
-
 # %% ../nbs/60_evaluate.ipynb #64c54acc
 def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> dict:
     from qmind_render.grid import load_grid
@@ -594,7 +540,6 @@ def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> d
         out / "episode.gif", write=lambda tmp: episode_video(ld, tmp, steps=k), suffix=".gif"
     ).name
     return pics
-
 
 # %% ../nbs/60_evaluate.ipynb #989858de
 def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
@@ -640,7 +585,6 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
     )
     w.finish()
 
-
 # %% ../nbs/60_evaluate.ipynb #af32b950
 def psnr_curve(
     run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 2, device: str | None = None
@@ -668,7 +612,6 @@ def psnr_curve(
         rows.append(row)
     return rows
 
-
 # %% ../nbs/60_evaluate.ipynb #07640866
 def _scores(name: str, d: dict) -> dict:
     "A predictor's row in a part's table, each number to its column's precision."
@@ -681,7 +624,6 @@ def _scores(name: str, d: dict) -> dict:
         **{f"MAE {s}": f"{d['mae_by_surface'][s]:.1f}" for s in SURFACES},
     }
 
-
 # %% ../nbs/60_evaluate.ipynb #adb944aa
 def _accuracy(name: str, part: str, a: dict) -> dict:
     return {
@@ -689,7 +631,6 @@ def _accuracy(name: str, part: str, a: dict) -> dict:
         "part": part,
         **{k: f"{a[k]:.2f}" for k in ("theme", "lighting", "material")},
     }
-
 
 # %% ../nbs/60_evaluate.ipynb #810b321a
 def report_md(res: dict, ld: Loaded) -> str:
@@ -755,7 +696,6 @@ def report_md(res: dict, ld: Loaded) -> str:
     ]
     return "\n".join(L)
 
-
 # %% ../nbs/60_evaluate.ipynb #7c438948
 def eval_main(argv: list[str]) -> int:
     "`qmind eval RUN_DIR|CHECKPOINT [key=value ...]`"
@@ -777,7 +717,6 @@ def eval_main(argv: list[str]) -> int:
     print(f"report: {run_dir_of(res['checkpoint']) / 'eval' / 'report.md'}")
     return 0
 
-
 # %% ../nbs/60_evaluate.ipynb #34e2926f
 def headline(res: dict) -> str:
     "One line: PSNR held-out/in-distribution at each DDIM step count, and the baseline's."
@@ -789,7 +728,6 @@ def headline(res: dict) -> str:
         f"PSNR held-out/in-dist by DDIM steps {ks} dB; baseline "
         f"{h['baseline']['psnr']:.2f}/{t['baseline']['psnr']:.2f} dB"
     )
-
 
 # %% ../nbs/60_evaluate.ipynb #7dd21a87
 def bench_eval(

@@ -29,16 +29,7 @@ from .util import save_image
 from .viz import channel_strip, figure_of, mosaic
 
 # %% auto #0
-__all__ = [
-    "explorer_view",
-    "explore",
-    "cell_grid",
-    "swatch_grid",
-    "write_pngs",
-    "render_main",
-    "bench_skinner",
-]
-
+__all__ = ['explorer_view', 'explore', 'cell_grid', 'swatch_grid', 'write_pngs', 'render_main', 'bench_skinner']
 
 # %% ../nbs/22_explorer.ipynb #f0d0c0eb
 def explorer_view(
@@ -49,7 +40,6 @@ def explorer_view(
     grid = grid or load_grid()
     ch = engine_frame(seed, frame, None if material is None else [int(material)])
     return channel_strip(ch, skin(ch, grid.theme(theme), grid.lighting(lighting)))
-
 
 # %% ../nbs/22_explorer.ipynb #645b388d
 def explore(grid: FactorGrid | None = None):
@@ -77,7 +67,6 @@ def explore(grid: FactorGrid | None = None):
         light=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.lighting_names)]),
     )
 
-
 # %% ../nbs/22_explorer.ipynb #7eb1906d
 def cell_grid(channels: dict, material: int, grid: FactorGrid | None = None) -> np.ndarray:
     """One frame skinned for every (theme, lighting), walls of `material`: uint8 mosaic, rows
@@ -85,7 +74,6 @@ def cell_grid(channels: dict, material: int, grid: FactorGrid | None = None) -> 
     grid = grid or load_grid()
     ch = with_material(channels, material)
     return mosaic([[skin(ch, t, l) for l in grid.lightings] for t in grid.themes])
-
 
 # %% ../nbs/22_explorer.ipynb #b0d36f2b
 def swatch_grid(lighting: dict, grid: FactorGrid | None = None, **wall) -> np.ndarray:
@@ -98,7 +86,6 @@ def swatch_grid(lighting: dict, grid: FactorGrid | None = None, **wall) -> np.nd
         ]
     )
 
-
 # %% ../nbs/22_explorer.ipynb #86111637
 def _frames(frames):
     "Frames as an iterator of one-frame dicts (accepts an iterable of frames or one batch dict)."
@@ -110,7 +97,6 @@ def _frames(frames):
                 yield {k: v[i] for k, v in frames.items()}
     else:
         yield from frames
-
 
 # %% ../nbs/22_explorer.ipynb #907f7575
 def write_pngs(
@@ -139,7 +125,6 @@ def write_pngs(
         paths.append(out_dir / f"frame_{i:05d}.png")
         save_image(channel_strip(ch, rgb, scale=scale, labels=labels) if strip else rgb, paths[-1])
     return paths
-
 
 # %% ../nbs/22_explorer.ipynb #855ff1ef
 def render_main(argv: list[str] | None = None) -> int:
@@ -196,7 +181,6 @@ def render_main(argv: list[str] | None = None) -> int:
     )
     return 0
 
-
 # %% ../nbs/22_explorer.ipynb #ba31c362
 def _bench_frames(n: int, source: str) -> dict[str, np.ndarray]:
     if source == "corridor":
@@ -212,7 +196,6 @@ def _bench_frames(n: int, source: str) -> dict[str, np.ndarray]:
         return {k: np.concatenate([f[k] for f in frames])[:n] for k in frames[0]}
     raise ValueError(f"source must be 'corridor' or 'engine', got {source!r}")
 
-
 # %% ../nbs/22_explorer.ipynb #d8ed2860
 def _pin(core):
     "Pin this process to one core; returns the previous affinity (None when not pinned)."
@@ -221,7 +204,6 @@ def _pin(core):
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {sorted(before)[int(core) % len(before)]})
     return before
-
 
 # %% ../nbs/22_explorer.ipynb #2cec8ad3
 def bench_skinner(

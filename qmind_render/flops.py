@@ -14,8 +14,7 @@ from .encodings import model_config, prepare_batch, synthetic_batch
 from .model import SIZES, ConditionalUNet, build_model, n_params
 
 # %% auto #0
-__all__ = ["forward_flops", "train_flops", "size_table"]
-
+__all__ = ['forward_flops', 'train_flops', 'size_table']
 
 # %% ../nbs/42_flops.ipynb #14d02970
 def _countable_attention():
@@ -24,7 +23,6 @@ def _countable_attention():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.MATH])
-
 
 # %% ../nbs/42_flops.ipynb #632b2422
 def forward_flops(model: ConditionalUNet, batch: int = 1) -> float:
@@ -44,7 +42,6 @@ def forward_flops(model: ConditionalUNet, batch: int = 1) -> float:
         model(x0, torch.zeros(batch, dtype=torch.long, device=dev), cond)
     return fc.get_total_flops() / batch
 
-
 # %% ../nbs/42_flops.ipynb #fa0e2964
 def train_flops(model, x0, cond, diffusion) -> float:
     "FLOPs of one training step's forward + backward, counted (FlopCounterMode)."
@@ -56,7 +53,6 @@ def train_flops(model, x0, cond, diffusion) -> float:
         ).backward()
     model.zero_grad(set_to_none=True)
     return fc.get_total_flops()
-
 
 # %% ../nbs/42_flops.ipynb #f696f5ee
 def size_table(cfg=None, spec=None, tables=None) -> list[dict]:

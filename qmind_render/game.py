@@ -22,8 +22,7 @@ from .util import save_figure, save_image
 from .viz import channel_strip, draw_map, map_legend, palette
 
 # %% auto #0
-__all__ = ["Game", "plot_map", "render_parser", "write_episode", "render_main"]
-
+__all__ = ['Game', 'plot_map', 'render_parser', 'write_episode', 'render_main']
 
 # %% ../nbs/12_game.ipynb #d2ccbece
 def _action_index(action) -> int:
@@ -37,7 +36,6 @@ def _action_index(action) -> int:
         f"action must be one of {ACTIONS}, its index, or None for the built-in policy; "
         f"got {action!r}"
     )
-
 
 # %% ../nbs/12_game.ipynb #e8fd2329
 class Game:
@@ -55,14 +53,12 @@ class Game:
         self._runner = Runner([self.world], [self.seed], self.spec)
         self.frame, self.last_action, self._zcol = 0, None, None
 
-
 # %% ../nbs/12_game.ipynb #68eee146
 def _step(self: Game, action: str | int | None = None) -> dict[str, np.ndarray]:
     "Advance one frame with `action` (None: the built-in policy) and return its channels."
     out, acts = self._runner.run(1, np.array([[_action_index(action)]]))
     self.frame, self.last_action, self._zcol = self.frame + 1, ACTIONS[acts[0, 0]], out.zcol[0, 0]
     return out.frame(0, 0)
-
 
 # %% ../nbs/12_game.ipynb #9df1202a
 def _channels(self: Game) -> dict[str, np.ndarray]:
@@ -74,14 +70,12 @@ def _channels(self: Game) -> dict[str, np.ndarray]:
 
 Game.step, Game.channels = _step, _channels
 
-
 # %% ../nbs/12_game.ipynb #a04bc2f9
 @property
 def _player(self: Game) -> tuple[float, float, float]:
     "(x, y, heading in degrees clockwise from +x)."
     x, y, h = self._runner.pose()
     return x, y, float(h * 360 / N_HEADINGS)
-
 
 # %% ../nbs/12_game.ipynb #f9353f6d
 @property
@@ -91,7 +85,6 @@ def _enemies(self: Game) -> np.ndarray:
 
 
 Game.player, Game.enemies = _player, _enemies
-
 
 # %% ../nbs/12_game.ipynb #0cedbf6a
 def plot_map(
@@ -130,7 +123,6 @@ def plot_map(
         map_legend(ax, view=True, trail=trail is not None, spec=game.spec)
     return ax.figure
 
-
 # %% ../nbs/12_game.ipynb #9382a150
 def render_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -150,7 +142,6 @@ def render_parser() -> argparse.ArgumentParser:
         help="comma-separated wall material ids (default: all)",
     )
     return p
-
 
 # %% ../nbs/12_game.ipynb #3ce855b5
 def write_episode(args) -> int:
@@ -176,7 +167,6 @@ def write_episode(args) -> int:
         bbox_inches="tight",
     )
     return n
-
 
 # %% ../nbs/12_game.ipynb #69060193
 def render_main(argv: list[str] | None = None) -> int:

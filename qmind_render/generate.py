@@ -41,23 +41,9 @@ from .stores import Store, open_store
 from .util import atomic_write, pool_map
 
 # %% auto #0
-__all__ = [
-    "frame_factors",
-    "ShardJob",
-    "episode_channels",
-    "skin_samples",
-    "make_shard",
-    "plan_shards",
-    "generator_record",
-    "check_workers",
-    "generate",
-    "summary",
-    "sample_sheet",
-    "rebuild_manifest",
-    "regenerate_shards",
-    "repair_dataset",
-]
-
+__all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards', 'generator_record',
+           'check_workers', 'generate', 'summary', 'sample_sheet', 'rebuild_manifest', 'regenerate_shards',
+           'repair_dataset']
 
 # %% ../nbs/35_generate.ipynb #87b98f6d
 def frame_factors(
@@ -69,7 +55,6 @@ def frame_factors(
     k = (np.arange(n_frames) + 7 * seed) % (T * L)
     return (k // L).astype(np.int16), (k % L).astype(np.int16)
 
-
 # %% ../nbs/35_generate.ipynb #33f25183
 @dataclass(frozen=True)
 class ShardJob:
@@ -80,7 +65,6 @@ class ShardJob:
     frames: int
     staging: str
     fingerprint: str
-
 
 # %% ../nbs/35_generate.ipynb #21eadced
 def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
@@ -103,7 +87,6 @@ def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[
     )
     return out
 
-
 # %% ../nbs/35_generate.ipynb #cea226b9
 def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
     """Add the skinned frames and the factor cells, painting all frames of one (theme, lighting) in
@@ -121,7 +104,6 @@ def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]
     )
     return {**arrays, "rgb": rgb, "cells": cells}
 
-
 # %% ../nbs/35_generate.ipynb #60dd4396
 @functools.lru_cache(maxsize=1)
 def _grid():
@@ -129,7 +111,6 @@ def _grid():
     from qmind_render.grid import load_grid
 
     return load_grid()
-
 
 # %% ../nbs/35_generate.ipynb #f396a0e3
 def make_shard(job: ShardJob) -> ShardInfo:
@@ -145,7 +126,6 @@ def make_shard(job: ShardJob) -> ShardInfo:
     )
     return info
 
-
 # %% ../nbs/35_generate.ipynb #80579176
 def _reusable(job: ShardJob) -> ShardInfo | None:
     rec = Path(job.staging) / f".shard-{job.index:05d}.npz.json"
@@ -157,7 +137,6 @@ def _reusable(job: ShardJob) -> ShardInfo | None:
         return None
     return ShardInfo(**d)
 
-
 # %% ../nbs/35_generate.ipynb #f0983799
 def plan_shards(cfg: DataConfig, staging: Path, fingerprint: str) -> list[ShardJob]:
     "Consecutive seeds grouped into shards of about `cfg.shard_size` samples."
@@ -167,7 +146,6 @@ def plan_shards(cfg: DataConfig, staging: Path, fingerprint: str) -> list[ShardJ
         ShardJob(i, tuple(seeds[j : j + per]), cfg.frames_per_episode, str(staging), fingerprint)
         for i, j in enumerate(range(0, len(seeds), per))
     ]
-
 
 # %% ../nbs/35_generate.ipynb #df54af64
 def generator_record(cfg: DataConfig, shape) -> tuple[dict, str]:
@@ -187,7 +165,6 @@ def generator_record(cfg: DataConfig, shape) -> tuple[dict, str]:
     }
     return gen, hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:16]
 
-
 # %% ../nbs/35_generate.ipynb #95755921
 def check_workers(n: int | None, option: str = "--workers") -> int | None:
     """A process count from a command line: None (one per core) or at least 1; anything else a
@@ -197,7 +174,6 @@ def check_workers(n: int | None, option: str = "--workers") -> int | None:
             f"{option} {n}: must be at least 1 (leave it out for one process per core)"
         )
     return n
-
 
 # %% ../nbs/35_generate.ipynb #959bb072
 def generate(
@@ -242,7 +218,6 @@ def generate(
         (staging / f".{shard_name(j.index)}.json").unlink(missing_ok=True)
     return m
 
-
 # %% ../nbs/35_generate.ipynb #0b655139
 def summary(ds: LocalDataset, split: Split | None = None) -> dict:
     "Facts about a fetched dataset (and what `split` keeps of it)."
@@ -269,7 +244,6 @@ def summary(ds: LocalDataset, split: Split | None = None) -> dict:
         out[f"split {split.name}"] = {k: len(v) for k, v in apply_split(ds.cells, split).items()}
     return out
 
-
 # %% ../nbs/35_generate.ipynb #a849834b
 def sample_sheet(ds: LocalDataset, n: int = 8, shard: int = 0):
     """A PIL image, twice the size: `n` samples spread over one shard, each a column of surface,
@@ -278,7 +252,6 @@ def sample_sheet(ds: LocalDataset, n: int = 8, shard: int = 0):
 
     a = ds.read_shard(shard, ["rgb", "surface", "material"])
     return picture(sample_grid(a, [palette().material[a["material"]]], n=n, gap=2), scale=2)
-
 
 # %% ../nbs/35_generate.ipynb #bd9aaf9f
 def rebuild_manifest(store: Store, dataset: str, why: DatasetError) -> Manifest:
@@ -323,7 +296,6 @@ def rebuild_manifest(store: Store, dataset: str, why: DatasetError) -> Manifest:
     m = parse_manifest(json.dumps(d).encode(), dataset, store=store)
     store.put_bytes(m.to_json(), key)
     return m
-
 
 # %% ../nbs/35_generate.ipynb #0551bb24
 def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
@@ -378,7 +350,6 @@ def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
                 f"{f}: made again from the recipe; sha256 {info.sha256[:12]}… matches the manifest"
             )
     return done
-
 
 # %% ../nbs/35_generate.ipynb #2c4284a3
 def repair_dataset(store: Store, dataset: str) -> list[str]:

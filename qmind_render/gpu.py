@@ -34,17 +34,7 @@ from .train import Meter, batches, loop_step, setup, train
 from .util import atomic_write, device_sync
 
 # %% auto #0
-__all__ = [
-    "GOALS",
-    "loop_config",
-    "loop_throughput",
-    "profile_steps",
-    "bench_gpu",
-    "run_recipe",
-    "curve_figure",
-    "targets",
-]
-
+__all__ = ['GOALS', 'loop_config', 'loop_throughput', 'profile_steps', 'bench_gpu', 'run_recipe', 'curve_figure', 'targets']
 
 # %% ../nbs/77_gpu.ipynb #710c422b
 def loop_config(
@@ -80,13 +70,11 @@ def loop_config(
         *extra,
     ]
 
-
 # %% ../nbs/77_gpu.ipynb #1efa5a7b
 def _data(cfg) -> None:
     "Generate the config's dataset unless the store has it."
     if cfg.data.dataset not in list_datasets(open_store(cfg.data.store)):
         generate(cfg.data, progress=False)
-
 
 # %% ../nbs/77_gpu.ipynb #aa0bfcc3
 def loop_throughput(overrides: list[str], root: Path) -> dict:
@@ -109,13 +97,11 @@ def loop_throughput(overrides: list[str], root: Path) -> dict:
         "compile": cfg.train.compile if cfg.train.compile is not None else dev.type == "cuda",
     }
 
-
 # %% ../nbs/77_gpu.ipynb #a4be942e
 def _self_device_us(e) -> float:
     return float(
         getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) or 0.0
     )
-
 
 # %% ../nbs/77_gpu.ipynb #7fc813c9
 def profile_steps(
@@ -160,7 +146,6 @@ def profile_steps(
         ],
     }
 
-
 # %% ../nbs/77_gpu.ipynb #f0a9be70
 def _part(r: dict, name: str, fn: Callable, out: Path | None, log) -> None:
     """Run one part; a failure is recorded as the part's result and the rest still run. Save what
@@ -180,14 +165,12 @@ def _part(r: dict, name: str, fn: Callable, out: Path | None, log) -> None:
     )
     _save(r, out)
 
-
 # %% ../nbs/77_gpu.ipynb #efc66bb6
 def _save(r: dict, out: Path | None) -> None:
     """The results so far to `out` (when given), whole or not at all: a bench stopped part-way
     leaves every finished part."""
     if out:
         atomic_write(out, json.dumps(r, indent=1, default=str))
-
 
 # %% ../nbs/77_gpu.ipynb #0c49ab2c
 def _model_part(device: str, size: str, batches, compiles, peak_n: int, iters: int = 10) -> dict:
@@ -215,7 +198,6 @@ def _model_part(device: str, size: str, batches, compiles, peak_n: int, iters: i
             out[f"b{B}_{'compiled' if c else 'eager'}"] = {k: round(res[k], 4) for k in keep}
     out["device"] = res["device"]
     return out
-
 
 # %% ../nbs/77_gpu.ipynb #eb01289b
 def bench_gpu(
@@ -297,7 +279,6 @@ def bench_gpu(
     _save(r, out)
     return r
 
-
 # %% ../nbs/77_gpu.ipynb #e4a84401
 def run_recipe(root: Path, config: str = "gpu", overrides: list[str] = ()) -> dict:
     """`qmind run gpu` into `root`: held-out and training-cell PSNR at 2 steps, the gap, minutes in
@@ -322,7 +303,6 @@ def run_recipe(root: Path, config: str = "gpu", overrides: list[str] = ()) -> di
         "curve": psnr_curve(Path(res["train"]["run_dir"])),
     }
 
-
 # %% ../nbs/77_gpu.ipynb #658735d8
 def curve_figure(rows: list[dict], title: str = "PSNR against minutes of training"):
     "The recipe's curve: held-out and training-cell PSNR (2 DDIM steps) of each kept checkpoint."
@@ -340,7 +320,6 @@ def curve_figure(rows: list[dict], title: str = "PSNR against minutes of trainin
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
-
 
 # %% ../nbs/77_gpu.ipynb #8bc9ce79
 GOALS = {
@@ -364,7 +343,6 @@ def _dig(d, *keys):
             return None
         d = d[k]
     return d
-
 
 # %% ../nbs/77_gpu.ipynb #36637bb8
 def _values(r: dict) -> dict:
@@ -392,7 +370,6 @@ def _values(r: dict) -> dict:
         "recipe_gap_2": _dig(r, "recipe", "gap_2"),
         "recipe_minutes": _dig(r, "recipe", "minutes"),
     }
-
 
 # %% ../nbs/77_gpu.ipynb #9d2cb2c1
 def targets(r: dict) -> dict:

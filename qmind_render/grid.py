@@ -17,16 +17,8 @@ import yaml
 from .contracts import UserError, load_spec, load_theme_schema, validate_theme
 
 # %% auto #0
-__all__ = [
-    "LIGHTING_SCHEMA",
-    "LightingError",
-    "validate_lighting",
-    "light_colour",
-    "lighting_vector",
-    "grid_path",
-    "FactorGrid",
-    "load_grid",
-]
+__all__ = ['LIGHTING_SCHEMA', 'LightingError', 'validate_lighting', 'light_colour', 'lighting_vector', 'grid_path', 'FactorGrid',
+           'load_grid']
 
 # %% ../nbs/15_grid.ipynb #24b13f22
 _rgb = {
@@ -64,7 +56,6 @@ LIGHTING_SCHEMA = {
     },
 }
 
-
 # %% ../nbs/15_grid.ipynb #4047c8d3
 class LightingError(UserError, ValueError):
     "A lighting record broke `LIGHTING_SCHEMA`: `.field` is the dotted path of the offending field."
@@ -72,7 +63,6 @@ class LightingError(UserError, ValueError):
     def __init__(self, lighting: str, fld: str, detail: str):
         self.lighting, self.field = lighting, fld
         super().__init__(f"lighting {lighting!r}: field '{fld}': {detail} (grid.LIGHTING_SCHEMA)")
-
 
 # %% ../nbs/15_grid.ipynb #c93a42e4
 def validate_lighting(record: dict) -> dict:
@@ -90,7 +80,6 @@ def validate_lighting(record: dict) -> dict:
         ).replace(".[", "[")
         raise LightingError(name, path or "<record>", e.message)
     return record
-
 
 # %% ../nbs/15_grid.ipynb #672bf10d
 _KELVIN = np.arange(1000, 12001, 500)
@@ -130,7 +119,6 @@ def light_colour(record: dict) -> np.ndarray:
     c = c * np.asarray(record["tint"], dtype=np.float64)
     return c / c.max()
 
-
 # %% ../nbs/15_grid.ipynb #a8464bdf
 def lighting_vector(record: dict) -> np.ndarray:
     """A validated lighting record as a float32 vector in [0, 1]: temperature, tint, ambient,
@@ -147,14 +135,12 @@ def lighting_vector(record: dict) -> np.ndarray:
     ]
     return np.asarray(v, dtype=np.float32)
 
-
 # %% ../nbs/15_grid.ipynb #fbc7700c
 def grid_path() -> Path:
     "The grid file shipped with the package."
     import qmind_render
 
     return Path(qmind_render.__file__).resolve().parent / "assets" / "grid.yaml"
-
 
 # %% ../nbs/15_grid.ipynb #fd879dd5
 def _lookup(names: list[str], key, what: str) -> int:
@@ -163,7 +149,6 @@ def _lookup(names: list[str], key, what: str) -> int:
     if key in names:
         return names.index(key)
     raise KeyError(f"no {what} {key!r} in the grid: it has {names} (or ids 0..{len(names) - 1})")
-
 
 # %% ../nbs/15_grid.ipynb #6e8dd70d
 @dataclass(frozen=True)
@@ -207,7 +192,6 @@ class FactorGrid:
     def lighting(self, key) -> dict:
         return self.lightings[self.lighting_id(key)]
 
-
 # %% ../nbs/15_grid.ipynb #b6707784
 def _check_records(records, what: str, check, path: Path) -> None:
     if not isinstance(records, list) or not records:
@@ -218,7 +202,6 @@ def _check_records(records, what: str, check, path: Path) -> None:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"{path}: {what} names must be unique; repeated: {dup}")
-
 
 # %% ../nbs/15_grid.ipynb #2615211d
 def load_grid(path: str | Path | None = None) -> FactorGrid:

@@ -14,8 +14,7 @@ from .cache import LocalDataset
 from .splits import Split, apply_split, assert_no_leak
 
 # %% auto #0
-__all__ = ["plan_batches", "EpochPlans", "ShardBatches", "make_loader"]
-
+__all__ = ['plan_batches', 'EpochPlans', 'ShardBatches', 'make_loader']
 
 # %% ../nbs/34_loader.ipynb #7473ce43
 def plan_batches(
@@ -41,7 +40,6 @@ def plan_batches(
     stream = np.concatenate(stream) if stream else np.zeros(0, np.int64)
     n = len(stream) // batch if drop_last else -(-len(stream) // batch)
     return [stream[i * batch : (i + 1) * batch] for i in range(n)]
-
 
 # %% ../nbs/34_loader.ipynb #03f5196d
 class EpochPlans:
@@ -70,7 +68,6 @@ class EpochPlans:
                 plan_batches(self.offsets, self.keep, self.batch, self.seed, e, self.window),
             )
         return self._plan[b]
-
 
 # %% ../nbs/34_loader.ipynb #881dab94
 class ShardBatches:
@@ -106,7 +103,6 @@ class ShardBatches:
             self._loaded[i] = self.ds.read_shard(i)
         return self._loaded[i]
 
-
 # %% ../nbs/34_loader.ipynb #56b60bd6
 @patch
 def __getitem__(self: ShardBatches, b: int) -> dict:
@@ -116,7 +112,6 @@ def __getitem__(self: ShardBatches, b: int) -> dict:
         idx[len(idx) * self.rank // self.world : len(idx) * (self.rank + 1) // self.world],
         f"batch {b}",
     )
-
 
 # %% ../nbs/34_loader.ipynb #0f6b62b5
 @patch
@@ -137,7 +132,6 @@ def take(self: ShardBatches, idx: np.ndarray, where: str = "samples") -> dict:
     if self.split is not None:
         assert_no_leak(out["cells"], self.split, f"dataset {self.ds.id}, {where}")
     return {k: torch.from_numpy(v) for k, v in out.items()}
-
 
 # %% ../nbs/34_loader.ipynb #73aa93d5
 def make_loader(

@@ -26,20 +26,8 @@ from qmind_render.encodings import (
 )
 
 # %% auto #0
-__all__ = [
-    "SIZES",
-    "timestep_embedding",
-    "ResBlock",
-    "Attention",
-    "Down",
-    "Up",
-    "UNetSize",
-    "UNet",
-    "ConditionalUNet",
-    "build_model",
-    "n_params",
-]
-
+__all__ = ['SIZES', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet', 'ConditionalUNet',
+           'build_model', 'n_params']
 
 # %% ../nbs/40_model.ipynb #80551b78
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
@@ -51,13 +39,11 @@ def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000.0) 
     a = t.float()[:, None] * freqs[None]
     return torch.cat([a.cos(), a.sin()], -1)
 
-
 # %% ../nbs/40_model.ipynb #0855c953
 def _zero(m: nn.Module) -> nn.Module:
     for p in m.parameters():
         nn.init.zeros_(p)
     return m
-
 
 # %% ../nbs/40_model.ipynb #bc47aa40
 class ResBlock(nn.Module):
@@ -78,7 +64,6 @@ class ResBlock(nn.Module):
         scale, shift = (self.emb(emb) if film is None else film)[:, :, None, None].chunk(2, 1)
         h = torch.addcmul(shift, self.norm2(h), 1 + scale)
         return self.skip(x) + self.conv2(self.drop(F.silu(h)))
-
 
 # %% ../nbs/40_model.ipynb #25526f43
 class Attention(nn.Module):
@@ -107,7 +92,6 @@ class Attention(nn.Module):
         # channels-last strides
         return x + self.proj(h).transpose(1, 2).view(B, C, H, W)
 
-
 # %% ../nbs/40_model.ipynb #8fe92257
 class Down(nn.Conv2d):
     "Halve the resolution: a strided 3×3 conv."
@@ -118,7 +102,6 @@ class Down(nn.Conv2d):
     def forward(self, x, emb=None):
         return super().forward(x)
 
-
 # %% ../nbs/40_model.ipynb #2a020b86
 class Up(nn.Conv2d):
     "Double the resolution: nearest-neighbour upsampling, then a 3×3 conv."
@@ -128,7 +111,6 @@ class Up(nn.Conv2d):
 
     def forward(self, x, emb=None):
         return super().forward(F.interpolate(x, scale_factor=2.0, mode="nearest"))
-
 
 # %% ../nbs/40_model.ipynb #ec68c570
 @dataclass(frozen=True)
@@ -151,7 +133,6 @@ SIZES: dict[str, UNetSize] = {
     # the deck's ~30M model
     "base": UNetSize(width=128, mults=(1, 2, 2), blocks=2, attn=(16,), groups=32),
 }
-
 
 # %% ../nbs/40_model.ipynb #7ec40529
 class UNet(nn.Module):
@@ -258,7 +239,6 @@ class UNet(nn.Module):
         h = self.out[1](self.out[0](h))
         return self.out[2](h) + self.head(torch.cat([h, x], 1))
 
-
 # %% ../nbs/40_model.ipynb #6db14689
 class ConditionalUNet(nn.Module):
     "Noisy frame + encoded channels in, ε or v out."
@@ -318,7 +298,6 @@ class ConditionalUNet(nn.Module):
         )
         return self.net(x, t, e.vec)
 
-
 # %% ../nbs/40_model.ipynb #ff025f81
 @patch
 def check_inputs(self: ConditionalUNet, x_t, t, e: Encoded) -> None:
@@ -329,7 +308,6 @@ def check_inputs(self: ConditionalUNet, x_t, t, e: Encoded) -> None:
     check_tensor(
         "cond.planes", e.planes, (B, self.encoder.channels, H, W), "[B, C_cond, H, W]", "float"
     )
-
 
 # %% ../nbs/40_model.ipynb #8dfdb4ec
 def build_model(
@@ -351,7 +329,6 @@ def build_model(
         bool(cfg.channels_last),
         int(cfg.pixel_head),
     )
-
 
 # %% ../nbs/40_model.ipynb #a9556c95
 def n_params(model: nn.Module) -> int:

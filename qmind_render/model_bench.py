@@ -23,15 +23,7 @@ from .optim import make_optimizer
 from .util import device_sync, interleaved, median_time
 
 # %% auto #0
-__all__ = [
-    "train_step",
-    "diffusers_twin",
-    "bench_cpu",
-    "matmul_peak_tflops",
-    "bench_throughput",
-    "bench_model",
-]
-
+__all__ = ['train_step', 'diffusers_twin', 'bench_cpu', 'matmul_peak_tflops', 'bench_throughput', 'bench_model']
 
 # %% ../nbs/46_model_bench.ipynb #b3928827
 def train_step(
@@ -45,7 +37,6 @@ def train_step(
     loss.backward()
     opt.step()
     return loss.detach()
-
 
 # %% ../nbs/46_model_bench.ipynb #2661e498
 def diffusers_twin(model: ConditionalUNet):
@@ -74,7 +65,6 @@ def diffusers_twin(model: ConditionalUNet):
         upsample_type="conv",
     )
 
-
 # %% ../nbs/46_model_bench.ipynb #1173c57a
 class _DiffusersAdapter(nn.Module):
     "Makes UNet2DModel look like ours to `diffusion_loss`: same encoder, its U-Net."
@@ -91,7 +81,6 @@ class _DiffusersAdapter(nn.Module):
         )
         return self.twin(x, t).sample
 
-
 # %% ../nbs/46_model_bench.ipynb #a7eb7122
 def _stepper(model, x0, cond, autocast=None, seed: int = 0):
     "A closure running one training step of `model` (its own AdamW, its own generator)."
@@ -100,7 +89,6 @@ def _stepper(model, x0, cond, autocast=None, seed: int = 0):
     # the optimiser training builds
     opt = make_optimizer(model, lr=1e-4)
     return lambda: train_step(model, opt, d, x0, cond, g, autocast)
-
 
 # %% ../nbs/46_model_bench.ipynb #2ff53e6c
 def _time_train(model, x0, cond, iters, warmup, autocast=None, compile=False, seed=0) -> float:
@@ -111,7 +99,6 @@ def _time_train(model, x0, cond, iters, warmup, autocast=None, compile=False, se
     return median_time(
         _stepper(model, x0, cond, autocast, seed), iters, warmup, device_sync(x0.device)
     )
-
 
 # %% ../nbs/46_model_bench.ipynb #a1bfb2e6
 def _cpu_variants(size: str, batch: int, compile: bool):
@@ -135,7 +122,6 @@ def _cpu_variants(size: str, batch: int, compile: bool):
         m.compile()
         v["ours_compile"] = (m, None)
     return v
-
 
 # %% ../nbs/46_model_bench.ipynb #6b73b935
 def bench_cpu(
@@ -182,7 +168,6 @@ def bench_cpu(
         r["compile_first_step_s"] = first["ours_compile"]
     return r
 
-
 # %% ../nbs/46_model_bench.ipynb #0f0e5573
 def matmul_peak_tflops(
     device="cuda", n: int = 8192, dtype=torch.bfloat16, iters: int = 10
@@ -191,7 +176,6 @@ def matmul_peak_tflops(
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     sec = median_time(lambda: a @ b, iters, 3, device_sync(device))
     return 2 * n**3 / sec / 1e12
-
 
 # %% ../nbs/46_model_bench.ipynb #171c5bf6
 def bench_throughput(
@@ -234,7 +218,6 @@ def bench_throughput(
         "mfu": flops / step / 1e12 / peak,
     }
     return r
-
 
 # %% ../nbs/46_model_bench.ipynb #eba053c0
 def bench_model(device: str = "cpu", **kw) -> dict:

@@ -12,8 +12,7 @@ import torch.nn as nn
 from torch.optim.swa_utils import AveragedModel
 
 # %% auto #0
-__all__ = ["EMA", "make_ema", "make_optimizer", "masked_step"]
-
+__all__ = ['EMA', 'make_ema', 'make_optimizer', 'masked_step']
 
 # %% ../nbs/44_optim.ipynb #96d06f6b
 class EMA(AveragedModel):
@@ -53,12 +52,10 @@ class EMA(AveragedModel):
             torch._foreach_add_(a, torch._foreach_mul(b, 1 - d))
         self.n_averaged += 1 if finite is None else finite.long()
 
-
 # %% ../nbs/44_optim.ipynb #d4217c0e
 def make_ema(model: nn.Module, decay: float, warmup: int = 0) -> EMA:
     "An `EMA` of `model` with `decay` (training's: `train.ema`) and `warmup` as above."
     return EMA(model, decay, warmup)
-
 
 # %% ../nbs/44_optim.ipynb #0da505d1
 def make_optimizer(
@@ -69,7 +66,6 @@ def make_optimizer(
     params = list(model.parameters())
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
-
 
 # %% ../nbs/44_optim.ipynb #8e083fac
 def masked_step(opt: torch.optim.Optimizer, finite: torch.Tensor) -> None:

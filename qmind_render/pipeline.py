@@ -19,8 +19,7 @@ from .stores import open_store
 from .train import make_runs_root, runs_root, train
 
 # %% auto #0
-__all__ = ["run", "run_main"]
-
+__all__ = ['run', 'run_main']
 
 # %% ../nbs/65_pipeline.ipynb #44004bc4
 def run(
@@ -67,7 +66,6 @@ def run(
         f"({time.monotonic() - t0:.0f} s in all)"
     )
     return {"train": tr, "eval": ev}
-
 
 # %% ../nbs/65_pipeline.ipynb #f46ed99a
 def run_main(argv: list[str]) -> int:

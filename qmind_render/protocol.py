@@ -20,28 +20,9 @@ from fastapi.responses import Response
 from .contracts import UserError, ChannelError, ChannelSpec, validate
 
 # %% auto #0
-__all__ = [
-    "MAX_STEPS",
-    "MAX_JSON_DEPTH",
-    "WIRE_DTYPES",
-    "DIGITS",
-    "RequestError",
-    "RenderItem",
-    "factor_id",
-    "int_field",
-    "render_item",
-    "error_response",
-    "close_reason",
-    "parse_json",
-    "encode_array",
-    "decode_array",
-    "render_request",
-    "parse_render",
-    "encode_frame",
-    "parse_play_message",
-    "parse_play_query",
-]
-
+__all__ = ['MAX_STEPS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'DIGITS', 'RequestError', 'RenderItem', 'factor_id', 'int_field',
+           'render_item', 'error_response', 'close_reason', 'parse_json', 'encode_array', 'decode_array',
+           'render_request', 'parse_render', 'encode_frame', 'parse_play_message', 'parse_play_query']
 
 # %% ../nbs/70_protocol.ipynb #6d17f3c7
 class RequestError(UserError, ValueError):
@@ -51,7 +32,6 @@ class RequestError(UserError, ValueError):
     def __init__(self, where: str, msg: str, status: int = 422):
         super().__init__(f"{where}: {msg}")
         self.where, self.msg, self.status = where, msg, status
-
 
 # %% ../nbs/70_protocol.ipynb #9f5d2046
 @dataclass
@@ -64,7 +44,6 @@ class RenderItem:
     lighting: int
     seed: int = 0
     steps: int = field(kw_only=True)
-
 
 # %% ../nbs/70_protocol.ipynb #d0fbe376
 MAX_STEPS = 16  # per request; more is never interactive and lets one client occupy the server
@@ -86,14 +65,12 @@ def factor_id(names: list[str], key, what: str) -> int:
         return names.index(key)
     raise RequestError(what, f"unknown {what} {key[:40]!r}; one of {', '.join(names)}")
 
-
 # %% ../nbs/70_protocol.ipynb #99b6eb45
 def int_field(v, what: str, lo: int, hi: int) -> int:
     "`v` when it is an integer in `lo`..`hi` (not a bool); `RequestError` naming `what` otherwise."
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise RequestError(what, f"must be an integer in {lo}..{hi}, got {str(v)[:40]!r}")
     return v
-
 
 # %% ../nbs/70_protocol.ipynb #21ede677
 def render_item(
@@ -121,7 +98,6 @@ def render_item(
         steps=int_field(steps, "steps", 1, MAX_STEPS),
     )
 
-
 # %% ../nbs/70_protocol.ipynb #6925717d
 def error_response(e: RequestError, retry_after: int | None = None) -> Response:
     "`{error, where}` as JSON, ASCII-escaped: a response that cannot fail to encode."
@@ -132,12 +108,10 @@ def error_response(e: RequestError, retry_after: int | None = None) -> Response:
         headers={"Retry-After": str(retry_after)} if retry_after else None,
     )
 
-
 # %% ../nbs/70_protocol.ipynb #4b171528
 def close_reason(text: str) -> str:
     "A WebSocket close reason: at most 120 bytes of UTF-8 that cannot fail to encode."
     return text.encode("utf-8", "replace")[:120].decode("utf-8", "ignore")
-
 
 # %% ../nbs/70_protocol.ipynb #ef70e1bd
 MAX_JSON_DEPTH = 8  # the deepest valid request is 4 levels: body -> channels -> array -> shape
@@ -153,7 +127,6 @@ def _check_text(s: str, where: str, status: int):
                 f"a string holds the lone surrogate {ascii(s[e.start])}: not valid Unicode",
                 status,
             ) from None
-
 
 # %% ../nbs/70_protocol.ipynb #e26c331f
 def parse_json(
@@ -182,7 +155,6 @@ def parse_json(
             todo += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
     return doc
 
-
 # %% ../nbs/70_protocol.ipynb #4a168d46
 WIRE_DTYPES = ("uint8", "float16", "float32")
 
@@ -195,7 +167,6 @@ def encode_array(a: np.ndarray) -> dict:
         "shape": list(a.shape),
         "data": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode(),
     }
-
 
 # %% ../nbs/70_protocol.ipynb #aad47b82
 def decode_array(d, where: str, max_elems: int = 1 << 16) -> np.ndarray:
@@ -229,7 +200,6 @@ def decode_array(d, where: str, max_elems: int = 1 << 16) -> np.ndarray:
         raise RequestError(where, f"{len(raw)} bytes of data for shape {shape} {dt} ({want} bytes)")
     return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape)
 
-
 # %% ../nbs/70_protocol.ipynb #5708c1dd
 def render_request(
     channels: dict, theme, lighting, seed: int = 0, steps: int | None = None, format: str = "png"
@@ -245,7 +215,6 @@ def render_request(
     if steps is not None:
         body["steps"] = steps
     return body
-
 
 # %% ../nbs/70_protocol.ipynb #c24f720b
 def parse_render(body: bytes, grid, spec, steps: int) -> tuple[RenderItem, str]:
@@ -280,7 +249,6 @@ def parse_render(body: bytes, grid, spec, steps: int) -> tuple[RenderItem, str]:
         steps=d.get("steps", steps),
     ), fmt
 
-
 # %% ../nbs/70_protocol.ipynb #cd7ba7b5
 def encode_frame(frame: np.ndarray, fmt: str) -> tuple[bytes, str]:
     "A frame as `/render` answers it: its bytes and media type, PNG or `.npy` (exact values)."
@@ -292,7 +260,6 @@ def encode_frame(frame: np.ndarray, fmt: str) -> tuple[bytes, str]:
 
     Image.fromarray(frame).save(buf, format="PNG")
     return buf.getvalue(), "image/png"
-
 
 # %% ../nbs/70_protocol.ipynb #95efc933
 def parse_play_message(text: str, grid) -> dict:
@@ -321,7 +288,6 @@ def parse_play_message(text: str, grid) -> dict:
     if "steps" in m:
         out["steps"] = int_field(m["steps"], "steps", 1, MAX_STEPS)
     return out
-
 
 # %% ../nbs/70_protocol.ipynb #8cc0447d
 # ASCII digits only: "²".isdigit() is True and int("²") raises

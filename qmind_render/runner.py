@@ -16,17 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # %% auto #0
-__all__ = [
-    "FINGERPRINT_DIRS",
-    "RESULT",
-    "RUNNING",
-    "working_dir",
-    "library_fingerprint",
-    "fresh_torch_rng",
-    "NotebookWorker",
-    "kill_running",
-]
-
+__all__ = ['FINGERPRINT_DIRS', 'RESULT', 'RUNNING', 'working_dir', 'library_fingerprint', 'fresh_torch_rng', 'NotebookWorker',
+           'kill_running']
 
 # %% ../nbs/94_runner.ipynb #bcac8118
 @contextmanager
@@ -40,7 +31,6 @@ def working_dir(path: str | Path):
     finally:
         os.chdir(old)
 
-
 # %% ../nbs/94_runner.ipynb #b67d16e6
 FINGERPRINT_DIRS = ("contracts", "sweeps")  # besides the library: what the notebooks read
 
@@ -51,7 +41,6 @@ def _hash_tree(h, path: Path) -> None:
     ):
         h.update(f.relative_to(path).as_posix().encode())
         h.update(f.read_bytes())
-
 
 # %% ../nbs/94_runner.ipynb #aeff1a1d
 def library_fingerprint(root: Path) -> str:
@@ -67,7 +56,6 @@ def library_fingerprint(root: Path) -> str:
         if Path(d).is_dir():
             _hash_tree(h, Path(d))
     return h.hexdigest()
-
 
 # %% ../nbs/94_runner.ipynb #4b65df18
 # the seed every page of this worker starts from: the first torch had when a page began
@@ -86,7 +74,6 @@ def fresh_torch_rng() -> None:
         _FRESH_TORCH_SEED.append(torch.initial_seed())
     torch.manual_seed(_FRESH_TORCH_SEED[0])
 
-
 # %% ../nbs/94_runner.ipynb #6064cff3
 RESULT = "qmind-runner-result: "  # marks the worker's answer among whatever a notebook prints
 # Once its input ends the worker leaves by `os._exit`: IPython's exit hook would reset every shell
@@ -100,7 +87,6 @@ _WORKER = (
 )
 
 RUNNING: set = set()  # worker processes of the build in progress, killed if it is interrupted
-
 
 # %% ../nbs/94_runner.ipynb #52d20fd1
 class NotebookWorker:
@@ -160,7 +146,6 @@ class NotebookWorker:
         "Stop it now (an interrupted build)."
         self.proc.kill()
         self.close()
-
 
 # %% ../nbs/94_runner.ipynb #2e631b92
 def kill_running() -> None:

@@ -23,16 +23,7 @@ from .model import ConditionalUNet, build_model
 from .util import device_sync, interleaved
 
 # %% auto #0
-__all__ = [
-    "BUCKETS",
-    "fast_dtype",
-    "InferenceNet",
-    "SamplerError",
-    "GraphSampler",
-    "ddim_latency",
-    "bench_sampler",
-]
-
+__all__ = ['BUCKETS', 'fast_dtype', 'InferenceNet', 'SamplerError', 'GraphSampler', 'ddim_latency', 'bench_sampler']
 
 # %% ../nbs/43_sampler.ipynb #39a74c78
 def fast_dtype(device="cpu") -> torch.dtype:
@@ -40,11 +31,9 @@ def fast_dtype(device="cpu") -> torch.dtype:
     float32: `train.precision=auto`'s choice."""
     return precision_dtype("auto", device)
 
-
 # %% ../nbs/43_sampler.ipynb #87845f84
 def _vec_or_zeros(model, e) -> torch.Tensor:
     return e.vec if e.vec is not None else e.planes.new_zeros(e.planes.shape[0], model.net.emb_dim)
-
 
 # %% ../nbs/43_sampler.ipynb #f50e9ba4
 class InferenceNet(torch.nn.Module):
@@ -65,12 +54,10 @@ class InferenceNet(torch.nn.Module):
         )
         return self.net(x, t, vec.to(self.dtype)).float()
 
-
 # %% ../nbs/43_sampler.ipynb #09f3fc9a
 class SamplerError(UserError, ValueError):
     """A sampler was asked for what it was not built for; the message names the setting and what to
     change."""
-
 
 # %% ../nbs/43_sampler.ipynb #50c4b779
 # batch sizes a sampler captures by default: serve's micro-batches (max_batch 8)
@@ -137,7 +124,6 @@ class GraphSampler:
             x = d.ddim_step(out.float(), x, t, ts[i + 1] if i + 1 < len(ts) else -1, clip=self.clip)
         return x
 
-
 # %% ../nbs/43_sampler.ipynb #7aac9327
 class _Graph:
     """Fixed buffers for one (bucket, steps) and the work between them: a CUDA graph, or (on a CPU)
@@ -169,7 +155,6 @@ class _Graph:
             self.graph.replay()
         return self.out
 
-
 # %% ../nbs/43_sampler.ipynb #39e51b17
 @patch
 @torch.no_grad()
@@ -195,7 +180,6 @@ def __call__(self: GraphSampler, cond: dict, x_T: torch.Tensor, steps: int) -> t
     g.x[:n].copy_(x_T)
     return g.replay()[:n].clone()
 
-
 # %% ../nbs/43_sampler.ipynb #bcc78e20
 @patch
 @torch.no_grad()
@@ -215,7 +199,6 @@ def sample(
     ]
     return torch.cat(out) if out else torch.zeros((0, 3, H, W), device=self.device)
 
-
 # %% ../nbs/43_sampler.ipynb #17f1fe95
 def _inputs(model: ConditionalUNet, B: int, seed: int = 0) -> tuple[dict, torch.Tensor]:
     "A batch of `B` made-up channels and its starting noise, on the model's device."
@@ -230,7 +213,6 @@ def _inputs(model: ConditionalUNet, B: int, seed: int = 0) -> tuple[dict, torch.
     return cond, torch.randn(
         B, model.image_channels, H, W, generator=torch.Generator().manual_seed(seed)
     ).to(dev)
-
 
 # %% ../nbs/43_sampler.ipynb #fb82d0db
 def ddim_latency(sampler: GraphSampler, steps=(1, 2, 4), batches=(1,), iters: int = 10) -> dict:
@@ -247,7 +229,6 @@ def ddim_latency(sampler: GraphSampler, steps=(1, 2, 4), batches=(1,), iters: in
         k: round(v * 1e3, 3)
         for k, v in interleaved(fns, iters, device_sync(sampler.device)).items()
     }
-
 
 # %% ../nbs/43_sampler.ipynb #1ba501da
 def bench_sampler(

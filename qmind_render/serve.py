@@ -42,37 +42,10 @@ from .sampler import GraphSampler, InferenceNet, fast_dtype
 from .util import atomic_write
 
 # %% auto #0
-__all__ = [
-    "REPRODUCE",
-    "DEFAULT_STEPS",
-    "DEFAULT_MAX_BATCH",
-    "DEFAULT_MAX_WAIT_MS",
-    "BACKENDS",
-    "AOT_MAX_BATCH",
-    "Served",
-    "ServeError",
-    "load_served",
-    "find_run_eval",
-    "random_served",
-    "ship",
-    "ship_main",
-    "eager_net",
-    "compiled_path",
-    "compile_package",
-    "compiled_net",
-    "export_onnx",
-    "onnx_net",
-    "make_net",
-    "stack_cond",
-    "start_noise",
-    "serve_buckets",
-    "Renderer",
-    "time_backends",
-    "candidate_nets",
-    "pick_backend",
-    "showcase",
-]
-
+__all__ = ['REPRODUCE', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'BACKENDS', 'AOT_MAX_BATCH', 'Served',
+           'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'ship_main', 'eager_net',
+           'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond',
+           'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
 
 # %% ../nbs/71_serve.ipynb #18a8356a
 @dataclass
@@ -113,11 +86,9 @@ class Served:
             return self.source
         return f"{run_dir_of(p).name}/{p.name}"
 
-
 # %% ../nbs/71_serve.ipynb #a271045b
 class ServeError(UserError, ValueError):
     "A server cannot start as asked; the message says why."
-
 
 # %% ../nbs/71_serve.ipynb #228236d6
 def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Served:
@@ -148,7 +119,6 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
         about,
     )
 
-
 # %% ../nbs/71_serve.ipynb #aa4658b6
 def find_run_eval(path: Path) -> dict | None:
     "The eval.json of the run a checkpoint belongs to, if it evaluates this checkpoint; else None."
@@ -158,7 +128,6 @@ def find_run_eval(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return ev if Path(ev.get("checkpoint", "")).name == Path(path).name else None
-
 
 # %% ../nbs/71_serve.ipynb #e63c1e72
 def _shipped_served(device: str = "cpu") -> Served:
@@ -183,7 +152,6 @@ def _shipped_served(device: str = "cpu") -> Served:
         about,
     )
 
-
 # %% ../nbs/71_serve.ipynb #8d172c49
 def random_served(
     size: str = "small", seed: int = 0, overrides: list[str] = (), device: str = "cpu"
@@ -205,7 +173,6 @@ def random_served(
         f"random:{size}:{seed}",
     )
 
-
 # %% ../nbs/71_serve.ipynb #5b472663
 REPRODUCE = "qmind run shipped && qmind ship runs/shipped"
 
@@ -224,7 +191,6 @@ def _metrics(ev: dict) -> dict:
         for p in ("heldout", "train")
     }
     return out | {"gap": {k: round(v, 2) for k, v in ev["gap"].items()}}
-
 
 # %% ../nbs/71_serve.ipynb #90de35b7
 def ship(
@@ -270,7 +236,6 @@ def ship(
     # load_shipped checks the seal, as load_checkpoint does
     return save_sealed(blob, Path(out or shipped_path()))
 
-
 # %% ../nbs/71_serve.ipynb #2ef97fad
 def ship_main(argv: list[str]) -> int:
     "`qmind ship RUN_DIR [--out FILE] [--trained-on TEXT]`"
@@ -303,7 +268,6 @@ def ship_main(argv: list[str]) -> int:
     )
     return 0
 
-
 # %% ../nbs/71_serve.ipynb #ba58faba
 # A server's defaults (`ServeSettings` holds them): DDIM steps when a request does not say, the
 # micro-batch size limit, and how long a batch's first request waits for company. Written once,
@@ -317,7 +281,6 @@ def eager_net(served: Served, bf16: bool = False) -> Callable:
     "The network in PyTorch, in fp32 or with bf16 weights."
     return InferenceNet(served.model, torch.bfloat16 if bf16 else torch.float32).eval()
 
-
 # %% ../nbs/71_serve.ipynb #c822164e
 def _example_inputs(served: Served, batch: int, device="cpu", seed: int = 0) -> tuple:
     m, (H, W), g = served.model, served.spec.size, torch.Generator().manual_seed(seed)
@@ -330,7 +293,6 @@ def _example_inputs(served: Served, batch: int, device="cpu", seed: int = 0) -> 
             torch.randn(batch, m.net.emb_dim, generator=g),
         )
     )
-
 
 # %% ../nbs/71_serve.ipynb #6fb053fe
 def compiled_path(served: Served, cache: str | Path | None = None) -> Path:
@@ -369,7 +331,6 @@ def compiled_path(served: Served, cache: str | Path | None = None) -> Path:
         h.update(v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return Path(cache or default_cache_dir() / "aoti") / f"{m.size_name}-{h.hexdigest()[:20]}.pt2"
 
-
 # %% ../nbs/71_serve.ipynb #ed554379
 def compile_package(served: Served, path: str | Path, log=print) -> Path:
     """Export the bf16 (or fp32) `InferenceNet` with a dynamic batch and compile it with AOTInductor
@@ -393,7 +354,6 @@ def compile_package(served: Served, path: str | Path, log=print) -> Path:
     )
     return path
 
-
 # %% ../nbs/71_serve.ipynb #0b9dddd5
 def compiled_net(served: Served, cache: str | Path | None = None, log=print) -> Callable:
     """The network compiled. On a CPU: ahead of time (AOTInductor, frozen bf16 weights where the
@@ -413,7 +373,6 @@ def compiled_net(served: Served, cache: str | Path | None = None, log=print) -> 
             )
     return _aoti_runner(compile_package(served, path, log))
 
-
 # %% ../nbs/71_serve.ipynb #5a370704
 _AOTI_LOADED: dict[tuple, Callable] = {}
 
@@ -432,7 +391,6 @@ def _aoti_runner(path: Path) -> Callable:
 
     _AOTI_LOADED[key] = run
     return run
-
 
 # %% ../nbs/71_serve.ipynb #676a16a4
 def export_onnx(served: Served, path: str | Path | None = None) -> bytes:
@@ -458,7 +416,6 @@ def export_onnx(served: Served, path: str | Path | None = None) -> bytes:
         atomic_write(path, data)
     return data
 
-
 # %% ../nbs/71_serve.ipynb #b9323f35
 def onnx_net(served: Served, threads: int | None = None) -> Callable:
     "The network exported to ONNX, run by onnxruntime on the CPU."
@@ -483,7 +440,6 @@ def onnx_net(served: Served, threads: int | None = None) -> Callable:
 
     return run
 
-
 # %% ../nbs/71_serve.ipynb #7d328a0d
 def make_net(served: Served, backend: str, log=print) -> Callable:
     if backend == "eager":
@@ -496,7 +452,6 @@ def make_net(served: Served, backend: str, log=print) -> Callable:
         return onnx_net(served)
     raise ServeError(f"backend {backend!r} is not one of {', '.join(BACKENDS)} (or auto)")
 
-
 # %% ../nbs/71_serve.ipynb #7af7255f
 def stack_cond(items: list[RenderItem], device="cpu") -> dict:
     "The items' channels and ids as one conditioning batch (the dtypes `prepare_batch` gives)."
@@ -508,7 +463,6 @@ def stack_cond(items: list[RenderItem], device="cpu") -> dict:
     cond["lighting"] = torch.tensor([it.lighting for it in items])
     return {k: v.to(device) for k, v in cond.items()}
 
-
 # %% ../nbs/71_serve.ipynb #c23289eb
 def start_noise(items: list[RenderItem], spec: ChannelSpec) -> torch.Tensor:
     "x_T for each item, from its own seed: [B, 3, H, W]."
@@ -519,7 +473,6 @@ def start_noise(items: list[RenderItem], spec: ChannelSpec) -> torch.Tensor:
         ]
     )
 
-
 # %% ../nbs/71_serve.ipynb #ad938634
 def serve_buckets(max_batch: int) -> tuple[int, ...]:
     "The batch sizes a server captures: powers of two below `max_batch`, and `max_batch`."
@@ -529,7 +482,6 @@ def serve_buckets(max_batch: int) -> tuple[int, ...]:
             | {max(1, max_batch)}
         )
     )
-
 
 # %% ../nbs/71_serve.ipynb #ebf93efa
 class Renderer:
@@ -587,7 +539,6 @@ class Renderer:
                 out[idx] = to_uint8(self.sample([items[i] for i in idx], k))
         return out
 
-
 # %% ../nbs/71_serve.ipynb #61807ed7
 def time_backends(
     served: Served, nets: dict[str, Callable], batches=(1, 8), iters: int = 10, warmup: int = 2
@@ -608,7 +559,6 @@ def time_backends(
                 }
             )
     return out
-
 
 # %% ../nbs/71_serve.ipynb #7c5b7dcd
 def candidate_nets(
@@ -640,7 +590,6 @@ def candidate_nets(
             log(f"compile left out: {type(e).__name__}: {str(e)[:200]}")
     return nets
 
-
 # %% ../nbs/71_serve.ipynb #d27dd320
 def pick_backend(
     served: Served, max_batch: int = DEFAULT_MAX_BATCH, log=print, cache: str | Path | None = None
@@ -659,7 +608,6 @@ def pick_backend(
         + ")"
     )
     return best, nets[best]
-
 
 # %% ../nbs/71_serve.ipynb #52f8d048
 def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_000):

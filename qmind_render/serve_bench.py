@@ -26,8 +26,7 @@ from .server import ServerThread
 from .settings import ServeSettings
 
 # %% auto #0
-__all__ = ["load_test", "bench_serve"]
-
+__all__ = ['load_test', 'bench_serve']
 
 # %% ../nbs/76_serve_bench.ipynb #1ec2ffd4
 async def _client(url: str, deadline: float, query: str, lat: list, errors: list) -> int:
@@ -52,7 +51,6 @@ async def _client(url: str, deadline: float, query: str, lat: list, errors: list
     except Exception as e:
         errors.append(f"{type(e).__name__}: {e}")
     return n
-
 
 # %% ../nbs/76_serve_bench.ipynb #59b46a8b
 async def _load(url: str, clients: int, seconds: float, steps: int) -> dict:
@@ -89,7 +87,6 @@ async def _load(url: str, clients: int, seconds: float, steps: int) -> dict:
         "mean_batch": round(sum(k * v for k, v in sizes.items()) / nb, 2) if nb else None,
     }
 
-
 # %% ../nbs/76_serve_bench.ipynb #46018cd4
 def load_test(
     url: str, clients: int = 8, seconds: float = 5.0, steps: int = ServeSettings.steps
@@ -100,7 +97,6 @@ def load_test(
         raise ValueError(f"clients must be 1..256 and seconds 0..600, got {clients}, {seconds}")
     with ThreadPoolExecutor(1) as ex:
         return ex.submit(asyncio.run, _load(url, clients, seconds, steps)).result()
-
 
 # %% ../nbs/76_serve_bench.ipynb #4e4fc11b
 def bench_serve(

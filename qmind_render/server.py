@@ -19,14 +19,12 @@ from .serve import BACKENDS, Served, ServeError, load_served
 from .settings import LOOPBACK_HOSTS, ServeSettings, hosts_for
 
 # %% auto #0
-__all__ = ["serve_url", "bind", "serve", "ServerThread", "serve_main"]
-
+__all__ = ['serve_url', 'bind', 'serve', 'ServerThread', 'serve_main']
 
 # %% ../nbs/75_server.ipynb #3a7fa428
 def serve_url(host: str, port: int) -> str:
     "The URL a browser opens: IPv6 addresses in brackets (`http://[::1]:8000/`)."
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
-
 
 # %% ../nbs/75_server.ipynb #b021ac19
 def bind(host: str, port: int) -> socket.socket:
@@ -53,7 +51,6 @@ def bind(host: str, port: int) -> socket.socket:
         ) from None
     return sock
 
-
 # %% ../nbs/75_server.ipynb #8e6ec30f
 def _uvicorn_config(app, settings: ServeSettings, log_level: str = "info"):
     import uvicorn
@@ -67,7 +64,6 @@ def _uvicorn_config(app, settings: ServeSettings, log_level: str = "info"):
         timeout_graceful_shutdown=3,
         lifespan="on",
     )
-
 
 # %% ../nbs/75_server.ipynb #bc03bf2b
 def serve(
@@ -114,7 +110,6 @@ def serve(
     if app.state.qmind.error:
         raise app.state.qmind.error
 
-
 # %% ../nbs/75_server.ipynb #de1b7761
 class ServerThread:
     """`with ServerThread(served, settings) as url:` a live, warm server on a free loopback port,
@@ -154,7 +149,6 @@ class ServerThread:
         self.server.should_exit = True
         self.thread.join(timeout=15)
         self.sock.close()
-
 
 # %% ../nbs/75_server.ipynb #a697e9f5
 def serve_main(argv: list[str]) -> int:

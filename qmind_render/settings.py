@@ -28,14 +28,7 @@ from qmind_render.serve import (
 )
 
 # %% auto #0
-__all__ = [
-    "LOOPBACK_HOSTS",
-    "WILDCARD_HOSTS",
-    "ServeSettings",
-    "AccessGuard",
-    "machine_names",
-    "hosts_for",
-]
+__all__ = ['LOOPBACK_HOSTS', 'WILDCARD_HOSTS', 'ServeSettings', 'AccessGuard', 'machine_names', 'hosts_for']
 
 # %% ../nbs/73_settings.ipynb #f5eba099
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -51,7 +44,6 @@ def _is_host_name(h: str) -> bool:
             bool(re.fullmatch(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?", h))
             and len(h) <= 253
         )
-
 
 # %% ../nbs/73_settings.ipynb #df5dc5f5
 @dataclass
@@ -130,7 +122,6 @@ class ServeSettings:
     def step_choices(self) -> list[int]:
         return list(range(1, MAX_STEPS + 1))
 
-
 # %% ../nbs/73_settings.ipynb #ed41a25f
 def _refusal(headers: Headers, s: ServeSettings) -> tuple[str, str] | None:
     "Why a request may not reach the app, as (`Host` or `Origin`, message); None when it may."
@@ -159,7 +150,6 @@ def _refusal(headers: Headers, s: ServeSettings) -> tuple[str, str] | None:
         )
     return None
 
-
 # %% ../nbs/73_settings.ipynb #293d4cb9
 class AccessGuard:
     """ASGI middleware: a request whose Host or Origin is not allowed gets a 403, or its WebSocket
@@ -185,7 +175,6 @@ class AccessGuard:
         await send(
             {"type": "websocket.close", "code": 1008, "reason": close_reason(f"{why[0]}: {why[1]}")}
         )
-
 
 # %% ../nbs/73_settings.ipynb #fee0de49
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -221,7 +210,6 @@ def _interface_addresses() -> list[str]:
         pass
     return out
 
-
 # %% ../nbs/73_settings.ipynb #9d1096a4
 def machine_names() -> tuple[str, ...]:
     """This machine's names and addresses, lower-case: loopback, its host name and FQDN and what
@@ -235,7 +223,6 @@ def machine_names() -> tuple[str, ...]:
             pass
     names += _interface_addresses()
     return tuple(dict.fromkeys(n.lower().split("%")[0] for n in names if n))
-
 
 # %% ../nbs/73_settings.ipynb #a9d9c0bc
 def hosts_for(host: str) -> tuple:

@@ -25,21 +25,8 @@ from qmind_render.contracts import (
 from .grid import light_colour, validate_lighting
 
 # %% auto #0
-__all__ = [
-    "SKINNER_VERSION",
-    "CHANNEL_SPEC",
-    "SURFACES",
-    "skin_spec",
-    "engine_frame",
-    "corridor_frame",
-    "repeats",
-    "skin_params",
-    "skin",
-    "skin_batch",
-    "stack_frames",
-    "wall_frame",
-    "column_steps",
-]
+__all__ = ['SKINNER_VERSION', 'CHANNEL_SPEC', 'SURFACES', 'skin_spec', 'engine_frame', 'corridor_frame', 'repeats', 'skin_params',
+           'skin', 'skin_batch', 'stack_frames', 'wall_frame', 'column_steps']
 
 # %% ../nbs/20_skinner.ipynb #1fef030b
 SKINNER_VERSION = "0.1.0"
@@ -59,7 +46,6 @@ def skin_spec():
         )
     return spec
 
-
 # %% ../nbs/20_skinner.ipynb #d6ad6bed
 def engine_frame(seed: int, frame: int, materials=None) -> dict[str, np.ndarray]:
     """Frame number `frame` of episode `seed` from the engine (walls drawn from `materials`; None:
@@ -67,7 +53,6 @@ def engine_frame(seed: int, frame: int, materials=None) -> dict[str, np.ndarray]
     from qmind_render.episode import render_episode
 
     return next(itertools.islice(render_episode(seed, frame + 1, materials=materials), frame, None))
-
 
 # %% ../nbs/20_skinner.ipynb #5f17b4ae
 def corridor_frame(
@@ -104,7 +89,6 @@ def corridor_frame(
         "light": f16(1.0 - 0.1 * d),
     }
 
-
 # %% ../nbs/20_skinner.ipynb #a277a627
 def _add_enemy(surface, mat, u, v, d, H, W, dist=2.5):
     "An enemy `dist` cells ahead, drawn with the engine's silhouette (body ellipse, round head)."
@@ -123,7 +107,6 @@ def _add_enemy(surface, mat, u, v, d, H, W, dist=2.5):
         np.where(e, dist, d),
     )
 
-
 # %% ../nbs/20_skinner.ipynb #c92cc381
 _M32 = 0xFFFFFFFF
 
@@ -135,12 +118,10 @@ def _hash(i, j, salt):
     h = ((h ^ (h >> 12)) * 0x297A2D39) & _M32
     return h ^ (h >> 15)
 
-
 # %% ../nbs/20_skinner.ipynb #614751d3
 def _uniform(i, j, salt):
     "A number in [0, 1) per lattice point, in steps of 2^-16 (exact in float32)."
     return (_hash(i, j, salt) & 0xFFFF) / 65536.0
-
 
 # %% ../nbs/20_skinner.ipynb #381a3770
 _TABLE = 256  # texels per unit; a power of two, so the kernel wraps with `& 255`
@@ -148,7 +129,6 @@ _TABLE = 256  # texels per unit; a power of two, so the kernel wraps with `& 255
 
 def _smooth(t):
     return t * t * (3.0 - 2.0 * t)
-
 
 # %% ../nbs/20_skinner.ipynb #c6cb86ea
 def _value_noise(n: int, cell: int, salt: int) -> np.ndarray:
@@ -169,7 +149,6 @@ _NOISE = (
 ).astype(np.float32)
 _RAND = _uniform(np.arange(_TABLE)[None, :], np.arange(_TABLE)[:, None], 7).astype(np.float32)
 
-
 # %% ../nbs/20_skinner.ipynb #305cff79
 def _half_table() -> np.ndarray:
     x = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
@@ -180,7 +159,6 @@ def _half_table() -> np.ndarray:
 
 _HALF = _half_table()
 
-
 # %% ../nbs/20_skinner.ipynb #a031a034
 @njit(cache=True)
 def _cell(x, P):
@@ -188,12 +166,10 @@ def _cell(x, P):
     i = int(x)
     return (i - P if i >= P else i), x - i
 
-
 # %% ../nbs/20_skinner.ipynb #331250ec
 @njit(cache=True)
 def _wrap(i, P):
     return i - P if i >= P else (i + P if i < 0 else i)
-
 
 # %% ../nbs/20_skinner.ipynb #af3ee30d
 @njit(cache=True)
@@ -201,13 +177,11 @@ def _edge(f):
     "Distance from a fraction to the nearest cell border."
     return min(f, 1.0 - f)
 
-
 # %% ../nbs/20_skinner.ipynb #bca98742
 @njit(cache=True)
 def _bevel(e, half):
     "0 at a joint's edge, rising to 1 an eighth of a cell inside: rounded block edges."
     return min(1.0, (e - half) * 8.0)
-
 
 # %% ../nbs/20_skinner.ipynb #0ac72388
 @njit(cache=True)
@@ -216,14 +190,12 @@ def _rnd(i, j, salt, RT):
     N = RT.shape[0]
     return float(RT[(j + 31 * salt) & (N - 1), (i + 17 * salt) & (N - 1)])
 
-
 # %% ../nbs/20_skinner.ipynb #8baa43ba
 @njit(cache=True)
 def _nz(u, v, a, b, off, NZ):
     "Noise at (u, v), the table repeated a × b times per unit and shifted by `off` texels."
     N = NZ.shape[0]
     return float(NZ[(int(v * b * N) + off) & (N - 1), (int(u * a * N) + 3 * off) & (N - 1)])
-
 
 # %% ../nbs/20_skinner.ipynb #450dd3e1
 @njit(cache=True)
@@ -236,7 +208,6 @@ def _brick(u, v, n, mortar, RT):
         return 1.0, 0.95
     return 0.0, (0.72 + 0.4 * _rnd(c, r, 1, RT)) * (0.85 + 0.15 * _bevel(e, 0.5 * mortar))
 
-
 # %% ../nbs/20_skinner.ipynb #12f0f227
 @njit(cache=True)
 def _tile(u, v, n, mortar, RT):
@@ -248,7 +219,6 @@ def _tile(u, v, n, mortar, RT):
         return 1.0, 1.0
     glaze = (0.9 + 0.16 * ((i + j) & 1)) * (0.94 + 0.12 * _rnd(i, j, 2, RT))
     return 0.0, glaze * (0.84 + 0.3 * fy) * (0.9 + 0.1 * _bevel(e, 0.5 * mortar))
-
 
 # %% ../nbs/20_skinner.ipynb #f99c79eb
 @njit(cache=True)
@@ -265,12 +235,10 @@ def _planks(u, v, n, mortar, grain, NZ, RT):
         0.85 + 0.15 * _bevel(e, 0.5 * mortar)
     )
 
-
 # %% ../nbs/20_skinner.ipynb #c609fcc6
 @njit(cache=True)
 def _jitter(c, key, salt, RT):
     return 0.3 * (_rnd(c, key, salt, RT) - 0.5)
-
 
 # %% ../nbs/20_skinner.ipynb #92e89db2
 @njit(cache=True)
@@ -282,7 +250,6 @@ def _jittered(c, f, P, key, salt, RT):
     if f >= j1:
         return _wrap(c + 1, P), min(f - j1, 2.0 + _jitter(_wrap(c + 2, P), key, salt, RT) - f)
     return c, min(f - j0, j1 - f)
-
 
 # %% ../nbs/20_skinner.ipynb #bb7fc727
 @njit(cache=True)
@@ -298,7 +265,6 @@ def _stone(u, v, n, mortar, RT):
         return 1.0, 0.85
     h = _rnd(k, r, 7, RT)
     return 0.35 * h * h, (0.7 + 0.3 * _bevel(e, 0.5 * mortar)) * (0.78 + 0.4 * h)
-
 
 # %% ../nbs/20_skinner.ipynb #5c1688a5
 @njit(cache=True)
@@ -317,7 +283,6 @@ def _metal(u, v, n, mortar, grain, NZ, RT):
         0.8 + 0.32 * fy
     )
 
-
 # %% ../nbs/20_skinner.ipynb #8fd6f983
 @njit(cache=True)
 def _floor(u, v, n, mortar, RT):
@@ -329,7 +294,6 @@ def _floor(u, v, n, mortar, RT):
         return 1.0, 1.0
     return 0.0, (0.8 + 0.35 * _rnd(i, j, 9, RT)) * (0.9 + 0.1 * _bevel(e, 0.5 * mortar))
 
-
 # %% ../nbs/20_skinner.ipynb #2096a235
 @njit(cache=True)
 def _ceiling(u, v, n, RT):
@@ -339,7 +303,6 @@ def _ceiling(u, v, n, RT):
         return 1.0, 1.0
     j, fy = _cell(v * (2 * n), 2 * n)
     return 0.0, (0.82 + 0.3 * _rnd(i, j, 10, RT)) * (0.8 + 0.2 * min(1.0, _edge(fy) * 12.0))
-
 
 # %% ../nbs/20_skinner.ipynb #43611d1f
 @njit(cache=True)
@@ -353,7 +316,6 @@ def _enemy(u, v):
     band = 0.6 if (v < 0.62 and _edge(fb) < 0.14) else 0.0
     return band, 0.5 + 2.4 * u * (1.0 - u), False
 
-
 # %% ../nbs/20_skinner.ipynb #11543dd1
 _SLOT, _EYE, _PAT = 6, 48, 51  # floats per colour slot; where the eye colour and the pattern start
 
@@ -361,7 +323,6 @@ _SLOT, _EYE, _PAT = 6, 48, 51  # floats per colour slot; where the eye colour an
 def repeats(scale: float) -> int:
     "Whole texture repeats per wall cell for a theme's `scale` (so every period divides 1)."
     return max(1, int(scale + 0.5))
-
 
 # %% ../nbs/20_skinner.ipynb #40cbbc24
 def _theme_params(theme: dict) -> np.ndarray:
@@ -377,7 +338,6 @@ def _theme_params(theme: dict) -> np.ndarray:
         sum(slots, []) + eye + [repeats(pat["scale"]), pat["mortar"], pat["grain"], pat["noise"]]
     )
 
-
 # %% ../nbs/20_skinner.ipynb #be0cd0d7
 def _lighting_params(lighting: dict) -> np.ndarray:
     fog = lighting["fog"]
@@ -391,7 +351,6 @@ def _lighting_params(lighting: dict) -> np.ndarray:
         ],
         dtype=np.float64,
     )
-
 
 # %% ../nbs/20_skinner.ipynb #949f986e
 @njit(cache=True, inline="always")
@@ -417,7 +376,6 @@ def _surface_paint(s, m, u, v, n, mortar, grain, NZ, RT):
         return 1, mix, shade, False
     mix, shade, glow = _enemy(u, v)
     return 2, mix, shade, glow
-
 
 # %% ../nbs/20_skinner.ipynb #d6bb560a
 @njit(cache=True)
@@ -447,7 +405,6 @@ def _skin_kernel(surface, material, uv, light, depth, T, Lg, HALF, NZ, RT, out):
             out[p, k] = int(min(max(c * 255.0 + 0.5, 0.0), 255.0))
     return bad
 
-
 # %% ../nbs/20_skinner.ipynb #9ef29e7e
 def _check_channels(channels: dict) -> tuple:
     "Cheap structural checks; returns the leading (batch) shape."
@@ -472,7 +429,6 @@ def _check_channels(channels: dict) -> tuple:
         raise ChannelError("surface", "shape", f"at most one batch axis, got {lead}", spec)
     return lead
 
-
 # %% ../nbs/20_skinner.ipynb #c17d9093
 def _pixels(x: np.ndarray, per_pixel: int = 1) -> np.ndarray:
     "A contiguous flat view of a channel (float16 as its uint16 bits): [P] or [P, per_pixel]."
@@ -480,7 +436,6 @@ def _pixels(x: np.ndarray, per_pixel: int = 1) -> np.ndarray:
     if x.dtype == np.float16:
         x = x.view(np.uint16)
     return x.reshape((-1, per_pixel) if per_pixel > 1 else -1)
-
 
 # %% ../nbs/20_skinner.ipynb #da633fb9
 @functools.lru_cache(maxsize=256)
@@ -493,7 +448,6 @@ def _params_of(theme_json: str, lighting_json: str) -> tuple[np.ndarray, np.ndar
     Lg.setflags(write=False)
     return T, Lg
 
-
 # %% ../nbs/20_skinner.ipynb #492de289
 def skin_params(theme: dict, lighting: dict) -> tuple[np.ndarray, np.ndarray]:
     "The validated kernel parameters of (theme, lighting); memoised on the records' canonical JSON."
@@ -504,7 +458,6 @@ def skin_params(theme: dict, lighting: dict) -> tuple[np.ndarray, np.ndarray]:
         validate_lighting(lighting)
         return _theme_params(theme), _lighting_params(lighting)
     return _params_of(*key)
-
 
 # %% ../nbs/20_skinner.ipynb #7b30b86c
 def skin(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
@@ -533,7 +486,6 @@ def skin(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
         )
     return out
 
-
 # %% ../nbs/20_skinner.ipynb #ee567f34
 def skin_batch(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
     "`skin` for a batch: every channel has a leading batch axis; returns uint8 [B, H, W, 3]."
@@ -546,13 +498,11 @@ def skin_batch(channels: dict, theme: dict, lighting: dict) -> np.ndarray:
         )
     return skin(channels, theme, lighting)
 
-
 # %% ../nbs/20_skinner.ipynb #e7d6dec5
 def stack_frames(frames) -> dict[str, np.ndarray]:
     "A list of frames (dicts of channels) as one batch (a dict of stacked channels)."
     frames = list(frames)
     return {k: np.stack([f[k] for f in frames]) for k in frames[0]}
-
 
 # %% ../nbs/20_skinner.ipynb #61c85475
 def wall_frame(
@@ -578,7 +528,6 @@ def wall_frame(
         "uv": np.stack([uu, vv], -1).astype(np.float16),
         "light": full(light, np.float16),
     }
-
 
 # %% ../nbs/20_skinner.ipynb #54dbc936
 def column_steps(rgb: np.ndarray) -> np.ndarray:

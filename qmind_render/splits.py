@@ -17,21 +17,8 @@ from .data import Grid
 from .util import atomic_write
 
 # %% auto #0
-__all__ = [
-    "SPLIT_SCHEMA",
-    "Split",
-    "make_split",
-    "split_path",
-    "save_split",
-    "find_split",
-    "SplitError",
-    "split_problem",
-    "load_split",
-    "LeakError",
-    "assert_no_leak",
-    "apply_split",
-]
-
+__all__ = ['SPLIT_SCHEMA', 'Split', 'make_split', 'split_path', 'save_split', 'find_split', 'SplitError', 'split_problem',
+           'load_split', 'LeakError', 'assert_no_leak', 'apply_split']
 
 # %% ../nbs/33_splits.ipynb #b699474b
 @dataclass(frozen=True)
@@ -50,7 +37,6 @@ class Split:
         m[[self.grid.index(*c) for c in self.held_out]] = True
         return m
 
-
 # %% ../nbs/33_splits.ipynb #fd3a1db5
 def _n_held_out(name: str, grid: Grid) -> int:
     scheme, _, num = name.rpartition("_")
@@ -63,7 +49,6 @@ def _n_held_out(name: str, grid: Grid) -> int:
     if not 0 < k < grid.n_cells:
         raise ValueError(f"split {name!r} would hold out {k} of {grid.n_cells} cells")
     return k
-
 
 # %% ../nbs/33_splits.ipynb #9321a7f5
 def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
@@ -81,11 +66,9 @@ def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
             return Split(name, grid, tuple(grid.cell(int(i)) for i in held), seed)
     raise ValueError(f"split {name!r}: could not keep every factor value in training")
 
-
 # %% ../nbs/33_splits.ipynb #8291111b
 def split_path(name: str, root: Path | str = ".") -> Path:
     return Path(root) / "sweeps" / "splits" / f"{name}.yaml"
-
 
 # %% ../nbs/33_splits.ipynb #ce076be1
 def save_split(split: Split, root: Path | str = ".") -> Path:
@@ -108,7 +91,6 @@ def save_split(split: Split, root: Path | str = ".") -> Path:
     )
     return path
 
-
 # %% ../nbs/33_splits.ipynb #66617ab3
 def find_split(name: str, root: Path | str | None = None) -> Path:
     """A split file: `name` itself if it is a path, else `sweeps/splits/<name>.yaml` in the first of
@@ -121,11 +103,9 @@ def find_split(name: str, root: Path | str | None = None) -> Path:
         split_path(name, dirs[0]),
     )
 
-
 # %% ../nbs/33_splits.ipynb #85078a8e
 class SplitError(UserError, ValueError):
     "A split file that is not a split; the message names the file and what is wrong with it."
-
 
 # %% ../nbs/33_splits.ipynb #3e187029
 _CELLS = ("theme", "material", "light")
@@ -178,7 +158,6 @@ def split_problem(d) -> str | None:
         )
     return None
 
-
 # %% ../nbs/33_splits.ipynb #0803ab72
 def load_split(name: str, root: Path | str | None = None) -> Split:
     """Read a split by name (`sweeps/splits/<name>.yaml`) or path. A missing file names the path and
@@ -217,11 +196,9 @@ def load_split(name: str, root: Path | str | None = None) -> Split:
         d.get("version", 1),
     )
 
-
 # %% ../nbs/33_splits.ipynb #8c3613d1
 class LeakError(UserError, AssertionError):
     "A training sample contains a pixel of a held-out cell."
-
 
 # %% ../nbs/33_splits.ipynb #5a388c16
 def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data") -> None:
@@ -231,7 +208,6 @@ def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data"
         i = int(np.flatnonzero(bad)[0])
         c = split.grid.cell(int(np.flatnonzero(cells[i] & split.mask())[0]))
         raise LeakError(f"{where}: sample {i} shows held-out cell {c} of split {split.name}")
-
 
 # %% ../nbs/33_splits.ipynb #94eb01c2
 def apply_split(cells: np.ndarray, split: Split) -> dict[str, np.ndarray]:

@@ -16,13 +16,11 @@ from .contracts import UserError
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ["StoreError", "Store", "LocalStore", "S3Store", "default_store_uri", "open_store"]
-
+__all__ = ['StoreError', 'Store', 'LocalStore', 'S3Store', 'default_store_uri', 'open_store']
 
 # %% ../nbs/30_stores.ipynb #29d86866
 class StoreError(UserError, RuntimeError):
     "A store could not be reached or refused an operation; the message names the store and the key."
-
 
 # %% ../nbs/30_stores.ipynb #f27cbe8f
 class Store:
@@ -58,7 +56,6 @@ class Store:
 
     def __repr__(self):
         return f"{type(self).__name__}({self.uri!r})"
-
 
 # %% ../nbs/30_stores.ipynb #41b27f40
 class LocalStore(Store):
@@ -103,7 +100,6 @@ class LocalStore(Store):
     def size(self, key):
         return self.local_path(key).stat().st_size
 
-
 # %% ../nbs/30_stores.ipynb #0670c8d4
 class S3Store(Store):
     "`s3://bucket/prefix` through boto3 and its transfer manager."
@@ -128,7 +124,6 @@ class S3Store(Store):
     def _k(self, key):
         return f"{self.prefix}/{key}" if self.prefix else key
 
-
 # %% ../nbs/30_stores.ipynb #1dc02ef0
 def _s3_call(store: S3Store, what: str, key: str, fn, *args, **kw):
     """Run a boto3 call, turning connection and permission failures into `StoreError` naming store
@@ -147,7 +142,6 @@ def _s3_call(store: S3Store, what: str, key: str, fn, *args, **kw):
             f"{store.uri}: {what} {key} failed (is the store reachable?): {e}"
         ) from None
 
-
 # %% ../nbs/30_stores.ipynb #c5cc4a16
 @patch
 def exists(self: S3Store, key):
@@ -157,14 +151,12 @@ def exists(self: S3Store, key):
     except FileNotFoundError:
         return False
 
-
 # %% ../nbs/30_stores.ipynb #7d6e8fb6
 @patch
 def size(self: S3Store, key):
     return _s3_call(
         self, "head", key, self.client.head_object, Bucket=self.bucket, Key=self._k(key)
     )["ContentLength"]
-
 
 # %% ../nbs/30_stores.ipynb #d4ca66f0
 @patch
@@ -177,7 +169,6 @@ def list(self: S3Store, prefix):
     )
     strip = len(self.prefix) + 1 if self.prefix else 0
     return sorted(k[strip:] for k in keys)
-
 
 # %% ../nbs/30_stores.ipynb #a334893b
 @patch
@@ -192,7 +183,6 @@ def put_file(self: S3Store, local, key):
         self._k(key),
         Config=self.transfer,
     )
-
 
 # %% ../nbs/30_stores.ipynb #a2f26703
 @patch
@@ -211,14 +201,12 @@ def get_file(self: S3Store, key, local):
         ),
     )
 
-
 # %% ../nbs/30_stores.ipynb #a752a938
 @patch
 def put_bytes(self: S3Store, data, key):
     _s3_call(
         self, "put", key, self.client.put_object, Bucket=self.bucket, Key=self._k(key), Body=data
     )
-
 
 # %% ../nbs/30_stores.ipynb #3b42a571
 @patch
@@ -227,12 +215,10 @@ def get_bytes(self: S3Store, key):
         "Body"
     ].read()
 
-
 # %% ../nbs/30_stores.ipynb #89f826be
 def default_store_uri() -> str:
     "The embedded default: `$QMIND_STORE`, else `./qmind-store`."
     return os.environ.get("QMIND_STORE") or "qmind-store"
-
 
 # %% ../nbs/30_stores.ipynb #29089fd3
 def open_store(uri: str | Path | None = None) -> Store:

@@ -33,27 +33,9 @@ from qmind_render.config import (
 from .util import atomic_write, process_pool
 
 # %% auto #0
-__all__ = [
-    "SLURM_RESOURCES",
-    "SLURM_STATES",
-    "load_sweep",
-    "multirun",
-    "expand_sweep",
-    "run_finished",
-    "read_json",
-    "write_json",
-    "eval_psnr",
-    "job_record",
-    "write_run_dir",
-    "kernel_manager_class",
-    "execute_run",
-    "LocalBackend",
-    "prepare_datasets",
-    "sbatch_script",
-    "slurm",
-    "slurm_states",
-    "SlurmBackend",
-]
+__all__ = ['SLURM_RESOURCES', 'SLURM_STATES', 'load_sweep', 'multirun', 'expand_sweep', 'run_finished', 'read_json', 'write_json',
+           'eval_psnr', 'job_record', 'write_run_dir', 'kernel_manager_class', 'execute_run', 'LocalBackend',
+           'prepare_datasets', 'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend']
 
 # %% ../nbs/86_sweep.ipynb #20491db6
 # a sweep file's optional `slurm:` section
@@ -64,7 +46,6 @@ def _short(key: str, v) -> str:
     last = key.rsplit(".", 1)[-1]
     s = f"{last}{v}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
     return re.sub(r"[^A-Za-z0-9._]", "_", s)
-
 
 # %% ../nbs/86_sweep.ipynb #7f7f6c9b
 def load_sweep(sweep: str | Path | dict) -> dict:
@@ -90,7 +71,6 @@ def load_sweep(sweep: str | Path | dict) -> dict:
         "slurm": slurm,
     }
 
-
 # %% ../nbs/86_sweep.ipynb #18a090a5
 def _values(v: str) -> list[str]:
     "Split `a,b,[1,2],'c,d'` at the commas that are not inside brackets or quotes."
@@ -110,7 +90,6 @@ def _values(v: str) -> list[str]:
             continue
         cur += ch
     return out + [cur]
-
 
 # %% ../nbs/86_sweep.ipynb #07d63179
 def multirun(base: str, args: list[str], name: str | None = None) -> dict:
@@ -138,7 +117,6 @@ def multirun(base: str, args: list[str], name: str | None = None) -> dict:
         "overrides": overrides,
     }
 
-
 # %% ../nbs/86_sweep.ipynb #d3062bdf
 def expand_sweep(
     sweep: str | Path | dict, overrides: list[str] = (), root: str | Path | None = None
@@ -155,7 +133,6 @@ def expand_sweep(
         runs.append(RunSpec(name, config_to_dict(cfg), point=dict(zip(keys, vals))))
     return runs
 
-
 # %% ../nbs/86_sweep.ipynb #22516196
 def run_finished(run_dir: Path, steps: int) -> bool:
     "True when `run_dir/eval/eval.json` evaluates the checkpoint of the final step."
@@ -167,7 +144,6 @@ def run_finished(run_dir: Path, steps: int) -> bool:
     except (ValueError, KeyError):
         return False
 
-
 # %% ../nbs/86_sweep.ipynb #1001684f
 def read_json(p: str | Path) -> dict | None:
     """A run dir's JSON record (`job.json`, `eval/eval.json`) as a dict; None when it is missing or
@@ -177,12 +153,10 @@ def read_json(p: str | Path) -> dict | None:
     except ValueError:
         return None
 
-
 # %% ../nbs/86_sweep.ipynb #a18da775
 def write_json(path: str | Path, d: dict) -> None:
     "Write a JSON record whole or not at all (a reader never sees half of it)."
     atomic_write(path, json.dumps(d, indent=1))
-
 
 # %% ../nbs/86_sweep.ipynb #4a5bd8be
 def eval_psnr(ev: dict | None, part: str) -> float | None:
@@ -192,7 +166,6 @@ def eval_psnr(ev: dict | None, part: str) -> float | None:
         return None
     k = max(ev["ddim_steps"])
     return ev["parts"][part][f"ddim_{k}"]["psnr"]
-
 
 # %% ../nbs/86_sweep.ipynb #bd7766c0
 def job_record(backend: str, run: RunSpec, runs: Path, cwd: Path) -> dict:
@@ -217,7 +190,6 @@ def job_record(backend: str, run: RunSpec, runs: Path, cwd: Path) -> dict:
         "estimate_usd": run.estimate_usd,
     }
 
-
 # %% ../nbs/86_sweep.ipynb #0f941d76
 def write_run_dir(run: RunSpec, job: dict, state: str = "queued") -> dict:
     """Write the run dir's `config.yaml`, papermill `params.yaml` and `job.json` (in `state`);
@@ -229,7 +201,6 @@ def write_run_dir(run: RunSpec, job: dict, state: str = "queued") -> dict:
     job = job | {"state": state, "submitted": time.time()}
     write_json(rd / "job.json", job)
     return job
-
 
 # %% ../nbs/86_sweep.ipynb #5e698f62
 @functools.cache
@@ -253,7 +224,6 @@ def kernel_manager_class():
             super().__init__(**kw)
 
     return IPCKernelManager
-
 
 # %% ../nbs/86_sweep.ipynb #0517f539
 def execute_run(job: dict, kernel: str = "python3") -> str:
@@ -294,7 +264,6 @@ def execute_run(job: dict, kernel: str = "python3") -> str:
             os.close(saved)
     write_json(jp, job | {"state": state, "error": err, "finished": time.time()})
     return state
-
 
 # %% ../nbs/86_sweep.ipynb #17e6ee4d
 class LocalBackend:
@@ -356,7 +325,6 @@ class LocalBackend:
 
 assert isinstance(LocalBackend(), Backend)
 
-
 # %% ../nbs/86_sweep.ipynb #612a18ca
 def prepare_datasets(runs: list[RunSpec], workers: int | None = None, log=print) -> None:
     "Generate each dataset the runs need and the store lacks, once, before any run starts."
@@ -375,11 +343,9 @@ def prepare_datasets(runs: list[RunSpec], workers: int | None = None, log=print)
             log(f"dataset {cfg.data.dataset}: not in {cfg.data.store}, generating it for the sweep")
             generate(cfg.data, workers=workers, progress=False)
 
-
 # %% ../nbs/86_sweep.ipynb #36159ac4
 def _sbatch_line(flag: str, v) -> str:
     return f"#SBATCH --{flag}={v}"
-
 
 # %% ../nbs/86_sweep.ipynb #3c344365
 def sbatch_script(
@@ -441,7 +407,6 @@ def sbatch_script(
     ]
     return "\n".join(head + [""] + body) + "\n"
 
-
 # %% ../nbs/86_sweep.ipynb #87318bb2
 SLURM_STATES = {
     "PENDING": "queued",
@@ -476,7 +441,6 @@ def slurm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         )
     return p
 
-
 # %% ../nbs/86_sweep.ipynb #a1ae46ff
 def slurm_states(ids: list[str]) -> dict[str, str]:
     """Slurm's state (PENDING, RUNNING, COMPLETED, FAILED, ...) of array tasks `<array>_<index>`:
@@ -507,7 +471,6 @@ def slurm_states(ids: list[str]) -> dict[str, str]:
                 if "ArrayTaskId" in f:
                     out.setdefault(f"{f['ArrayJobId']}_{f['ArrayTaskId']}", f.get("JobState", ""))
     return out
-
 
 # %% ../nbs/86_sweep.ipynb #8aa234f7
 class SlurmBackend:
@@ -554,7 +517,6 @@ class SlurmBackend:
         st = self.status(prev)
         return prev | {"state": st, "skipped": True} if st in ("queued", "running") else None
 
-
 # %% ../nbs/86_sweep.ipynb #fa87f7e1
 @patch
 def submit_many(self: SlurmBackend, runs: list[RunSpec], dry_run: bool = False) -> list[dict]:
@@ -595,7 +557,6 @@ def submit_many(self: SlurmBackend, runs: list[RunSpec], dry_run: bool = False) 
     self.submitted += todo
     return out
 
-
 # %% ../nbs/86_sweep.ipynb #bea76bb2
 @patch
 def status(self: SlurmBackend, job: dict) -> str:
@@ -608,7 +569,6 @@ def status(self: SlurmBackend, job: dict) -> str:
         slurm_states([job["slurm_job_id"]]).get(job["slurm_job_id"], ""), "failed"
     )
 
-
 # %% ../nbs/86_sweep.ipynb #fcdc83c3
 @patch
 def cancel(self: SlurmBackend, job: dict) -> None:
@@ -616,7 +576,6 @@ def cancel(self: SlurmBackend, job: dict) -> None:
     its KillWait."""
     if job.get("slurm_job_id"):
         slurm("scancel", job["slurm_job_id"])
-
 
 # %% ../nbs/86_sweep.ipynb #7612819c
 @patch

@@ -31,16 +31,7 @@ from .sweep_report import METRICS, md_table, write_report
 from .util import format_table
 
 # %% auto #0
-__all__ = [
-    "CLOUD",
-    "SWEEP_HELP",
-    "make_backend",
-    "record_backend",
-    "watch",
-    "read_metrics_tail",
-    "sweep_summary",
-    "sweep_main",
-]
+__all__ = ['CLOUD', 'SWEEP_HELP', 'make_backend', 'record_backend', 'watch', 'read_metrics_tail', 'sweep_summary', 'sweep_main']
 
 # %% ../nbs/88_sweep_cli.ipynb #f8789f98
 CLOUD = {"ec2": "EC2Backend", "sagemaker": "SageMakerBackend"}
@@ -66,7 +57,6 @@ def make_backend(
 
     return getattr(cloud_jobs, CLOUD[name])(**{k: v for k, v in kw.items() if v is not None})
 
-
 # %% ../nbs/88_sweep_cli.ipynb #6bcd59a3
 def record_backend(job: dict, runs=None):
     "The backend that can read a job record's status (`runs/<run>/job.json`)."
@@ -78,7 +68,6 @@ def record_backend(job: dict, runs=None):
     from qmind_render.cloud_cli import backend_for
 
     return backend_for(job)
-
 
 # %% ../nbs/88_sweep_cli.ipynb #2ba5cb32
 def _cloud_kw(a) -> dict:
@@ -96,7 +85,6 @@ def _cloud_kw(a) -> dict:
         "image": a.image,
         "role_arn": a.role_arn,
     }
-
 
 # %% ../nbs/88_sweep_cli.ipynb #f0ca96af
 SWEEP_HELP = """\
@@ -202,16 +190,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--allow-dirty", action="store_true")
     return ap
 
-
 # %% ../nbs/88_sweep_cli.ipynb #197503bb
 def _ago(s: float) -> str:
     return f"{int(s) // 60}m{int(s) % 60:02d}s"
 
-
 # %% ../nbs/88_sweep_cli.ipynb #22bddabc
 def _point(r: RunSpec) -> str:
     return f"  ({' '.join(f'{k}={v}' for k, v in r.point.items())})" if r.point else ""
-
 
 # %% ../nbs/88_sweep_cli.ipynb #9167ab58
 def watch(
@@ -270,7 +255,6 @@ def watch(
         time.sleep(poll)
     be.wait()
 
-
 # %% ../nbs/88_sweep_cli.ipynb #b48d0736
 def read_metrics_tail(run_dir: Path) -> dict | None:
     "The last logged metrics line of a run (None before the first)."
@@ -283,7 +267,6 @@ def read_metrics_tail(run_dir: Path) -> dict | None:
         except ValueError:
             continue
     return None
-
 
 # %% ../nbs/88_sweep_cli.ipynb #a52282e3
 def sweep_summary(runs: list[RunSpec], jobs: list[dict], backend) -> list[dict]:
@@ -303,7 +286,6 @@ def sweep_summary(runs: list[RunSpec], jobs: list[dict], backend) -> list[dict]:
         )
     return rows
 
-
 # %% ../nbs/88_sweep_cli.ipynb #8f3f262f
 def _skipped(job: dict) -> str:
     "What a submitted job's state line adds when the run was skipped."
@@ -315,13 +297,11 @@ def _skipped(job: dict) -> str:
         else " (already submitted, skipped)"
     )
 
-
 # %% ../nbs/88_sweep_cli.ipynb #86192e11
 def _print_table(runs, jobs, be) -> list[dict]:
     rows = sweep_summary(runs, jobs, be)
     print("\n" + format_table(rows))
     return rows
-
 
 # %% ../nbs/88_sweep_cli.ipynb #caa435dc
 def _status(runs: list[RunSpec], root) -> int:
@@ -347,7 +327,6 @@ def _status(runs: list[RunSpec], root) -> int:
         )
     print(format_table(rows))
     return 0
-
 
 # %% ../nbs/88_sweep_cli.ipynb #927aef3b
 def _submit_cloud(be, runs: list[RunSpec], a) -> list[dict]:
@@ -385,7 +364,6 @@ def _submit_cloud(be, runs: list[RunSpec], a) -> list[dict]:
         write_json(p, jobs[r.name])
     return [jobs[r.name] for r in runs]
 
-
 # %% ../nbs/88_sweep_cli.ipynb #eab5aebd
 def _sweep(a) -> dict:
     "The sweep a command line names: a sweep file, or (-m) an experiment and its comma lists."
@@ -399,7 +377,6 @@ def _sweep(a) -> dict:
         )
     s = load_sweep(a.sweep)
     return s | {"overrides": [*s["overrides"], *a.overrides]}
-
 
 # %% ../nbs/88_sweep_cli.ipynb #9eedcd27
 def _print_dry_run(runs: list[RunSpec], a) -> None:
@@ -429,7 +406,6 @@ def _print_dry_run(runs: list[RunSpec], a) -> None:
             f"{be.cap_basis()} (--max-hours), not the estimate; lower --max-hours if that "
             "is more than you can spend"
         )
-
 
 # %% ../nbs/88_sweep_cli.ipynb #da47e1c8
 def sweep_main(argv: list[str]) -> int:

@@ -22,18 +22,8 @@ from qmind_render.sweep import (
 from .util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = [
-    "METRICS",
-    "sweep_results",
-    "aggregate",
-    "plot_sweep",
-    "md_table",
-    "group_table",
-    "write_report",
-    "read_results",
-    "separation",
-    "separation_table",
-]
+__all__ = ['METRICS', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results',
+           'separation', 'separation_table']
 
 # %% ../nbs/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -43,7 +33,6 @@ def _get(d: dict, key: str):
     for k in key.split("."):
         d = d[k]
     return d
-
 
 # %% ../nbs/87_sweep_report.ipynb #64c9004d
 def sweep_results(
@@ -78,7 +67,6 @@ def sweep_results(
         rows.append(row)
     return rows
 
-
 # %% ../nbs/87_sweep_report.ipynb #86bfe101
 def aggregate(rows: list[dict], by: list[str], metrics: tuple = METRICS) -> list[dict]:
     """Finished runs grouped by the values of `by` (grid order): seeds, and mean/std/min/max of each
@@ -103,7 +91,6 @@ def aggregate(rows: list[dict], by: list[str], metrics: tuple = METRICS) -> list
         out.append(a)
     return out
 
-
 # %% ../nbs/87_sweep_report.ipynb #ae329702
 def _number(v) -> float | None:
     "A grid value as a number: itself, or the number that ends a name (coverage_25 -> 25)."
@@ -112,13 +99,11 @@ def _number(v) -> float | None:
     m = re.search(r"(\d+(?:\.\d+)?)$", str(v))
     return float(m.group(1)) if m else None
 
-
 # %% ../nbs/87_sweep_report.ipynb #e429bcdf
 def _xlabel(key: str, values: list) -> str:
     if all(str(v).startswith("coverage_") for v in values):
         return "coverage: % of factor cells seen in training"
     return key
-
 
 # %% ../nbs/87_sweep_report.ipynb #9a0d568f
 def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], title: str = ""):
@@ -207,17 +192,14 @@ def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], title: str = ""
     )
     return fig
 
-
 # %% ../nbs/87_sweep_report.ipynb #1a74d6a3
 def _report_cell(v) -> str:
     return f"{v:.2f}" if isinstance(v, float) else format_cell(v)
-
 
 # %% ../nbs/87_sweep_report.ipynb #15304fdf
 def md_table(rows: list[dict], cols: list[str]) -> str:
     "Rows as a markdown table, numbers to two decimals (dB)."
     return format_table(rows, cols, markdown=True, cell=_report_cell)
-
 
 # %% ../nbs/87_sweep_report.ipynb #676be4c4
 def _pm(a: dict, m: str) -> str:
@@ -226,7 +208,6 @@ def _pm(a: dict, m: str) -> str:
         if a["seeds"] == 1
         else f"{a[m]:.2f} ± {a[m + '_std']:.2f} [{a[m + '_min']:.2f}, {a[m + '_max']:.2f}]"
     )
-
 
 # %% ../nbs/87_sweep_report.ipynb #cb7bba06
 def group_table(agg: list[dict], by: list[str]) -> str:
@@ -237,7 +218,6 @@ def group_table(agg: list[dict], by: list[str]) -> str:
         for a in agg
     ]
     return md_table(rows, [*by, "seeds", *METRICS])
-
 
 # %% ../nbs/87_sweep_report.ipynb #1e6f0ca5
 def write_report(
@@ -293,7 +273,6 @@ def write_report(
     write_json(out / "results.json", {"sweep": s, "runs": rows, "groups": agg})
     return {"report": out / "report.md", "png": png, "figure": fig, "rows": rows, "groups": agg}
 
-
 # %% ../nbs/87_sweep_report.ipynb #10a0eead
 def read_results(dest: str | Path, sweep_root: str | Path | None = None) -> dict:
     """A committed sweep (`dest/sweep.yaml`, `dest/runs/RUN/eval/eval.json`): its sweep, rows, grid
@@ -305,7 +284,6 @@ def read_results(dest: str | Path, sweep_root: str | Path | None = None) -> dict
     )
     by = [k for k in s["grid"] if k != "seed"]
     return {"sweep": s, "rows": rows, "by": by, "groups": aggregate(rows, by)}
-
 
 # %% ../nbs/87_sweep_report.ipynb #13371da6
 def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> list[dict]:
@@ -335,7 +313,6 @@ def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> 
             }
         )
     return rows
-
 
 # %% ../nbs/87_sweep_report.ipynb #1056b0bf
 def separation_table(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> str:

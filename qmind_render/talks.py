@@ -31,44 +31,11 @@ from .contracts import UserError
 from .util import atomic_dir, atomic_write
 
 # %% auto #0
-__all__ = [
-    "DECK_TOPICS",
-    "WHY",
-    "NPM_PACKAGES",
-    "ASSET_FILES",
-    "TALK_ASSETS",
-    "TALK_RUNNER",
-    "talks_dir",
-    "talk_slug",
-    "Talk",
-    "find_talks",
-    "Topic",
-    "lineup",
-    "TalkFormatError",
-    "slide_type",
-    "directives",
-    "check_talk",
-    "AssetError",
-    "npm_cache_dir",
-    "ensure_npm_packages",
-    "copy_assets",
-    "talk_asset",
-    "slides_exporter",
-    "OfflineError",
-    "remote_refs",
-    "check_offline",
-    "prepare",
-    "has_outputs",
-    "TalkRunError",
-    "run_talk_job",
-    "execute_talk",
-    "render_talk",
-    "index_html",
-    "write_index",
-    "build_talks",
-    "talks_main",
-]
-
+__all__ = ['DECK_TOPICS', 'WHY', 'NPM_PACKAGES', 'ASSET_FILES', 'TALK_ASSETS', 'TALK_RUNNER', 'talks_dir', 'talk_slug', 'Talk',
+           'find_talks', 'Topic', 'lineup', 'TalkFormatError', 'slide_type', 'directives', 'check_talk', 'AssetError',
+           'npm_cache_dir', 'ensure_npm_packages', 'copy_assets', 'talk_asset', 'slides_exporter', 'OfflineError',
+           'remote_refs', 'check_offline', 'prepare', 'has_outputs', 'TalkRunError', 'run_talk_job', 'execute_talk',
+           'render_talk', 'index_html', 'write_index', 'build_talks', 'talks_main']
 
 # %% ../nbs/95_talks.ipynb #b6f1b060
 def talks_dir(root: str | Path | None = None) -> Path:
@@ -91,11 +58,9 @@ def talks_dir(root: str | Path | None = None) -> Path:
         "run from a checkout of qmind-render or pass its root"
     )
 
-
 # %% ../nbs/95_talks.ipynb #91a845a0
 def talk_slug(path: Path) -> str:
     return re.sub(r"^\d+_", "", Path(path).stem)
-
 
 # %% ../nbs/95_talks.ipynb #fcdfaf14
 @dataclass(frozen=True)
@@ -108,14 +73,12 @@ class Talk:
     title: str
     subtitle: str
 
-
 # %% ../nbs/95_talks.ipynb #122c742f
 def _heading(nb) -> tuple[str, str]:
     md = next((c.source for c in nb.cells if c.cell_type == "markdown"), "")
     title = next((line[2:].strip() for line in md.splitlines() if line.startswith("# ")), "")
     sub = next((line[1:].strip() for line in md.splitlines() if line.startswith(">")), "")
     return title, sub
-
 
 # %% ../nbs/95_talks.ipynb #6812e66a
 def find_talks(folder: str | Path | None = None, only=None) -> list[Talk]:
@@ -132,7 +95,6 @@ def find_talks(folder: str | Path | None = None, only=None) -> list[Talk]:
         talks = [t for t in talks if t.slug in only or t.path.stem in only]
     return talks
 
-
 # %% ../nbs/95_talks.ipynb #637174ad
 @dataclass(frozen=True)
 class Topic:
@@ -147,7 +109,6 @@ class Topic:
     @property
     def source(self) -> str:
         return "extra" if self.deck == "extra" else f"deck {self.deck}"
-
 
 # %% ../nbs/95_talks.ipynb #cb31deb3
 DECK_TOPICS: tuple[Topic, ...] = tuple(
@@ -183,7 +144,6 @@ def lineup(talks: list, slug=lambda t: t.slug) -> tuple[list[tuple[Topic, object
     topics = [(topic, by_slug.pop(topic.slug, None)) for topic in DECK_TOPICS]
     return topics, [t for t in talks if slug(t) in by_slug]
 
-
 # %% ../nbs/95_talks.ipynb #ac510191
 class TalkFormatError(UserError, ValueError):
     """A talk that isn't five minutes, three slides, one picture, one equation and why it matters;
@@ -193,11 +153,9 @@ class TalkFormatError(UserError, ValueError):
         self.talk = talk
         super().__init__(f"talk {talk}: {detail}")
 
-
 # %% ../nbs/95_talks.ipynb #c851a660
 def slide_type(cell) -> str:
     return cell.get("metadata", {}).get("slideshow", {}).get("slide_type", "-")
-
 
 # %% ../nbs/95_talks.ipynb #a2c48695
 def directives(cell) -> dict[str, str]:
@@ -212,16 +170,13 @@ def directives(cell) -> dict[str, str]:
         out[k.strip()] = v.strip()
     return out
 
-
 # %% ../nbs/95_talks.ipynb #c7f6ae0e
 def _shown(cell) -> bool:
     return slide_type(cell) not in ("skip", "notes") and "hide" not in directives(cell)
 
-
 # %% ../nbs/95_talks.ipynb #93bbf92a
 def _has_picture(cell) -> bool:
     return any(k.startswith("image/") for o in cell.get("outputs", []) for k in o.get("data", {}))
-
 
 # %% ../nbs/95_talks.ipynb #fa3ce9c9
 WHY = "Why it matters for qmind-render"  # the last slide's heading, as the deck asks
@@ -233,7 +188,6 @@ def _heading_of(cell) -> str:
     return (
         first.lstrip("#").strip() if cell.cell_type == "markdown" and first.startswith("#") else ""
     )
-
 
 # %% ../nbs/95_talks.ipynb #cee1e78b
 def check_talk(nb, name: str = "talk", executed: bool = False) -> None:
@@ -264,7 +218,6 @@ def check_talk(nb, name: str = "talk", executed: bool = False) -> None:
     if executed and not any(_has_picture(c) for c in shown):
         raise TalkFormatError(name, "shows no picture: no cell on a slide has an image output")
 
-
 # %% ../nbs/95_talks.ipynb #39b656e9
 NPM_PACKAGES: dict[str, str] = {"reveal.js": "5.2.1", "mathjax": "3.2.2"}
 
@@ -293,12 +246,10 @@ class AssetError(UserError, RuntimeError):
     """The slides' JavaScript packages could not be fetched or found; the message says which and
     what to do."""
 
-
 # %% ../nbs/95_talks.ipynb #016c04dc
 def npm_cache_dir() -> Path:
     "`$QMIND_CACHE/npm`, else `~/.cache/qmind-render/npm`."
     return Path(os.environ.get("QMIND_CACHE") or Path.home() / ".cache" / "qmind-render") / "npm"
-
 
 # %% ../nbs/95_talks.ipynb #9b7093d7
 def _installed(root: Path) -> bool:
@@ -307,7 +258,6 @@ def _installed(root: Path) -> bool:
         if not meta.is_file() or json.loads(meta.read_text()).get("version") != ver:
             return False
     return True
-
 
 # %% ../nbs/95_talks.ipynb #d8bd0245
 def ensure_npm_packages(cache: str | Path | None = None) -> Path:
@@ -347,7 +297,6 @@ def ensure_npm_packages(cache: str | Path | None = None) -> Path:
         raise AssetError(f"{root} is incomplete: delete it and build again")
     return root / "node_modules"
 
-
 # %% ../nbs/95_talks.ipynb #75875a2f
 def copy_assets(out_dir: str | Path, cache: str | Path | None = None) -> Path:
     "Copy what the slides load into `out_dir/_assets/`; return that folder."
@@ -361,7 +310,6 @@ def copy_assets(out_dir: str | Path, cache: str | Path | None = None) -> Path:
             else:
                 shutil.copy2(src, dst)
     return dest
-
 
 # %% ../nbs/95_talks.ipynb #6aba6bf7
 # in qmind_render/assets/, shipped as package data
@@ -378,7 +326,6 @@ def talk_asset(name: str) -> str:
             f"{name[:40]!r} is not a file of the talks' pages ({', '.join(TALK_ASSETS)})"
         )
     return (Path(qmind_render.__file__).resolve().parent / "assets" / name).read_text()
-
 
 # %% ../nbs/95_talks.ipynb #e51fa596
 def slides_exporter(assets: str = "_assets"):
@@ -399,11 +346,9 @@ def slides_exporter(assets: str = "_assets"):
         reveal_height="760",
     )
 
-
 # %% ../nbs/95_talks.ipynb #ee4fdb64
 class OfflineError(UserError, AssertionError):
     "A rendered page would load something from the network."
-
 
 # %% ../nbs/95_talks.ipynb #3ac2f9da
 _FETCH = re.compile(
@@ -422,7 +367,6 @@ def remote_refs(page: str) -> list[str]:
     refs = [next(g for g in m.groups() if g) for m in _FETCH.finditer(page)]
     return sorted(set(refs + [m.group(0) for m in _CDNS.finditer(page)]))
 
-
 # %% ../nbs/95_talks.ipynb #b7727354
 def check_offline(path: str | Path) -> None:
     """Raise `OfflineError` naming the file and the URLs if the page at `path` would load anything
@@ -430,7 +374,6 @@ def check_offline(path: str | Path) -> None:
     refs = remote_refs(Path(path).read_text(errors="replace"))
     if refs:
         raise OfflineError(f"{path} would load {len(refs)} URL(s) from the network: {refs[:5]}")
-
 
 # %% ../nbs/95_talks.ipynb #d3c4f3ed
 def prepare(nb, slow: bool = False):
@@ -454,17 +397,14 @@ def prepare(nb, slow: bool = False):
         c.source = "\n".join(line for line in c.source.splitlines() if not line.startswith("#|"))
     return nb
 
-
 # %% ../nbs/95_talks.ipynb #da6f1338
 def has_outputs(nb) -> bool:
     return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
-
 
 # %% ../nbs/95_talks.ipynb #ab93cb52
 class TalkRunError(UserError, RuntimeError):
     """A talk's cell raised (an assert, a bug); the message names the talk, its file and the error,
     the chained one has the cell."""
-
 
 # %% ../nbs/95_talks.ipynb #44ce341c
 TALK_RUNNER = "qmind_render.talks:run_talk_job"  # the `NotebookWorker` entry that runs a talk
@@ -493,7 +433,6 @@ def run_talk_job(job: dict) -> dict:
         }
     write_nb(nb, job["dst"])
     return {"error": None}
-
 
 # %% ../nbs/95_talks.ipynb #d6685e18
 def execute_talk(nb, cwd: Path, timeout: int = 600, name: str = "talk", worker=None):
@@ -534,7 +473,6 @@ def execute_talk(nb, cwd: Path, timeout: int = 600, name: str = "talk", worker=N
             c.outputs, c.execution_count = d.get("outputs", []), d.get("execution_count")
     return nb
 
-
 # %% ../nbs/95_talks.ipynb #ae43cc57
 def _cached_slides(talk: Talk, cache: Path | None, slow: bool, assets: str) -> Path | None:
     """Where the slides of this exact talk, library and settings are kept in `cache` (None: no
@@ -550,7 +488,6 @@ def _cached_slides(talk: Talk, cache: Path | None, slow: bool, assets: str) -> P
         return None
     h = hashlib.sha256(talk.path.read_bytes() + lib.encode() + f"{slow} {assets}".encode())
     return Path(cache) / f"{talk.slug}-{h.hexdigest()[:20]}.html"
-
 
 # %% ../nbs/95_talks.ipynb #e5166bd2
 def render_talk(
@@ -584,7 +521,6 @@ def render_talk(
         atomic_write(kept, src=out)
     return out
 
-
 # %% ../nbs/95_talks.ipynb #ccc440b8
 def _item(topic: Topic | None, talk: Talk | None) -> str:
     e = html.escape
@@ -601,7 +537,6 @@ def _item(topic: Topic | None, talk: Talk | None) -> str:
         + (f' <span class="deck">({topic.source})</span>' if topic else "")
         + f'<br><span class="sub">{sub}</span></li>'
     )
-
 
 # %% ../nbs/95_talks.ipynb #7893e3e5
 def index_html(talks: list[Talk], complete: bool = True) -> str:
@@ -627,12 +562,10 @@ def index_html(talks: list[Talk], complete: bool = True) -> str:
         ]
     return string.Template(talk_asset("talks_index.html")).substitute(body="\n".join(body))
 
-
 # %% ../nbs/95_talks.ipynb #66d09279
 def write_index(talks: list[Talk], out_dir: Path, complete: bool = True) -> Path:
     "`out_dir/index.html` (see `index_html`)."
     return atomic_write(Path(out_dir) / "index.html", index_html(talks, complete))
-
 
 # %% ../nbs/95_talks.ipynb #2c250409
 def build_talks(
@@ -692,7 +625,6 @@ def build_talks(
     write_index(talks, out_dir, complete=not only)
     check_offline(out_dir / "index.html")
     return paths
-
 
 # %% ../nbs/95_talks.ipynb #1e1739fd
 def talks_main(argv: list[str]) -> int:

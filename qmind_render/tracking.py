@@ -19,7 +19,7 @@ from .contracts import UserError
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ["WANDB_MODES", "TrackerError", "wandb_mode", "Tracker", "read_metrics", "Progress"]
+__all__ = ['WANDB_MODES', 'TrackerError', 'wandb_mode', 'Tracker', 'read_metrics', 'Progress']
 
 # %% ../nbs/49_tracking.ipynb #0c212414
 # the values wandb accepts
@@ -28,7 +28,6 @@ WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
 
 class TrackerError(UserError, ValueError):
     pass
-
 
 # %% ../nbs/49_tracking.ipynb #82fdd27a
 def wandb_mode() -> str:
@@ -47,7 +46,6 @@ def wandb_mode() -> str:
         return "online"
     netrc = Path.home() / ".netrc"
     return "online" if netrc.is_file() and "api.wandb.ai" in netrc.read_text() else "offline"
-
 
 # %% ../nbs/49_tracking.ipynb #26b5c9e0
 class Tracker:
@@ -72,7 +70,6 @@ class Tracker:
                 settings=wandb.Settings(silent=True),
             )
 
-
 # %% ../nbs/49_tracking.ipynb #5cda3bde
 @patch
 def _truncate(self: Tracker, step: int) -> None:
@@ -85,7 +82,6 @@ def _truncate(self: Tracker, step: int) -> None:
     ]
     atomic_write(self.path, "".join(l + "\n" for l in keep))
 
-
 # %% ../nbs/49_tracking.ipynb #1acfa82c
 @patch
 def _run_id(self: Tracker) -> str:
@@ -93,7 +89,6 @@ def _run_id(self: Tracker) -> str:
     if not p.is_file():
         atomic_write(p, f"{self.run_dir.name}-{os.urandom(4).hex()}")
     return p.read_text().strip()
-
 
 # %% ../nbs/49_tracking.ipynb #bb8bd3cf
 @patch
@@ -103,7 +98,6 @@ def log(self: Tracker, step: int, metrics: dict) -> None:
     if self.wandb:
         self.wandb.log(metrics, step=step)
 
-
 # %% ../nbs/49_tracking.ipynb #e7e0c4ff
 @patch
 def image(self: Tracker, step: int, name: str, path: Path) -> None:
@@ -112,13 +106,11 @@ def image(self: Tracker, step: int, name: str, path: Path) -> None:
 
         self.wandb.log({name: wandb.Image(str(path))}, step=step)
 
-
 # %% ../nbs/49_tracking.ipynb #cc66343b
 @patch
 def close(self: Tracker) -> None:
     if self.wandb:
         self.wandb.finish()
-
 
 # %% ../nbs/49_tracking.ipynb #78238f36
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -126,12 +118,10 @@ def read_metrics(run_dir: Path) -> list[dict]:
     p = Path(run_dir) / "metrics.jsonl"
     return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.is_file() else []
 
-
 # %% ../nbs/49_tracking.ipynb #fa25a3df
 def _hms(s: float) -> str:
     s = int(max(0, s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
 
 # %% ../nbs/49_tracking.ipynb #2c53f851
 class Progress:

@@ -52,55 +52,21 @@ from .optim import make_ema, make_optimizer, masked_step
 from .util import save_image
 
 # %% auto #0
-__all__ = [
-    "RunsError",
-    "runs_root",
-    "make_runs_root",
-    "Dist",
-    "dist_from_env",
-    "step_seed",
-    "seed_step",
-    "lr_factor",
-    "fixed_samples",
-    "Guard",
-    "Run",
-    "setup",
-    "state_dict",
-    "restore",
-    "pin_precision",
-    "resume",
-    "NonFiniteError",
-    "draw_timesteps",
-    "sampler_timesteps",
-    "objective",
-    "train_step",
-    "batches",
-    "Meter",
-    "check_finite",
-    "save",
-    "sample",
-    "stop_on_signals",
-    "OutOfMemory",
-    "loop_step",
-    "train",
-    "train_main",
-    "overfit_one_batch",
-    "quick_train",
-    "bench_train",
-]
-
+__all__ = ['RunsError', 'runs_root', 'make_runs_root', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor',
+           'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'pin_precision', 'resume',
+           'NonFiniteError', 'draw_timesteps', 'sampler_timesteps', 'objective', 'train_step', 'batches', 'Meter',
+           'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main',
+           'overfit_one_batch', 'quick_train', 'bench_train']
 
 # %% ../nbs/50_train.ipynb #f3675302
 class RunsError(UserError, OSError):
     """The folder run dirs go in can't be made or written; the message names where the folder came
     from."""
 
-
 # %% ../nbs/50_train.ipynb #3562fd6f
 def runs_root(root: str | Path | None = None) -> Path:
     "Where run dirs live: `root`, else `$QMIND_RUNS`, else `./runs`."
     return Path(root or os.environ.get("QMIND_RUNS") or "runs")
-
 
 # %% ../nbs/50_train.ipynb #44d1a074
 def make_runs_root(root: str | Path | None = None) -> Path:
@@ -125,7 +91,6 @@ def make_runs_root(root: str | Path | None = None) -> Path:
         raise RunsError(f"{said}: not writable; pick a folder you can write with --runs DIR")
     return path
 
-
 # %% ../nbs/50_train.ipynb #0fa72861
 @dataclass(frozen=True)
 class Dist:
@@ -139,7 +104,6 @@ class Dist:
     def main(self) -> bool:
         return self.rank == 0
 
-
 # %% ../nbs/50_train.ipynb #28b983e1
 def dist_from_env() -> Dist:
     return Dist(
@@ -148,14 +112,12 @@ def dist_from_env() -> Dist:
         int(os.environ.get("LOCAL_RANK", 0)),
     )
 
-
 # %% ../nbs/50_train.ipynb #058ff4c8
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
     "A 63-bit seed for everything random in step `step` on rank `rank`."
     return int(
         np.random.SeedSequence([seed, step, rank]).generate_state(2, np.uint64)[0] >> np.uint64(1)
     )
-
 
 # %% ../nbs/50_train.ipynb #da810396
 def seed_step(seed: int, step: int, rank: int, device: torch.device) -> torch.Generator:
@@ -165,7 +127,6 @@ def seed_step(seed: int, step: int, rank: int, device: torch.device) -> torch.Ge
     torch.manual_seed(s)
     return torch.Generator(device).manual_seed(s)
 
-
 # %% ../nbs/50_train.ipynb #13d582f9
 def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
     "Multiplier of the base LR at `step`."
@@ -173,7 +134,6 @@ def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
         return (step + 1) / warmup
     p = min(1.0, (step - warmup) / max(1, total - warmup))
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
-
 
 # %% ../nbs/50_train.ipynb #884090b1
 def fixed_samples(ds, split, n: int = 8) -> dict:
@@ -183,7 +143,6 @@ def fixed_samples(ds, split, n: int = 8) -> dict:
         next(iter(make_loader(ds, split, part, batch=n, seed=0))) for part in ("train", "heldout")
     ]
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-
 
 # %% ../nbs/50_train.ipynb #6ecb202a
 @dataclass
@@ -208,7 +167,6 @@ class Guard:
         self.first = torch.where(new, step, self.first)
         self.values = torch.where(new, torch.stack([loss, norm]).float(), self.values)
         self.count += (~finite).long()
-
 
 # %% ../nbs/50_train.ipynb #1e0d8ea1
 @dataclass
@@ -237,14 +195,12 @@ class Run:
     # the timesteps train.sampler_share draws from, on the device (made once, not per step)
     visit: torch.Tensor | None = None
 
-
 # %% ../nbs/50_train.ipynb #04a0c962
 def _data(cfg: ExperimentConfig):
     """The split (a small file, checked first) and the fetched, verified dataset; their errors say
     what to do."""
     split = load_split(cfg.data.holdout)
     return fetch(open_store(cfg.data.store), cfg.data.dataset), split
-
 
 # %% ../nbs/50_train.ipynb #b892d8a4
 def _model(cfg: ExperimentConfig, dist: Dist, device: torch.device):
@@ -260,7 +216,6 @@ def _model(cfg: ExperimentConfig, dist: Dist, device: torch.device):
 
         net = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
     return model, net
-
 
 # %% ../nbs/50_train.ipynb #4681b7ef
 def setup(cfg: ExperimentConfig, root: str | Path | None = None) -> Run:
@@ -299,7 +254,6 @@ def setup(cfg: ExperimentConfig, root: str | Path | None = None) -> Run:
         visit=visit,
     )
 
-
 # %% ../nbs/50_train.ipynb #f38287aa
 def state_dict(run: Run) -> dict:
     "The checkpoint: everything a resumed run needs, as tensors and plain data."
@@ -323,7 +277,6 @@ def state_dict(run: Run) -> dict:
         "device": str(run.device),
     }
 
-
 # %% ../nbs/50_train.ipynb #52ce076d
 def restore(run: Run, ckpt: dict, path: Path) -> None:
     "Load a checkpoint into a set-up run (after `check_resume`)."
@@ -334,7 +287,6 @@ def restore(run: Run, ckpt: dict, path: Path) -> None:
     run.step, run.epoch, run.pos, run.last_ckpt = ckpt["step"], ckpt["epoch"], ckpt["pos"], path
     run.elapsed = float(ckpt.get("elapsed_s", 0.0))
     restore_rng(ckpt["rng"])
-
 
 # %% ../nbs/50_train.ipynb #00d4179a
 def pin_precision(
@@ -348,7 +300,6 @@ def pin_precision(
     pinned = got[1]["config"]["train"]["precision"] if got else resolve_precision("auto", device)
     return load_config(config_to_dict(cfg), [f"train.precision={Precision(pinned).value}"])
 
-
 # %% ../nbs/50_train.ipynb #9efa7aee
 def resume(run: Run, got: tuple | None) -> None:
     """Restore the checkpoint `pick_resume` chose (None: a fresh start), after `check_resume`: the
@@ -359,17 +310,14 @@ def resume(run: Run, got: tuple | None) -> None:
     check_resume(ckpt, run.cfg, path, run.ds.manifest.content_sha256)
     restore(run, ckpt, path)
 
-
 # %% ../nbs/50_train.ipynb #9413031d
 class NonFiniteError(UserError, FloatingPointError):
     "A NaN/Inf loss or gradient; the message names the step and the last good checkpoint."
-
 
 # %% ../nbs/50_train.ipynb #b1d06254
 def _precision(run: Run):
     dtype = precision_dtype(run.cfg.train.precision, run.device)
     return torch.autocast(run.device.type, dtype, enabled=dtype != torch.float32)
-
 
 # %% ../nbs/50_train.ipynb #a5a8558c
 def draw_timesteps(
@@ -391,12 +339,10 @@ def draw_timesteps(
         t = torch.where(torch.rand(n, generator=generator, device=g_dev) < share, pick, t)
     return t.to(device or g_dev)
 
-
 # %% ../nbs/50_train.ipynb #0e0d16d0
 def sampler_timesteps(diffusion: Diffusion, step_counts) -> list[int]:
     "Every timestep that a K-step DDIM sample visits, for each K in `step_counts` (ascending)."
     return sorted({t for k in step_counts for t in diffusion.ddim_timesteps(int(k))})
-
 
 # %% ../nbs/50_train.ipynb #3180a380
 def objective(
@@ -410,7 +356,6 @@ def objective(
     if step >= t.steps - t.finetune_steps:
         return torch.full((n,), diffusion.T - 1, device=g.device), "x0"
     return draw_timesteps(diffusion, n, g, visit=visit, share=t.sampler_share), t.loss
-
 
 # %% ../nbs/50_train.ipynb #9822fbe6
 def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -433,7 +378,6 @@ def train_step(run: Run, micro: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
     run.ema.update_parameters(run.model, finite)
     run.sched.step()
     return total, norm, finite
-
 
 # %% ../nbs/50_train.ipynb #f4cf8544
 def batches(run: Run):
@@ -462,7 +406,6 @@ def batches(run: Run):
         if run.pos == n:
             run.epoch, run.pos = run.epoch + 1, 0
         yield b
-
 
 # %% ../nbs/50_train.ipynb #ea66e9c6
 @dataclass
@@ -511,7 +454,6 @@ class Meter:
             "elapsed_s": round(run.elapsed + time.monotonic() - run.started, 2),
         }
 
-
 # %% ../nbs/50_train.ipynb #353df4c3
 def check_finite(run: Run) -> None:
     """With train.nonfinite=stop, raise `NonFiniteError` if any step so far was not finite (reads
@@ -528,7 +470,6 @@ def check_finite(run: Run) -> None:
             f"updated; last good checkpoint: {run.last_ckpt or 'none yet'}"
         )
 
-
 # %% ../nbs/50_train.ipynb #e95820c6
 def save(run: Run) -> Path:
     """Checkpoint the run (rank 0 writes); remember it as the last good one. Never after a
@@ -537,7 +478,6 @@ def save(run: Run) -> Path:
     if run.dist.main:
         run.last_ckpt = save_checkpoint(state_dict(run), run.dir, run.cfg.train.keep_last)
     return run.last_ckpt
-
 
 # %% ../nbs/50_train.ipynb #57448365
 def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = 4) -> Path:
@@ -552,7 +492,6 @@ def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = 4) -> Path:
     path = save_image(sample_grid(fixed, pred), run.dir / "samples" / f"{run.step:07d}.png")
     tracker.image(run.step, "samples", path)
     return path
-
 
 # %% ../nbs/50_train.ipynb #a039dea1
 @contextlib.contextmanager
@@ -572,12 +511,10 @@ def stop_on_signals(run: Run):
         for s, h in old.items():
             signal.signal(s, h)
 
-
 # %% ../nbs/50_train.ipynb #bf7f2b1b
 class OutOfMemory(UserError, MemoryError):
     """A training step did not fit in the device's memory; the message names the settings to change
     and the intact checkpoint."""
-
 
 # %% ../nbs/50_train.ipynb #12930703
 def _oom(run: Run, e: Exception) -> OutOfMemory:
@@ -590,7 +527,6 @@ def _oom(run: Run, e: Exception) -> OutOfMemory:
         f"checkpoint, {run.last_ckpt or 'none yet'}, is "
         f"intact ({str(e).splitlines()[0][:160]})"
     )
-
 
 # %% ../nbs/50_train.ipynb #1ea950ff
 def loop_step(run: Run, it, meter: Meter) -> None:
@@ -607,13 +543,11 @@ def loop_step(run: Run, it, meter: Meter) -> None:
     meter.add(loss, norm, finite, wait)
     run.step += 1
 
-
 # %% ../nbs/50_train.ipynb #29c21196
 def _due(run: Run, last_save: float) -> bool:
     t = run.cfg.train
     by_steps = t.ckpt_every_steps > 0 and run.step % t.ckpt_every_steps == 0
     return by_steps or time.monotonic() - last_save >= 60 * t.ckpt_every_min
-
 
 # %% ../nbs/50_train.ipynb #6ac2ac33
 def train(
@@ -677,7 +611,6 @@ def train(
             shown.close()
     return _summary(run, status, start, t_start)
 
-
 # %% ../nbs/50_train.ipynb #8056aa21
 def _summary(run: Run, status: str, start: int, t0: float) -> dict:
     m = read_metrics(run.dir)
@@ -690,7 +623,6 @@ def _summary(run: Run, status: str, start: int, t0: float) -> dict:
         "loss": m[-1]["loss"] if m else None,
         "seconds": round(time.monotonic() - t0, 1),
     }
-
 
 # %% ../nbs/50_train.ipynb #502152a2
 def train_main(argv: list[str]) -> int:
@@ -722,12 +654,10 @@ def train_main(argv: list[str]) -> int:
         else 1
     )
 
-
 # %% ../nbs/50_train.ipynb #700ece8a
 # python -m qmind_render.train / torchrun -m ...
 if __name__ == "__main__" and "__file__" in globals():
     sys.exit(guarded("qmind train", lambda: train_main(strip_debug(sys.argv[1:]))))
-
 
 # %% ../nbs/50_train.ipynb #4cdae4a2
 def overfit_one_batch(
@@ -752,7 +682,6 @@ def overfit_one_batch(
         opt.step()
         losses.append(loss.item())
     return losses
-
 
 # %% ../nbs/50_train.ipynb #74a2d691
 def quick_train(
@@ -779,7 +708,6 @@ def quick_train(
         ema.update_parameters(model)
         losses.append(loss.item())
     return ema, losses
-
 
 # %% ../nbs/50_train.ipynb #ee801a2c
 def bench_train(

@@ -21,27 +21,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 # %% auto #0
-__all__ = [
-    "atomic_write",
-    "save_figure",
-    "save_image",
-    "atomic_dir",
-    "mp_context",
-    "process_pool",
-    "pool_map",
-    "format_cell",
-    "format_table",
-    "device_sync",
-    "median_time",
-    "interleaved",
-    "cpu_name",
-]
-
+__all__ = ['atomic_write', 'save_figure', 'save_image', 'atomic_dir', 'mp_context', 'process_pool', 'pool_map', 'format_cell',
+           'format_table', 'device_sync', 'median_time', 'interleaved', 'cpu_name']
 
 # %% ../nbs/00_util.ipynb #9587c151
 def _temp_name(path: Path, suffix: str) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
-
 
 # %% ../nbs/00_util.ipynb #ac70ffc4
 def atomic_write(
@@ -76,7 +61,6 @@ def atomic_write(
         raise
     return path
 
-
 # %% ../nbs/00_util.ipynb #d936c183
 def save_figure(fig, path: str | os.PathLike, **kw) -> Path:
     """Write matplotlib `Figure` `fig` to `path` whole or not at all, in the format `path`'s
@@ -85,7 +69,6 @@ def save_figure(fig, path: str | os.PathLike, **kw) -> Path:
     return atomic_write(
         path, write=lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or None, **kw)
     )
-
 
 # %% ../nbs/00_util.ipynb #e2a0da23
 def save_image(img, path: str | os.PathLike, **kw) -> Path:
@@ -100,7 +83,6 @@ def save_image(img, path: str | os.PathLike, **kw) -> Path:
             f"{path}: no image format has the extension {path.suffix!r} (use .png, .gif, .jpg, ...)"
         )
     return atomic_write(path, write=lambda tmp: im.save(tmp, format=fmt, **kw))
-
 
 # %% ../nbs/00_util.ipynb #b530e768
 @contextlib.contextmanager
@@ -126,20 +108,17 @@ def atomic_dir(path: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-
 # %% ../nbs/00_util.ipynb #cc6e2b28
 def mp_context(start: str | None = None):
     """The multiprocessing context the project's pools use: `start` (fork | spawn | forkserver),
     else `fork` on Linux and `spawn` elsewhere."""
     return mp.get_context(start or ("fork" if sys.platform.startswith("linux") else "spawn"))
 
-
 # %% ../nbs/00_util.ipynb #dabf4184
 def process_pool(workers: int, start: str | None = None) -> ProcessPoolExecutor:
     """A pool of `workers` processes started as `mp_context(start)` says; `submit` work to it,
     `shutdown` when done."""
     return ProcessPoolExecutor(workers, mp_context=mp_context(start))
-
 
 # %% ../nbs/00_util.ipynb #0533b07e
 def pool_map(
@@ -171,7 +150,6 @@ def pool_map(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
-
 # %% ../nbs/00_util.ipynb #aba0ee3c
 def format_cell(v) -> str:
     """A value as a table cell: `-` for None, yes/NO for a bool, three significant digits for a
@@ -183,7 +161,6 @@ def format_cell(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.3e}"
     return str(v)
-
 
 # %% ../nbs/00_util.ipynb #2da4ad47
 def format_table(
@@ -209,7 +186,6 @@ def format_table(
     pad = lambda i, s: s.rjust(w[i]) if cols[i] in right else s.ljust(w[i])
     return "\n".join("  ".join(pad(i, c) for i, c in enumerate(x)).rstrip() for x in [cols, *body])
 
-
 # %% ../nbs/00_util.ipynb #b7ce9506
 def device_sync(device) -> Callable[[], None]:
     """What waits for `device` to finish its queued work: `torch.cuda.synchronize` on a GPU, nothing
@@ -217,7 +193,6 @@ def device_sync(device) -> Callable[[], None]:
     import torch
 
     return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-
 
 # %% ../nbs/00_util.ipynb #1e7cb16c
 def median_time(
@@ -236,7 +211,6 @@ def median_time(
         out.append(time.perf_counter() - t0)
     return statistics.median(out)
 
-
 # %% ../nbs/00_util.ipynb #f6d8ba69
 def interleaved(
     fns: dict[str, Callable], iters: int, sync: Callable[[], None] = lambda: None
@@ -251,7 +225,6 @@ def interleaved(
             sync()
             times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
-
 
 # %% ../nbs/00_util.ipynb #82fc3ae0
 def cpu_name() -> str:

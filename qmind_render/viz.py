@@ -15,37 +15,14 @@ import numpy as np
 from .contracts import ChannelSpec, UserError, load_spec
 
 # %% auto #0
-__all__ = [
-    "PANELS",
-    "PaletteError",
-    "Palette",
-    "palette",
-    "colormap",
-    "colorize",
-    "joined",
-    "channel_strip",
-    "picture",
-    "figure_of",
-    "mosaic",
-    "grid_figure",
-    "sample_grid",
-    "episode_frames",
-    "write_gif",
-    "heatmap",
-    "top_down",
-    "draw_map",
-    "map_legend",
-    "lines",
-    "bars",
-    "scatter",
-]
-
+__all__ = ['PANELS', 'PaletteError', 'Palette', 'palette', 'colormap', 'colorize', 'joined', 'channel_strip', 'picture',
+           'figure_of', 'mosaic', 'grid_figure', 'sample_grid', 'episode_frames', 'write_gif', 'heatmap', 'top_down',
+           'draw_map', 'map_legend', 'lines', 'bars', 'scatter']
 
 # %% ../nbs/05_viz.ipynb #8ecdb6b5
 class PaletteError(UserError, ValueError):
     """The channel spec's display fields (`colours`, `cmap`, `map`) are missing or malformed: the
     message names the field."""
-
 
 # %% ../nbs/05_viz.ipynb #24c9f1f6
 @dataclass(frozen=True)
@@ -64,7 +41,6 @@ class Palette:
     view: np.ndarray
     enemy: np.ndarray | None = None
 
-
 # %% ../nbs/05_viz.ipynb #067f25f8
 def _rgb(v, where: str, spec: ChannelSpec) -> list[int]:
     if not (
@@ -77,7 +53,6 @@ def _rgb(v, where: str, spec: ChannelSpec) -> list[int]:
             f"0..255, got {v!r}"
         )
     return list(v)
-
 
 # %% ../nbs/05_viz.ipynb #45cfc911
 def _map_colours(spec: ChannelSpec, fail) -> dict:
@@ -96,7 +71,6 @@ def _map_colours(spec: ChannelSpec, fail) -> dict:
     return c | {
         "floor": np.array([_rgb(f, "map colour of 'floor'", spec) for f in floor], np.uint8)
     }
-
 
 # %% ../nbs/05_viz.ipynb #c3213d13
 def palette(spec: ChannelSpec | None = None) -> Palette:
@@ -132,7 +106,6 @@ def palette(spec: ChannelSpec | None = None) -> Palette:
         surface, material, cmaps, spec.n_materials, enemy=enemy, **_map_colours(spec, fail)
     )
 
-
 # %% ../nbs/05_viz.ipynb #565e1c7d
 @functools.lru_cache(maxsize=None)
 def _lut(name: str) -> np.ndarray:
@@ -143,14 +116,12 @@ def _lut(name: str) -> np.ndarray:
         (matplotlib.colormaps[name](np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
     )
 
-
 # %% ../nbs/05_viz.ipynb #3d251a24
 def colormap(x, name: str) -> np.ndarray:
     """Values in [0, 1] (any shape; NaN as 0, outside clipped) as RGB uint8 [..., 3] through the
     matplotlib colormap `name`."""
     i = np.clip(np.nan_to_num(np.asarray(x, np.float32)) * 255 + 0.5, 0, 255).astype(np.uint8)
     return _lut(name)[i]
-
 
 # %% ../nbs/05_viz.ipynb #010f04e6
 PANELS = ("depth", "surface", "material", "u", "v", "light")
@@ -169,7 +140,6 @@ def colorize(frame: dict, spec: ChannelSpec | None = None) -> dict[str, np.ndarr
         "light": colormap(a("light"), pal.cmaps["light"]),
     }
 
-
 # %% ../nbs/05_viz.ipynb #b2c07769
 def _frames(frames) -> list[dict]:
     "One frame, a batch dict or a sequence of frames as a list of one-frame dicts."
@@ -178,7 +148,6 @@ def _frames(frames) -> list[dict]:
             return [frames]
         return [{k: v[i] for k, v in frames.items()} for i in range(len(frames["surface"]))]
     return list(frames)
-
 
 # %% ../nbs/05_viz.ipynb #00c586fb
 def joined(pics: Sequence[np.ndarray], gap: int = 2, axis: int = 1) -> np.ndarray:
@@ -191,7 +160,6 @@ def joined(pics: Sequence[np.ndarray], gap: int = 2, axis: int = 1) -> np.ndarra
     pad = np.full(shape, 255, np.uint8)
     return np.concatenate([x for p in pics for x in (p, pad)][:-1], axis)
 
-
 # %% ../nbs/05_viz.ipynb #82f2e02e
 def _header(img: np.ndarray, texts: Sequence[str], width: int) -> np.ndarray:
     "A 14-pixel white header naming each `width`-pixel column, above `img`."
@@ -202,7 +170,6 @@ def _header(img: np.ndarray, texts: Sequence[str], width: int) -> np.ndarray:
     for i, t in enumerate(texts):
         draw.text((i * width + 2, 1), t, fill="black")
     return np.concatenate([np.asarray(head), img])
-
 
 # %% ../nbs/05_viz.ipynb #ae10a4f4
 def channel_strip(
@@ -230,7 +197,6 @@ def channel_strip(
     names = PANELS + (() if rgb is None else ("rgb",))
     return _header(strip, names, frames[0]["surface"].shape[1] * scale + gap)
 
-
 # %% ../nbs/05_viz.ipynb #fac2b92e
 def picture(img: np.ndarray, scale: int = 1):
     """A uint8 array [H, W, 3] (or [H, W]) as a PIL image, upscaled `scale`× without blurring:
@@ -240,13 +206,11 @@ def picture(img: np.ndarray, scale: int = 1):
     img = np.asarray(img)
     return Image.fromarray(img.repeat(scale, 0).repeat(scale, 1) if scale > 1 else img)
 
-
 # %% ../nbs/05_viz.ipynb #b2878b53
 def _figure(w: float, h: float):
     from matplotlib.figure import Figure
 
     return Figure(figsize=(w, h), layout="constrained")
-
 
 # %% ../nbs/05_viz.ipynb #19e2dd52
 def figure_of(
@@ -277,12 +241,10 @@ def figure_of(
         fig.suptitle(title, fontsize=9)
     return fig
 
-
 # %% ../nbs/05_viz.ipynb #9af86cca
 def mosaic(rows: Sequence[Sequence[np.ndarray]], gap: int = 2) -> np.ndarray:
     "Pictures (all the same shape) in rows and columns, `gap` white pixels apart: uint8."
     return joined([joined(list(r), gap, 1) for r in rows], gap, 0)
-
 
 # %% ../nbs/05_viz.ipynb #92b7bf3f
 def grid_figure(
@@ -306,7 +268,6 @@ def grid_figure(
         ax.set_title(title, fontsize=10)
     return fig
 
-
 # %% ../nbs/05_viz.ipynb #88ccd57e
 def _sample_rows(batch: dict, preds, k, spec) -> list[np.ndarray]:
     """The rows of a sample picture for samples `k`: surface, ground truth, each prediction; each
@@ -319,7 +280,6 @@ def _sample_rows(batch: dict, preds, k, spec) -> list[np.ndarray]:
     surface = palette(spec).surface[np.asarray(batch["surface"])[k]]
     return [surface, np.asarray(batch["rgb"])[k], *[np.asarray(p)[k] for p in preds]]
 
-
 # %% ../nbs/05_viz.ipynb #061c6d83
 def sample_grid(
     batch: dict, preds=(), n: int | None = None, gap: int = 0, spec: ChannelSpec | None = None
@@ -330,7 +290,6 @@ def sample_grid(
     k = np.arange(B) if n is None else np.linspace(0, B - 1, min(n, B)).astype(int)
     return joined([joined(list(r), gap, 1) for r in _sample_rows(batch, preds, k, spec)], gap, 0)
 
-
 # %% ../nbs/05_viz.ipynb #cc80f420
 def episode_frames(
     batch: dict, preds=(), gap: int = 0, spec: ChannelSpec | None = None
@@ -339,7 +298,6 @@ def episode_frames(
     side."""
     rows = _sample_rows(batch, preds, np.arange(len(batch["rgb"])), spec)
     return [joined([r[i] for r in rows], gap, 1) for i in range(len(rows[0]))]
-
 
 # %% ../nbs/05_viz.ipynb #4c652d4b
 def write_gif(
@@ -352,7 +310,6 @@ def write_gif(
     imgs = [picture(f, scale) for f in frames]
     imgs[0].save(path, save_all=True, append_images=imgs[1:], duration=ms, loop=0)
     return Path(path)
-
 
 # %% ../nbs/05_viz.ipynb #81a994d2
 def heatmap(
@@ -386,7 +343,6 @@ def heatmap(
     fig.colorbar(im, ax=ax, label=label)
     return fig
 
-
 # %% ../nbs/05_viz.ipynb #30575b74
 def top_down(
     walls: np.ndarray, floor_light: np.ndarray, spec: ChannelSpec | None = None
@@ -406,7 +362,6 @@ def top_down(
     img[seen] = pal.material[walls[seen]]
     return img
 
-
 # %% ../nbs/05_viz.ipynb #824968f9
 def draw_map(ax, img: np.ndarray, player=None, enemies=None, spec: ChannelSpec | None = None):
     """A `top_down` map on the axes `ax` in cell units (x right, y down), the `enemies` ([E, 2]: x,
@@ -420,7 +375,6 @@ def draw_map(ax, img: np.ndarray, player=None, enemies=None, spec: ChannelSpec |
         ax.plot(float(player[0]), float(player[1]), "o", c=pal.player / 255, ms=5, zorder=3)
     ax.set_axis_off()
     return ax
-
 
 # %% ../nbs/05_viz.ipynb #eed0d905
 def map_legend(
@@ -449,7 +403,6 @@ def map_legend(
         h.append(Line2D([], [], c=c(pal.player), alpha=0.8, label="the path walked"))
     ax.legend(handles=h, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7, frameon=False)
 
-
 # %% ../nbs/05_viz.ipynb #eb2975b6
 def _chart(size: tuple, title: str, xlabel: str, ylabel: str):
     fig = _figure(*size)
@@ -460,7 +413,6 @@ def _chart(size: tuple, title: str, xlabel: str, ylabel: str):
     if title:
         ax.set_title(title, fontsize=9)
     return fig, ax
-
 
 # %% ../nbs/05_viz.ipynb #962da459
 def lines(
@@ -486,7 +438,6 @@ def lines(
     if len(series) > 1:
         ax.legend(fontsize=7)
     return fig
-
 
 # %% ../nbs/05_viz.ipynb #f50400ef
 def bars(
@@ -545,7 +496,6 @@ def bars(
             fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1)} if horizontal else {})
         )
     return fig
-
 
 # %% ../nbs/05_viz.ipynb #ff5119f5
 def scatter(

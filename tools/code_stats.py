@@ -122,10 +122,17 @@ def main():
     mods = modules()
     lines = []
     sizes = {}
+    generated = []  # nbdev's __all__, which it wraps at 120 columns
     for name, p in mods.items():
         text = [ln for ln in p.read_text().splitlines() if ln.strip()]
         sizes[name] = len(text)
         lines += text
+        inside = False
+        for ln in text:
+            inside = inside or ln.startswith("__all__ = [")
+            if inside and len(ln) > 100:
+                generated.append(ln)
+            inside = inside and "]" not in ln
     graph = {name: imports_of(p, mods) for name, p in mods.items()}
     order = stage_of(mods)
     upward = sorted(
@@ -138,7 +145,8 @@ def main():
     big = max(sizes, key=sizes.get)
     print(f"modules: {len(mods)}, non-blank lines: {len(lines)}")
     print(f"mean characters per non-blank line: {statistics.mean(map(len, lines)):.1f}")
-    print(f"lines over 100 characters: {sum(len(ln) > 100 for ln in lines)}")
+    over = sum(len(ln) > 100 for ln in lines)
+    print(f"lines over 100 characters: {over} ({len(generated)} of them nbdev's __all__)")
     print(f"lines over 120 characters: {sum(len(ln) > 120 for ln in lines)}")
     print(f"largest module: {big}.py, {sizes[big]} non-blank lines")
     print("six largest:", ", ".join(f"{m} {sizes[m]}" for m in sorted(sizes, key=sizes.get)[-6:]))
