@@ -50,9 +50,9 @@ from .util import atomic_write
 
 # %% auto #0
 __all__ = ['USER_DATA_LIMIT', 'DLAMI_PARAMETER', 'render_template', 'render_user_data', 'code_version', 's3_exists', 'stage_code',
-           'load_watchdog', 'watchdog_main', 'LaunchFailed', 'CappedJobs', 'EC2Backend', 'check_dataset',
-           'resolve_image', 'abandon', 'launch_instance', 'put_record', 'read_status_json', 'finished_state',
-           'SageMakerBackend', 'training_job_name', 'sagemaker_train_main']
+           'load_watchdog', 'watchdog_main', 'LaunchFailed', 'CappedJobs', 'EC2Backend', 'plan_tags', 'job_plan',
+           'check_dataset', 'resolve_image', 'abandon', 'launch_instance', 'put_record', 'read_status_json',
+           'finished_state', 'SageMakerBackend', 'training_job_name', 'sagemaker_train_main']
 
 # %% ../nbs/82_cloud_jobs.ipynb #4366e3e2
 USER_DATA_LIMIT = 16 * 1024  # EC2's limit on user data, before base64
@@ -242,6 +242,41 @@ class EC2Backend(CappedJobs):
     session: object = field(default=None, repr=False)
     name: str = field(default="ec2", init=False)
 
+# %% ../nbs/82_cloud_jobs.ipynb #6da89312
+def plan_tags(backend, run: RunSpec) -> dict:
+    """The tags a training job's plan shows: owner, project, run, and the planner's estimate and the
+    cap the guard charges."""
+    return {
+        "owner": backend.owner or os.environ.get("QMIND_OWNER") or "(caller's STS name)",
+        "project": PROJECT,
+        "run": run.name,
+        ESTIMATE_TAG: f"{backend.estimate(run):.2f}",
+        CAP_TAG: f"{backend.max_usd(run):.2f}",
+    }
+
+
+def job_plan(backend, name: str, run: RunSpec, t, market: str, usd_h: float) -> dict:
+    """What every training job's plan says, EC2 or SageMaker: where, on what, at what price and cap,
+    and what it runs."""
+    region = backend.region or getattr(backend.session, "region_name", None)
+    return {
+        "backend": name,
+        "run": run.name,
+        "region": _default_region(region),
+        "instance_type": t.name,
+        "gpu": f"{t.gpus}x {t.gpu}",
+        "market": market,
+        "usd_per_hour": usd_h,
+        "cap_usd_per_hour": t.on_demand_usd_h,
+        "max_hours": backend.max_hours,
+        "max_usd": backend.max_usd(run),
+        "estimate_usd": backend.estimate(run),
+        "planner_usd": run.estimate_usd,
+        "run_uri": run.run_uri,
+        "data_uri": run.dataset_uri,
+        "notebook": run.notebook,
+    }
+
 # %% ../nbs/82_cloud_jobs.ipynb #5ad305f9
 @patch
 def plan(self: EC2Backend, run: RunSpec) -> dict:
@@ -257,30 +292,9 @@ def plan(self: EC2Backend, run: RunSpec) -> dict:
         raise CloudError(f"max_hours {self.max_hours}: between 0 and 336 (two weeks)")
     check_run(run)
     usd_h = t.usd_per_hour(self.market)
-    owner = self.owner or os.environ.get("QMIND_OWNER") or "(caller's STS name)"
-    tags = {
-        "owner": owner,
-        "project": PROJECT,
-        "run": run.name,
-        ESTIMATE_TAG: f"{self.estimate(run):.2f}",
-        CAP_TAG: f"{self.max_usd(run):.2f}",
-    }
+    tags = plan_tags(self, run)
     return {
-        "backend": "ec2",
-        "run": run.name,
-        "region": _default_region(self.region or getattr(self.session, "region_name", None)),
-        "instance_type": t.name,
-        "gpu": f"{t.gpus}x {t.gpu}",
-        "market": self.market,
-        "usd_per_hour": usd_h,
-        "cap_usd_per_hour": t.on_demand_usd_h,
-        "max_hours": self.max_hours,
-        "max_usd": self.max_usd(run),
-        "estimate_usd": self.estimate(run),
-        "planner_usd": run.estimate_usd,
-        "run_uri": run.run_uri,
-        "data_uri": run.dataset_uri,
-        "notebook": run.notebook,
+        **job_plan(self, "ec2", run, t, self.market, usd_h),
         "creates": [
             {
                 "resource": "instance",
@@ -654,30 +668,17 @@ def plan(self: SageMakerBackend, run: RunSpec) -> dict:  # noqa: F811 (patched p
             f"max_hours {self.max_hours}: between 0 and 120 (SageMaker's limit is 5 days)"
         )
     check_run(run)
-    tags = {
-        "owner": self.owner or os.environ.get("QMIND_OWNER") or "(caller's STS name)",
-        "project": PROJECT,
-        "run": run.name,
-        ESTIMATE_TAG: f"{self.estimate(run):.2f}",
-        CAP_TAG: f"{self.max_usd(run):.2f}",
-    }
+    tags = plan_tags(self, run)
     req = self.request(run, training_job_name(run.name, "<yymmdd-hhmmss>"), tags)
     return {
-        "backend": "sagemaker",
-        "run": run.name,
-        "region": _default_region(self.region or getattr(self.session, "region_name", None)),
-        "instance_type": t.name,
-        "gpu": f"{t.gpus}x {t.gpu}",
-        "market": "managed spot" if self.spot else "on-demand",
-        "usd_per_hour": t.on_demand_usd_h,
-        "cap_usd_per_hour": t.on_demand_usd_h,
-        "max_hours": self.max_hours,
-        "max_usd": self.max_usd(run),
-        "estimate_usd": self.estimate(run),
-        "planner_usd": run.estimate_usd,
-        "run_uri": run.run_uri,
-        "data_uri": run.dataset_uri,
-        "notebook": run.notebook,
+        **job_plan(
+            self,
+            "sagemaker",
+            run,
+            t,
+            "managed spot" if self.spot else "on-demand",
+            t.on_demand_usd_h,
+        ),
         "creates": [
             {
                 "resource": "training-job",
