@@ -21,43 +21,41 @@ def modules():
     return {p.stem: p for p in sorted(PKG.glob("*.py")) if p.stem not in ("_modidx", "__init__")}
 
 
-def stage_of(mods):
-    "Each module's notebook number (the stage order), read from its `default_exp` line."
-    order = {}
+def exports() -> dict[str, str]:
+    "Each notebook's module, from its `#| default_exp` line: {notebook stem: module}."
+    out = {}
     for nb in sorted(NBS.glob("*.ipynb")):
-        num = re.match(r"(\d+)_", nb.name)
-        src = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"])
-        for m in re.findall(r"#\|\s*default_exp\s+(\w+)", src):
-            if num and m in mods:
-                order[m] = int(num.group(1))
-    return order
+        for cell in json.loads(nb.read_text())["cells"]:
+            m = re.match(r"#\|\s*default_exp\s+(\w+)", "".join(cell["source"]))
+            if m:
+                out[nb.stem] = m.group(1)
+    return out
 
 
-def imports_of(path, mods):
-    "The package modules a module imports (by statement or by importlib name)."
-    tree = ast.parse(path.read_text())
+def stage_of(mods) -> dict[str, int]:
+    "Each module's notebook number (the stage order)."
+    made = exports()
+    return {m: int(nb.split("_")[0]) for nb, m in made.items() if m in mods and nb[:2].isdigit()}
+
+
+def imports_of(path, mods) -> set[str]:
+    """The package modules a module imports: import statements anywhere, and importlib by literal
+    name."""
     found = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            name = node.module.split(".")[-1]
             if node.level or node.module.startswith("qmind_render"):
-                if name in mods:
-                    found.add(name)
-                for alias in node.names:
-                    if alias.name in mods:
-                        found.add(alias.name)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            m = re.fullmatch(r"(?:qmind_render)?\.?(\w+)", node.value)
-            if m and m.group(1) in mods and isinstance(getattr(node, "parent", None), ast.Call):
-                found.add(m.group(1))
-    for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and getattr(call.func, "attr", "") == "import_module":
-            for arg in call.args:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    name = arg.value.split(".")[-1]
-                    if name in mods:
-                        found.add(name)
-    return found - {path.stem}
+                found.add(node.module.split(".")[-1])
+                found.update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[-1] for a in node.names if a.name.startswith("qmind"))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module":
+            found.update(
+                a.value.split(".")[-1]
+                for a in node.args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            )
+    return (found & set(mods)) - {path.stem}
 
 
 def cycles(graph):
