@@ -153,6 +153,7 @@ class ChannelSpec:
     channels: dict = field(repr=False)
     path: Path | None = field(default=None, repr=False, compare=False)
     map: dict = field(default_factory=dict, repr=False, compare=False)
+    camera: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def names(self) -> list[str]:
@@ -197,6 +198,29 @@ def _cache_key(path: Path) -> tuple[str, int]:
         raise FileNotFoundError(f"not found: {path}")
     return str(path.resolve()), path.stat().st_mtime_ns
 
+# %% ../nbs/00_contracts.ipynb #d4aa81fc
+_CAMERA = {"headings": int, "plane": float, "eye": float}
+
+
+def _check_camera(camera, path) -> dict:
+    """The spec's `camera` section (how a frame is drawn from the player's pose), checked: a
+    positive whole number of headings, a positive plane half-width, an eye height in (0, 1)."""
+    if not isinstance(camera, dict):
+        raise ValueError(f"{path}: `camera` must be a mapping with {', '.join(_CAMERA)}")
+    for k, kind in _CAMERA.items():
+        v = camera.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{path}: camera `{k}` must be a positive number, got {v!r}")
+        if kind is int and v != int(v):
+            raise ValueError(f"{path}: camera `headings` must be a whole number, got {v!r}")
+    if not camera["eye"] < 1:
+        raise ValueError(
+            f"{path}: camera `eye` must be below the wall height 1, got {camera['eye']!r}"
+        )
+    return {k: kind(camera[k]) for k, kind in _CAMERA.items()} | {
+        "pose": list(camera.get("pose", []))
+    }
+
 # %% ../nbs/00_contracts.ipynb #7e022a61
 @functools.lru_cache(maxsize=16)
 def _load_spec(path: str, mtime_ns: int) -> ChannelSpec:
@@ -221,7 +245,8 @@ def _load_spec(path: str, mtime_ns: int) -> ChannelSpec:
     for name in ("depth", "surface", "material", "uv", "light"):
         if name not in chans:
             raise ValueError(f"{path}: channel {name!r} is missing")
-    return ChannelSpec(str(d["version"]), tuple(size), chans, path, d.get("map") or {})
+    camera = _check_camera(d.get("camera"), path)
+    return ChannelSpec(str(d["version"]), tuple(size), chans, path, d.get("map") or {}, camera)
 
 # %% ../nbs/00_contracts.ipynb #ceb73eb4
 def bytes_per_pixel(spec: ChannelSpec, rgb: bool = True) -> int:

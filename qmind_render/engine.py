@@ -239,7 +239,10 @@ def _tables_for(H: int, W: int, dmax: float, ids: tuple[int, ...]) -> _Tables:
 
 # %% ../nbs/10_engine.ipynb #a283decb
 def _tables(spec: ChannelSpec) -> _Tables:
-    "The frame tables for an (already checked) spec."
+    "The frame tables for an (already checked) spec, whose camera must be the one the engine draws with."
+    cam = {"headings": N_HEADINGS, "plane": PLANE, "eye": 0.5}
+    if any(abs(spec.camera.get(k, 0) - v) > 1e-12 for k, v in cam.items()):
+        raise ValueError(f"spec camera {spec.camera}: the engine draws with {cam}")
     ids = tuple(spec.surface_id(c) for c in ("ceiling", "wall", "floor", "enemy")) + (
         spec.material_none,
     )
@@ -467,6 +470,8 @@ class Frames(NamedTuple):
     uv: np.ndarray  # uint16 [T, B, H, W, 2]
     light: np.ndarray  # uint16 [T, B, H, W]
     zcol: np.ndarray  # float64 [T, B, W]: wall distance of each column (for the top-down view)
+    zbuf: np.ndarray  # float32 [T, B, H, W]: exact perpendicular distance of each pixel
+    pose: np.ndarray  # float64 [T, B, 3]: the player's x, y and heading index the frame shows
 
     def frame(self, t: int, b: int | None = None) -> dict[str, np.ndarray]:
         "Frame t (of world b, or of every world when b is None) as the spec's channel dict."
@@ -489,6 +494,8 @@ def _alloc(T: int, B: int, H: int, W: int) -> Frames:
         np.empty((T, B, H, W, 2), u16),
         np.empty((T, B, H, W), u16),
         np.empty((T, B, W)),
+        np.empty((T, B, H, W), np.float32),
+        np.empty((T, B, 3)),
     )
 
 # %% ../nbs/10_engine.ipynb #22bfea1d
@@ -507,6 +514,9 @@ def _draw_all(st, tab, out, t):
             out.light[t, b],
         )
         _render(st, b, tab, o, out.zcol[t, b])
+        out.zbuf[t, b] = zbuf
+        out.pose[t, b, 0], out.pose[t, b, 1] = st.pos[b, 0], st.pos[b, 1]
+        out.pose[t, b, 2] = st.ints[b, _HEAD]
 
 # %% ../nbs/10_engine.ipynb #37cf3b3c
 def render_world(world: World, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ import platform
 import time
 from numbers import Integral
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -36,8 +36,8 @@ from .viz import top_down
 
 # %% auto #0
 __all__ = ['MAP_SIZE', 'MAX_ROOMS', 'CHUNK', 'GOLDEN_CASES', 'check_seed', 'make_world', 'map_image', 'render_episode',
-           'render_batch', 'episode_hashes', 'golden_record', 'default_golden_path', 'check_goldens', 'regen_goldens',
-           'bench_engine']
+           'render_batch', 'Walk', 'render_walk', 'episode_hashes', 'golden_record', 'default_golden_path',
+           'check_goldens', 'regen_goldens', 'bench_engine']
 
 # %% ../nbs/11_episode.ipynb #0cd65b62
 MAP_SIZE = 32  # generated maps are MAP_SIZE x MAP_SIZE cells
@@ -271,6 +271,27 @@ def render_batch(
         engine_spec(spec),
     )
     return _batch(Runner([make_world(s, materials, spec) for s in seeds], seeds, spec), n)
+
+# %% ../nbs/11_episode.ipynb #0bfe6113
+class Walk(NamedTuple):
+    "An episode's frames with their geometry: channels [T, H, W(, 2)], z-buffer [T, H, W], pose [T, 3]."
+
+    channels: dict[str, np.ndarray]
+    zbuf: np.ndarray  # float32: perpendicular distance of each pixel, in cells
+    pose: np.ndarray  # float64: x, y and heading index of the player each frame shows
+
+
+def render_walk(
+    seed: int,
+    n_frames: int,
+    materials: Sequence[int] | None = None,
+    spec: ChannelSpec | None = None,
+) -> Walk:
+    "The first `n_frames` frames of episode `seed` (as `render_episode` yields them) with their geometry."
+    seed, n, spec = check_seed(seed), _check_count(n_frames), engine_spec(spec)
+    out, _ = Runner([make_world(seed, materials, spec)], [seed], spec).run(n)
+    ch = {k: np.ascontiguousarray(v) for k, v in out.frame(slice(None), 0).items()}
+    return Walk(ch, out.zbuf[:, 0], out.pose[:, 0])
 
 # %% ../nbs/11_episode.ipynb #a80119db
 GOLDEN_CASES = ((0, 48, None), (1, 48, None), (1003, 48, None), (7, 48, (2,)), (42, 48, (0, 4)))

@@ -520,7 +520,7 @@ def test_keep_last_and_weights_only(data):
         ck["config"]["name"] == "keep"
         and ck["dataset"] == "ds-t"
         and len(ck["dataset_sha256"]) == 64
-        and ck["versions"]["channel_spec"] == "0.1.0"
+        and ck["versions"]["channel_spec"] == "0.1.1"
     )
     assert {"model", "ema", "optimizer", "scheduler", "rng", "step", "epoch", "pos", "git"} <= set(
         ck
