@@ -286,10 +286,13 @@ def render_walk(
     n_frames: int,
     materials: Sequence[int] | None = None,
     spec: ChannelSpec | None = None,
+    actions: Sequence[int] | None = None,
 ) -> Walk:
-    "The first `n_frames` frames of episode `seed` (as `render_episode` yields them) with their geometry."
+    """The first `n_frames` frames of episode `seed` with their geometry, played by the built-in
+    policy (as `render_episode` yields them) or by `actions` (indices into `ACTIONS`)."""
     seed, n, spec = check_seed(seed), _check_count(n_frames), engine_spec(spec)
-    out, _ = Runner([make_world(seed, materials, spec)], [seed], spec).run(n)
+    acts = None if actions is None else np.asarray(actions, np.int64).reshape(n, 1)
+    out, _ = Runner([make_world(seed, materials, spec)], [seed], spec).run(n, acts)
     ch = {k: np.ascontiguousarray(v) for k, v in out.frame(slice(None), 0).items()}
     return Walk(ch, out.zbuf[:, 0], out.pose[:, 0])
 
