@@ -1,4 +1,4 @@
-"""Temporal stability from the engine's geometry: exact reprojection, the warping error, world-locked noise.
+"""How much a walk flickers, from the engine's geometry: reprojection, warping error, world noise.
 
 Docs: https://qmind.github.io/qmind-render/temporal.html.md"""
 
