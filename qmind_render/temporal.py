@@ -1,4 +1,4 @@
-"""How much a walk flickers, from the engine's geometry: reprojection, warping error, world noise.
+"""How much a walk flickers, from the engine's geometry: reprojection, warping error, noise.
 
 Docs: https://qmind.github.io/qmind-render/temporal.html.md"""
 
