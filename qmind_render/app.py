@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from fastcore.basics import patch
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.requests import ClientDisconnect
@@ -46,14 +47,24 @@ def _b64(a: np.ndarray) -> str:
 
 # %% ../nbs/74_app.ipynb #338dc3b5
 class PlaySession:
-    "One player: a game, a theme and lighting, a noise seed and a step count."
+    """One player: a game, a theme and lighting, a step count, and its starting noise: drawn once
+    from `noise_seed` and held on the screen, or locked to the world (`noise="world"`)."""
 
-    def __init__(self, seed: int, theme: int, lighting: int, steps: int, noise_seed: int = 0):
+    def __init__(
+        self,
+        seed: int,
+        theme: int,
+        lighting: int,
+        steps: int,
+        noise_seed: int = 0,
+        noise: str = "world",
+    ):
         from qmind_render.game import Game
         from qmind_render.cells import episode_materials
 
         self.game = Game(seed=seed, materials=episode_materials(seed))
         self.theme, self.lighting, self.steps, self.noise_seed = theme, lighting, steps, noise_seed
+        self.noise = noise
 
     def step(self, change: dict, grid, spec) -> tuple[RenderItem, dict, dict]:
         """Apply a parsed message, step the engine, skin the ground truth: the item to render, the
@@ -71,7 +82,14 @@ class PlaySession:
         t1 = time.perf_counter()
         truth = skin(ch, grid.themes[self.theme], grid.lightings[self.lighting])
         t2 = time.perf_counter()
-        item = RenderItem(ch, self.theme, self.lighting, self.noise_seed, steps=self.steps)
+        item = RenderItem(
+            ch,
+            self.theme,
+            self.lighting,
+            self.noise_seed,
+            steps=self.steps,
+            noise=self._noise(ch, spec),
+        )
         return (
             item,
             {"truth": truth, "channels": channel_strip(ch)},
@@ -93,6 +111,17 @@ class PlaySession:
                 },
             }
         )
+
+# %% ../nbs/74_app.ipynb #845b058a
+@patch
+def _noise(self: PlaySession, ch: dict, spec) -> np.ndarray | None:
+    "This frame's starting noise locked to the world, or None (the item's seed draws it)."
+    if self.noise != "world":
+        return None
+    from qmind_render.temporal import world_noise
+
+    zbuf, pose = self.game.geometry
+    return world_noise(zbuf, pose, ch["surface"], ch["uv"], spec, seed=self.noise_seed)
 
 # %% ../nbs/74_app.ipynb #f8278407
 # in qmind_render/assets/
@@ -377,6 +406,7 @@ async def _play(ws, st: _State):
             first.get("lighting", 0),
             first.get("steps", s.steps),
             s.seed,
+            s.noise,
         )
         st.metrics.count("play sessions")
         await ws.send_text(

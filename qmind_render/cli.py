@@ -100,6 +100,7 @@ BENCHES: dict[str, str] = {
     "train": "qmind_render.train:bench_train",
     "eval": "qmind_render.evaluate:bench_eval",
     "serve": "qmind_render.serve_bench:bench_serve",
+    "temporal": "qmind_render.serve_bench:bench_temporal",
     "gpu": "qmind_render.gpu:bench_gpu",
 }
 

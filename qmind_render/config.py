@@ -168,6 +168,9 @@ class EvalConfig:
     device: str = "auto"
     # AdamW steps of the factor classifiers (fitted on training frames)
     classifier_steps: int = 300
+    # the temporal figure: unseen walks per part (0: none) of this many frames each (58_temporal)
+    temporal_walks: int = 2
+    temporal_frames: int = 16
 
 # %% ../nbs/01_config.ipynb #0c76491d
 @dataclass
@@ -332,6 +335,8 @@ RULES: dict[str, tuple] = {
     "eval.ddim_steps": _at_least(1),
     "eval.frames_per_cell": _at_least(1),
     "eval.classifier_steps": _at_least(1),
+    "eval.temporal_walks": _at_least(0),
+    "eval.temporal_frames": _at_least(2),
     "eval.device": _DEV,
 }
 

@@ -239,7 +239,8 @@ def _tables_for(H: int, W: int, dmax: float, ids: tuple[int, ...]) -> _Tables:
 
 # %% ../nbs/10_engine.ipynb #a283decb
 def _tables(spec: ChannelSpec) -> _Tables:
-    "The frame tables for an (already checked) spec, whose camera must be the one the engine draws with."
+    """The frame tables for an (already checked) spec, whose camera must be the one the engine
+    draws with."""
     cam = {"headings": N_HEADINGS, "plane": PLANE, "eye": 0.5}
     if any(abs(spec.camera.get(k, 0) - v) > 1e-12 for k, v in cam.items()):
         raise ValueError(f"spec camera {spec.camera}: the engine draws with {cam}")

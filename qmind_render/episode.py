@@ -274,7 +274,8 @@ def render_batch(
 
 # %% ../nbs/11_episode.ipynb #0bfe6113
 class Walk(NamedTuple):
-    "An episode's frames with their geometry: channels [T, H, W(, 2)], z-buffer [T, H, W], pose [T, 3]."
+    """An episode's frames with their geometry: channels [T, H, W(, 2)], z-buffer [T, H, W], pose
+    [T, 3]."""
 
     channels: dict[str, np.ndarray]
     zbuf: np.ndarray  # float32: perpendicular distance of each pixel, in cells

@@ -34,15 +34,18 @@ from .diffusion import Diffusion, to_uint8
 from .encodings import prepare_batch
 from .model import build_model
 from .sampler import GraphSampler
-from .viz import episode_frames, heatmap, sample_grid, write_gif
+from .episode import Walk, render_walk
+from .temporal import change_images, pooled_error, reprojection
+from .viz import episode_frames, grid_figure, heatmap, mosaic, sample_grid, write_gif
 from .contracts import UserError
 from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
 __all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
            'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
-           'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'episode_video', 'evaluate', 'psnr_curve',
-           'report_md', 'eval_main', 'headline', 'bench_eval']
+           'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'walk_batch', 'episode_video',
+           'temporal_cells', 'temporal_part', 'temporal_picture', 'evaluate', 'psnr_curve', 'report_md', 'eval_main',
+           'headline', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -362,27 +365,87 @@ def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
     n = cells.sum(0)
     return np.where(n > 0, (values[:, None] * cells).sum(0) / np.maximum(n, 1), np.nan)
 
+# %% ../nbs/60_evaluate.ipynb #918dcfc1
+def walk_batch(seed: int, frames: int, cell: tuple, grid=None) -> tuple[dict, Walk]:
+    """A walk of `frames` frames of episode `seed` in factor cell (theme, material, lighting): a
+    batch (channels, ground truth, ids) and its geometry."""
+    from qmind_render.grid import load_grid
+    from qmind_render.skinner import skin
+
+    grid, (t, m, l) = grid or load_grid(), cell
+    walk = render_walk(seed, frames, materials=[m])
+    batch = {k: torch.from_numpy(v) for k, v in walk.channels.items()}
+    batch.update(
+        rgb=torch.from_numpy(skin(walk.channels, grid.themes[t], grid.lightings[l])),
+        theme=torch.full((frames,), t, dtype=torch.int16),
+        lighting=torch.full((frames,), l, dtype=torch.int16),
+    )
+    return batch, walk
+
 # %% ../nbs/60_evaluate.ipynb #a86eb079
 def episode_video(
     loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, scale: int = 2
 ) -> Path:
     """GIF of surface | ground truth | model for an unseen episode in a held-out cell
     (`viz.episode_frames`, `viz.write_gif`)."""
-    from qmind_render.episode import render_episode
-    from qmind_render.grid import load_grid
-    from qmind_render.skinner import skin, stack_frames
-
-    grid, (t, m, l) = load_grid(), loaded.split.held_out[0]
     seed = int(loaded.ds.manifest.seeds[1]) + 1000
-    ch = stack_frames(list(render_episode(seed, frames, materials=[m])))
-    batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in ch.items()}
-    batch.update(
-        rgb=torch.from_numpy(skin(ch, grid.themes[t], grid.lightings[l])),
-        theme=torch.full((frames,), t, dtype=torch.int16),
-        lighting=torch.full((frames,), l, dtype=torch.int16),
-    )
+    batch, _ = walk_batch(seed, frames, loaded.split.held_out[0])
     pred = render_frames(loaded.sampler(frames), batch, steps).cpu().numpy()
     return write_gif(episode_frames(batch, pred), path, scale=scale)
+
+# %% ../nbs/60_evaluate.ipynb #5b85b52c
+def temporal_cells(split, part: str, n: int) -> list[tuple[int, int, int]]:
+    "`n` cells of `part` ('heldout' | 'train'), spread evenly over the grid's order."
+    held = {tuple(c) for c in split.held_out}
+    every = [split.grid.cell(i) for i in range(split.grid.n_cells)]
+    cells = [c for c in every if (c in held) == (part == "heldout")]
+    if not n or not cells:
+        return []
+    return [cells[i] for i in np.linspace(0, len(cells) - 1, min(n, len(cells))).astype(int)]
+
+# %% ../nbs/60_evaluate.ipynb #ab6ef9d7
+def temporal_part(
+    ld: Loaded, sampler: GraphSampler, part: str, steps: list, seed: int
+) -> tuple[dict, tuple | None]:
+    """The warping error of the truth and of the model at each step count over the walks of
+    `part`, from episode `seed` on; and the first walk's frames and reprojection, for a picture."""
+    e = ld.cfg.eval
+    cells = temporal_cells(ld.split, part, e.temporal_walks)
+    walks = [walk_batch(seed + i, e.temporal_frames, c) for i, c in enumerate(cells)]
+    if not walks:
+        return {}, None
+    reps = [reprojection(w) for _, w in walks]
+    truth = [b["rgb"].numpy() for b, _ in walks]
+    gt = pooled_error(truth, reps)
+    r = {
+        "walks": len(walks),
+        "frames": e.temporal_frames,
+        "coverage": float(np.mean([x.coverage for x in reps])),
+        "ground_truth": gt,
+    }
+    first = {"truth": truth[0]}
+    for k in steps:
+        frames = [render_frames(sampler, b, k).cpu().numpy() for b, _ in walks]
+        rms = pooled_error(frames, reps)
+        r[f"ddim_{k}"] = {"rms": rms, "excess": rms - gt}
+        first[k] = frames[0]
+    return r, (first, reps[0])
+
+# %% ../nbs/60_evaluate.ipynb #41c0828f
+def temporal_picture(first: dict, rep, k: int, path: Path, n: int = 5) -> Path:
+    """A walk's ground truth and model frames (`k` steps), each above what changed since the frame
+    before (`change_images`), at `n` frames along it."""
+    truth, model = first["truth"], first[k]
+    ks = np.linspace(1, len(truth) - 1, min(n, len(truth) - 1)).astype(int)
+    rows = [
+        truth[ks],
+        change_images(truth, rep)[ks - 1],
+        model[ks],
+        change_images(model, rep)[ks - 1],
+    ]
+    names = ["ground truth", "its change", f"model, {k} steps", "its change"]
+    fig = grid_figure(mosaic([list(r) for r in rows]), names, [f"frame {j}" for j in ks])
+    return save_figure(fig, path, dpi=90)
 
 # %% ../nbs/60_evaluate.ipynb #9b5e78fc
 def _classifiers(
@@ -500,8 +563,16 @@ def evaluate(
         - res["parts"]["heldout"][f"ddim_{k}"]["psnr"]
         for k in steps
     }
+    t1, walks = time.monotonic(), {}
+    for i, part in enumerate(("heldout", "train")):
+        seed = int(ld.ds.manifest.seeds[1]) + 2000 + 100 * i
+        r, walks[part] = temporal_part(ld, sampler, part, steps, seed)
+        if r:
+            res["parts"][part]["temporal"] = r
+    res["temporal_seconds"] = round(time.monotonic() - t1, 1)
+    log(f"  temporal: warping error on unseen walks ({res['temporal_seconds']} s)")
     t1 = time.monotonic()
-    res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps))
+    res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps), walks.get("heldout"))
     log(
         "  pictures: the PSNR heatmap, sample grids and an episode video "
         f"({time.monotonic() - t1:.1f} s)"
@@ -514,7 +585,9 @@ def evaluate(
     return res
 
 # %% ../nbs/60_evaluate.ipynb #64c54acc
-def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> dict:
+def _pictures(
+    ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int, walk: tuple | None = None
+) -> dict:
     from qmind_render.grid import load_grid
 
     g = load_grid()
@@ -539,6 +612,8 @@ def _pictures(ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int) -> d
     pics["video"] = atomic_write(
         out / "episode.gif", write=lambda tmp: episode_video(ld, tmp, steps=k), suffix=".gif"
     ).name
+    if walk is not None:
+        pics["temporal"] = temporal_picture(*walk, k, out / "temporal.png").name
     return pics
 
 # %% ../nbs/60_evaluate.ipynb #989858de
@@ -632,6 +707,40 @@ def _accuracy(name: str, part: str, a: dict) -> dict:
         **{k: f"{a[k]:.2f}" for k in ("theme", "lighting", "material")},
     }
 
+# %% ../nbs/60_evaluate.ipynb #289d89a5
+def _temporal_md(res: dict) -> list[str]:
+    """The report's temporal table: the truth's warping error, the model's at each step count and
+    its excess."""
+    rows = []
+    for part in ("heldout", "train"):
+        r = res["parts"][part].get("temporal")
+        if r:
+            rows.append(
+                {
+                    "part": part,
+                    "walks x frames": f"{r['walks']} x {r['frames']}",
+                    "compared": f"{r['coverage']:.0%}",
+                    "ground truth": f"{r['ground_truth']:.2f}",
+                    **{
+                        f"model, {k} steps (excess)": f"{r[f'ddim_{k}']['rms']:.2f} "
+                        f"({r[f'ddim_{k}']['excess']:+.2f})"
+                        for k in res["ddim_steps"]
+                    },
+                }
+            )
+    if not rows:
+        return []
+    return [
+        "## Temporal stability (warping error, 8-bit levels RMS)",
+        "",
+        "Each frame of an unseen walk against the frame before, reprojected through the engine's "
+        "geometry, over the pixels both saw; the excess is the model's minus the ground truth's "
+        f"({res['temporal_seconds']} s).",
+        "",
+        format_table(rows, markdown=True),
+        "",
+    ]
+
 # %% ../nbs/60_evaluate.ipynb #810b321a
 def report_md(res: dict, ld: Loaded) -> str:
     "The report as Markdown (tables, then the pictures)."
@@ -661,6 +770,7 @@ def report_md(res: dict, ld: Loaded) -> str:
         table([{"DDIM steps": k, "gap dB": f"{res['gap'][f'ddim_{k}']:.2f}"} for k in steps]),
         "",
     ]
+    L += _temporal_md(res)
     L += [
         "## Factor classifiers (accuracy)",
         "",
@@ -694,6 +804,14 @@ def report_md(res: dict, ld: Loaded) -> str:
         f"Unseen episode in a held-out cell: ![video]({p['video']})",
         "",
     ]
+    if "temporal" in p:
+        L += [
+            "A held-out walk: what changed since the frame before, once that frame is reprojected "
+            "(grey: not seen in both):",
+            "",
+            f"![temporal]({p['temporal']})",
+            "",
+        ]
     return "\n".join(L)
 
 # %% ../nbs/60_evaluate.ipynb #7c438948

@@ -52,19 +52,22 @@ class Game:
         self.world = make_world(self.seed, materials, self.spec) if world is None else world
         self._runner = Runner([self.world], [self.seed], self.spec)
         self.frame, self.last_action, self._zcol = 0, None, None
+        # the last frame's z-buffer [H, W] and pose [x, y, heading] (58_temporal places its pixels)
+        self.geometry = None
 
 # %% ../nbs/12_game.ipynb #68eee146
 def _step(self: Game, action: str | int | None = None) -> dict[str, np.ndarray]:
     "Advance one frame with `action` (None: the built-in policy) and return its channels."
     out, acts = self._runner.run(1, np.array([[_action_index(action)]]))
     self.frame, self.last_action, self._zcol = self.frame + 1, ACTIONS[acts[0, 0]], out.zcol[0, 0]
+    self.geometry = (out.zbuf[0, 0], out.pose[0, 0])
     return out.frame(0, 0)
 
 # %% ../nbs/12_game.ipynb #9df1202a
 def _channels(self: Game) -> dict[str, np.ndarray]:
     "The channels of the current state (nothing moves)."
     out = self._runner.draw()
-    self._zcol = out.zcol[0, 0]
+    self._zcol, self.geometry = out.zcol[0, 0], (out.zbuf[0, 0], out.pose[0, 0])
     return out.frame(0, 0)
 
 

@@ -37,13 +37,15 @@ class RequestError(UserError, ValueError):
 @dataclass
 class RenderItem:
     """One frame to render: validated channels [H, W(, 2)], theme and lighting ids, noise seed, DDIM
-    steps (no default: the server's `ServeSettings.steps`)."""
+    steps (no default: the server's `ServeSettings.steps`), and its starting noise when the caller
+    made it (float32 [3, H, W], e.g. `temporal.world_noise`; else drawn from `seed`)."""
 
     channels: dict
     theme: int
     lighting: int
     seed: int = 0
     steps: int = field(kw_only=True)
+    noise: np.ndarray | None = field(default=None, kw_only=True, repr=False)
 
 # %% ../nbs/70_protocol.ipynb #d0fbe376
 MAX_STEPS = 16  # per request; more is never interactive and lets one client occupy the server

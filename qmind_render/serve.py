@@ -465,10 +465,12 @@ def stack_cond(items: list[RenderItem], device="cpu") -> dict:
 
 # %% ../nbs/71_serve.ipynb #c23289eb
 def start_noise(items: list[RenderItem], spec: ChannelSpec) -> torch.Tensor:
-    "x_T for each item, from its own seed: [B, 3, H, W]."
+    "x_T for each item, [B, 3, H, W]: the noise it carries, else drawn from its own seed."
     return torch.stack(
         [
             torch.randn(3, *spec.size, generator=torch.Generator().manual_seed(it.seed))
+            if it.noise is None
+            else torch.as_tensor(it.noise, dtype=torch.float32)
             for it in items
         ]
     )

@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,12 +22,14 @@ import torch
 from .batcher import on_model_thread
 from .protocol import render_item
 from .util import device_sync, interleaved
-from .serve import Renderer, candidate_nets, random_served, time_backends
+from .episode import Walk
+from .serve import Renderer, candidate_nets, load_served, random_served, time_backends
 from .server import ServerThread
 from .settings import ServeSettings
+from .temporal import pooled_error, reprojection
 
 # %% auto #0
-__all__ = ['load_test', 'bench_serve']
+__all__ = ['load_test', 'bench_serve', 'bench_temporal']
 
 # %% ../nbs/76_serve_bench.ipynb #1ec2ffd4
 async def _client(url: str, deadline: float, query: str, lat: list, errors: list) -> int:
@@ -160,4 +163,71 @@ def bench_serve(
                 / out[f"steps{k}_clients{min(clients)}_fps"],
                 2,
             )
+    return out
+
+# %% ../nbs/76_serve_bench.ipynb #d681132f
+def _walk_items(seed: int, theme: int, lighting: int, frames: int, noise: str, grid, spec):
+    """A `/play` session's first `frames` frames under the built-in policy: its items, ground truth
+    [T, H, W, 3] and the walk's geometry."""
+    from qmind_render.app import PlaySession
+
+    s = PlaySession(seed, theme, lighting, 1, noise="screen" if noise == "fresh" else noise)
+    items, truth, zbuf, pose, chans = [], [], [], [], []
+    for t in range(frames):
+        item, images, _ = s.step({"action": None}, grid, spec)
+        items.append(replace(item, seed=t) if noise == "fresh" else item)
+        truth.append(images["truth"])
+        chans.append(item.channels)
+        zbuf.append(s.game.geometry[0].copy())
+        pose.append(s.game.geometry[1].copy())
+    ch = {k: np.stack([c[k] for c in chans]) for k in chans[0]}
+    return items, np.stack(truth), Walk(ch, np.stack(zbuf), np.stack(pose))
+
+# %% ../nbs/76_serve_bench.ipynb #f20d998f
+def _render_all(renderer: Renderer, items: list) -> np.ndarray:
+    """uint8 [N, H, W, 3]: `items` rendered in batches as the micro-batcher forms them (at most
+    `max_batch`)."""
+    n = max(renderer.sampler.buckets)
+    return np.concatenate([renderer.render(items[i : i + n]) for i in range(0, len(items), n)])
+
+# %% ../nbs/76_serve_bench.ipynb #be1b65e1
+def bench_temporal(
+    checkpoint: str | None = None,
+    walks: int = 4,
+    frames: int = 24,
+    steps: list = (1, 2, 4),
+    noise: list = ("screen", "world", "fresh"),
+    backend: str = "eager",
+) -> dict:
+    """For each starting noise and step count: PSNR of what `/play` sends against the ground truth,
+    and its warping error with its excess over the truth's, over `walks` unseen walks of `frames`
+    frames (`checkpoint`: default the shipped model)."""
+    from qmind_render.evaluate import as_float, psnr
+
+    t0 = time.perf_counter()
+    served = load_served(checkpoint)
+    renderer, grid, spec = Renderer(served, backend), served.grid, served.spec
+    cells = [(i % len(grid.themes), i % len(grid.lightings)) for i in range(walks)]
+    out = {"model": served.source, "walks": walks, "frames": frames, "backend": backend}
+    for mode in noise:
+        runs = [
+            _walk_items(300_000 + i, t, l, frames, mode, grid, spec)
+            for i, (t, l) in enumerate(cells)
+        ]
+        reps = [reprojection(w, spec) for _, _, w in runs]
+        truth = pooled_error([gt for _, gt, _ in runs], reps)
+        out["truth_rms"] = round(truth, 3)
+        for k in steps:
+            pred = [
+                _render_all(renderer, [replace(it, steps=k) for it in items])
+                for items, _, _ in runs
+            ]
+            p = np.mean(
+                [psnr(as_float(f), as_float(gt)).mean().item() for f, (_, gt, _) in zip(pred, runs)]
+            )
+            rms = pooled_error(pred, reps)
+            out[f"{mode}_steps{k}_psnr"] = round(float(p), 3)
+            out[f"{mode}_steps{k}_rms"] = round(rms, 3)
+            out[f"{mode}_steps{k}_excess"] = round(rms - truth, 3)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
     return out

@@ -16,7 +16,7 @@ from dataclasses import replace
 from .app import create_app
 from .batcher import on_model_thread
 from .serve import BACKENDS, Served, ServeError, load_served
-from .settings import LOOPBACK_HOSTS, ServeSettings, hosts_for
+from .settings import LOOPBACK_HOSTS, NOISES, ServeSettings, hosts_for
 
 # %% auto #0
 __all__ = ['serve_url', 'bind', 'serve', 'ServerThread', 'serve_main']
@@ -241,6 +241,13 @@ def serve_main(argv: list[str]) -> int:
         "machine's host names and addresses",
     )
     p.add_argument(
+        "--noise",
+        default=d.noise,
+        choices=list(NOISES),
+        help="a /play frame's starting noise: world (locked to what it shows: steadier as you "
+        f"move) or screen (one draw, held); default {d.noise}",
+    )
+    p.add_argument(
         "--device",
         default="auto",
         help="auto (the GPU when there is one), cpu, mps, cuda or cuda:N",
@@ -256,6 +263,7 @@ def serve_main(argv: list[str]) -> int:
         session_idle_s=a.session_idle_s,
         allow_origins=tuple(a.allow_origin),
         allow_hosts=tuple(a.allow_host),
+        noise=a.noise,
     )
     if not 1 <= a.port <= 65535:
         raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")

@@ -28,7 +28,7 @@ from qmind_render.serve import (
 )
 
 # %% auto #0
-__all__ = ['LOOPBACK_HOSTS', 'WILDCARD_HOSTS', 'ServeSettings', 'AccessGuard', 'machine_names', 'hosts_for']
+__all__ = ['LOOPBACK_HOSTS', 'NOISES', 'WILDCARD_HOSTS', 'ServeSettings', 'AccessGuard', 'machine_names', 'hosts_for']
 
 # %% ../nbs/73_settings.ipynb #f5eba099
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -44,6 +44,10 @@ def _is_host_name(h: str) -> bool:
             bool(re.fullmatch(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?", h))
             and len(h) <= 253
         )
+
+# %% ../nbs/73_settings.ipynb #4bb9742e
+# how a /play session draws each frame's starting noise (58_temporal measures what each costs)
+NOISES = ("world", "screen")
 
 # %% ../nbs/73_settings.ipynb #df5dc5f5
 @dataclass
@@ -73,6 +77,8 @@ class ServeSettings:
     max_body_bytes: int = 256 * 1024
     max_message_bytes: int = 4096  # /play client messages (a key press is ~30 bytes)
     seed: int = 0  # the /play sessions' starting-noise seed
+    # /play starting noise: world (moves with what it shows) | screen (one draw from `seed`, held)
+    noise: str = "world"
 
     def __post_init__(self):
         self.allow_origins, self.hosts = (
@@ -103,6 +109,8 @@ class ServeSettings:
         within("session_idle_s", 0.1, 86400, float)
         within("max_body_bytes", 1024, 64 << 20)
         within("max_message_bytes", 64, 1 << 20)
+        if self.noise not in NOISES:
+            raise ServeError(f"noise {self.noise!r} is not one of {', '.join(NOISES)}")
         if self.backend not in (*BACKENDS, "auto"):
             raise ServeError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}, auto")
         for o in self.allow_origins:

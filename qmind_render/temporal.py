@@ -17,18 +17,20 @@ from .episode import Walk
 
 # %% auto #0
 __all__ = ['camera', 'world_points', 'project', 'plane_ids', 'Reprojection', 'reprojection', 'warp_previous', 'residual',
-           'warp_error', 'temporal_excess', 'world_noise']
+           'warp_error', 'temporal_excess', 'pooled_error', 'change_images', 'world_noise']
 
 # %% ../nbs/58_temporal.ipynb #fd743a65
 def camera(pose, spec: ChannelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    "A pose's position, unit view direction and camera-plane vector, as the spec's `camera` defines them."
+    """A pose's position, unit view direction and camera-plane vector, as the spec's `camera`
+    defines them."""
     cam = spec.camera
     c, s = heading_table(cam["headings"])[int(pose[2])]
     return np.asarray(pose[:2], np.float64), np.array([c, s]), cam["plane"] * np.array([-s, c])
 
 # %% ../nbs/58_temporal.ipynb #1e1c699e
 def world_points(zbuf: np.ndarray, pose, spec: ChannelSpec | None = None) -> np.ndarray:
-    "The world point (x, y, height) each pixel shows, float64 [H, W, 3], from its frame's pose and z-buffer."
+    """The world point (x, y, height) each pixel shows, float64 [H, W, 3], from its frame's pose
+    and z-buffer."""
     spec = spec or load_spec()
     H, W = zbuf.shape
     pos, d, pl = camera(pose, spec)
@@ -43,8 +45,9 @@ def world_points(zbuf: np.ndarray, pose, spec: ChannelSpec | None = None) -> np.
 def project(
     points: np.ndarray, pose, spec: ChannelSpec | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Where world points [..., 3] land in a frame drawn at `pose`: fractional (row, column) [..., 2],
-    pixel centres at whole numbers (NaN behind the camera), and their perpendicular distance [...]."""
+    """Where world points [..., 3] land in a frame drawn at `pose`: fractional (row, column) [...,
+    2], pixel centres at whole numbers (NaN behind the camera), and their perpendicular distance
+    [...]."""
     spec = spec or load_spec()
     (H, W), plane = spec.size, spec.camera["plane"]
     pos, d, pl = camera(pose, spec)
@@ -102,7 +105,8 @@ def _bilinear(rc: np.ndarray, H: int, W: int) -> tuple[np.ndarray, np.ndarray, n
 
 # %% ../nbs/58_temporal.ipynb #65a8f902
 def reprojection(walk: Walk, spec: ChannelSpec | None = None) -> Reprojection:
-    "Each frame of `walk` reprojected into its predecessor, through the engine's poses and z-buffers."
+    """Each frame of `walk` reprojected into its predecessor, through the engine's poses and
+    z-buffers."""
     spec = spec or load_spec()
     T, H, W = walk.zbuf.shape
     pts = [world_points(walk.zbuf[t], walk.pose[t], spec) for t in range(T)]
@@ -132,7 +136,8 @@ def warp_previous(frames: np.ndarray, rep: Reprojection) -> np.ndarray:
 
 # %% ../nbs/58_temporal.ipynb #f58525f4
 def residual(frames: np.ndarray, rep: Reprojection) -> np.ndarray:
-    "Each frame minus its warped predecessor, float32 [T-1, H, W, C], NaN where they saw different things."
+    """Each frame minus its warped predecessor, float32 [T-1, H, W, C], NaN where they saw
+    different things."""
     T, H, W, _ = frames.shape
     d = frames[1:].astype(np.float32) - warp_previous(frames, rep)
     d[~rep.valid.reshape(T - 1, H, W)] = np.nan
@@ -155,14 +160,35 @@ def temporal_excess(frames: np.ndarray, truth: np.ndarray, rep: Reprojection) ->
     model, gt = warp_error(frames, rep)["rms"], warp_error(truth, rep)["rms"]
     return {"model": model, "truth": gt, "excess": model - gt}
 
+# %% ../nbs/58_temporal.ipynb #3c7a2449
+def pooled_error(walks: list[np.ndarray], reps: list[Reprojection]) -> float:
+    "`warp_error`'s RMS over every compared pixel of several walks (frames [T, H, W, C] each)."
+    sq = np.concatenate([(residual(f, r) ** 2).mean(-1).ravel() for f, r in zip(walks, reps)])
+    sq = sq[np.isfinite(sq)]
+    return float(np.sqrt(sq.mean())) if sq.size else float("nan")
+
+# %% ../nbs/58_temporal.ipynb #a42ba28e
+def change_images(frames: np.ndarray, rep: Reprojection, gain: float = 4.0) -> np.ndarray:
+    """What changed since the frame before, as pictures: |residual| (mean over channels) times
+    `gain`, uint8 [T-1, H, W, 3], mid-grey where the two frames saw different things."""
+    d = np.abs(residual(frames, rep)).mean(-1)
+    img = np.repeat(
+        np.clip(gain * np.nan_to_num(d, nan=0.0), 0, 255).astype(np.uint8)[..., None], 3, -1
+    )
+    img[np.isnan(d)] = 128
+    return img
+
 # %% ../nbs/58_temporal.ipynb #9c70fdc0
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
-    "splitmix64's finaliser: uint64 -> uint64, every input bit reaching every output bit."
-    h = (h ^ (h >> np.uint64(30))) * _M1
-    h = (h ^ (h >> np.uint64(27))) * _M2
+    """splitmix64's finaliser: uint64 -> uint64 (wrapping), every input bit reaching every output
+    bit."""
+    h = np.asarray(h, np.uint64)
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(30))) * _M1
+        h = (h ^ (h >> np.uint64(27))) * _M2
     return h ^ (h >> np.uint64(31))
 
 # %% ../nbs/58_temporal.ipynb #7d3fdf6b
@@ -182,7 +208,7 @@ def world_noise(
     uv: np.ndarray,
     spec: ChannelSpec | None = None,
     seed: int = 0,
-    texels: int = 32,
+    texels: int = 2,
     channels: int = 3,
 ) -> np.ndarray:
     """Starting noise locked to the world, float32 [channels, H, W]: a standard normal per (plane,
@@ -199,4 +225,4 @@ def world_noise(
     b = np.where(enemy, uv[..., 1], b)
     ia, ib = (np.floor(v * texels).astype(np.int64).astype(np.uint64) for v in (a, b))
     key = _mix(ids.astype(np.uint64) ^ _mix(ia ^ _mix(ib ^ _mix(np.uint64(seed) + np.uint64(1)))))
-    return np.stack([_gaussian(key ^ np.uint64(c + 1) * _M2) for c in range(channels)])
+    return np.stack([_gaussian(key ^ _mix(np.uint64(c + 1))) for c in range(channels)])

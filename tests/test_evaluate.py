@@ -95,6 +95,12 @@ def test_run_end_to_end_writes_the_report(work, ran):
         } <= set(r)
         assert 0 < r["ddim_2"]["psnr"] < 100 and 0 <= r["ddim_2"]["ssim"] <= 1
         assert set(r["ddim_2"]["mae_by_surface"]) == {"ceiling", "wall", "floor", "enemy"}
+        # the temporal figure: unseen walks, the truth's warping error and the model's excess
+        t = r["temporal"]
+        assert t["walks"] == 2 and t["frames"] == 16 and 0.3 < t["coverage"] < 1
+        assert 0 < t["ground_truth"] < 60 and t["ddim_2"]["rms"] > 0
+        assert abs(t["ddim_2"]["excess"] - (t["ddim_2"]["rms"] - t["ground_truth"])) < 1e-9
+    assert res["temporal_seconds"] > 0
     assert res["lpips"].startswith(("computed", "unavailable"))
     assert set(res["gap"]) == {"ddim_1", "ddim_2"}
     report = (ev / "report.md").read_text()
@@ -103,7 +109,14 @@ def test_run_end_to_end_writes_the_report(work, ran):
         and "Held-out cells" in report
         and "![PSNR per cell](psnr_heatmap.png)" in report
     )
-    for f in ("psnr_heatmap.png", "samples_heldout.png", "samples_train.png", "episode.gif"):
+    assert "## Temporal stability" in report and "![temporal](temporal.png)" in report
+    for f in (
+        "psnr_heatmap.png",
+        "samples_heldout.png",
+        "samples_train.png",
+        "episode.gif",
+        "temporal.png",
+    ):
         assert (ev / f).stat().st_size > 1000, f
     from PIL import Image
 
