@@ -57,7 +57,7 @@ class PlaySession:
         lighting: int,
         steps: int,
         noise_seed: int = 0,
-        noise: str = "world",
+        noise: str = ServeSettings.noise,
     ):
         from qmind_render.game import Game
         from qmind_render.cells import episode_materials

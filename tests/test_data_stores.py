@@ -126,7 +126,7 @@ def test_incompatible_manifest_names_both_versions(store, tmp_path):
     # a genuine manifest from another spec version, not an edited one
     m["content_sha256"] = manifest_hash(m)
     store.put_bytes(json.dumps(m).encode(), key)
-    with pytest.raises(DatasetError, match=r"ds-t.*0\.2\.0.*0\.1\.0"):
+    with pytest.raises(DatasetError, match=r"ds-t.*0\.2\.0.*0\.1\.1"):
         fetch(store, "ds-t", tmp_path / "cache")
 
 

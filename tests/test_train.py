@@ -501,7 +501,7 @@ def test_incompatible_checkpoint_and_corrupt_file(data):
     state["versions"]["channel_spec"] = "0.2.0"
     # resealed: an edit that knows the format
     torch.save(seal(state), ck)
-    with pytest.raises(CheckpointError, match=r"0\.2\.0.*0\.1\.0"):
+    with pytest.raises(CheckpointError, match=r"0\.2\.0.*0\.1\.1"):
         train(load_config(None, args(data, "compat", 4)), data / "runs")
     ck.write_bytes(b"garbage")
     with pytest.raises(
