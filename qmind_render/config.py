@@ -125,6 +125,8 @@ class ModelConfig:
     depth_freqs: list[int] = field(default_factory=list)
     # width of a per-pixel MLP beside the U-Net's output (0: none)
     pixel_head: int = 0
+    # width of a per-pixel MLP from the lighting planes to a gain and offset on the output (0: none)
+    lit_head: int = 0
 
 # %% ../nbs/01_config.ipynb #0488c609
 @dataclass
@@ -332,6 +334,7 @@ RULES: dict[str, tuple] = {
     "train.finetune_steps": _at_least(0),
     "model.uv_freqs": _at_least(1),
     "model.pixel_head": _at_least(0),
+    "model.lit_head": _at_least(0),
     "eval.ddim_steps": _at_least(1),
     "eval.frames_per_cell": _at_least(1),
     "eval.classifier_steps": _at_least(1),

@@ -26,8 +26,8 @@ from qmind_render.encodings import (
 )
 
 # %% auto #0
-__all__ = ['SIZES', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet', 'ConditionalUNet',
-           'build_model', 'n_params']
+__all__ = ['SIZES', 'LIT_PLANES', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet', 'lit_split',
+           'lit_mlp', 'ConditionalUNet', 'denoise', 'build_model', 'n_params']
 
 # %% ../nbs/40_model.ipynb #80551b78
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
@@ -239,6 +239,36 @@ class UNet(nn.Module):
         h = self.out[1](self.out[0](h))
         return self.out[2](h) + self.head(torch.cat([h, x], 1))
 
+# %% ../nbs/40_model.ipynb #7fb27b941602401d91542211134fc71a
+# what lighting depends on in a frame: how far, how lit, and the lighting's own numbers
+LIT_PLANES = ("depth", "light")
+
+
+def lit_split(names: list[str], lit_head: int) -> tuple[list[int], list[int]]:
+    """The conditioning planes the U-Net sees and those the lit head sees (`lit_head` > 0): the
+    lighting's planes and the light go to the head alone; depth to both."""
+    lit = [i for i, n in enumerate(names) if n in LIT_PLANES or n.startswith("lighting ")]
+    if not lit_head:
+        return list(range(len(names))), []
+    if not any(names[i].startswith("lighting ") for i in lit):
+        raise ValueError(
+            "model.lit_head needs the lighting as per-pixel planes: set model.lighting_enc=planes "
+            "(or model.theme_enc=planes)"
+        )
+    return [i for i, n in enumerate(names) if i not in lit or n == "depth"], lit
+
+# %% ../nbs/40_model.ipynb #acae54e37e7d407bbb7b55eff062a284
+def lit_mlp(n_in: int, width: int, out_ch: int) -> nn.Sequential:
+    """A per-pixel MLP (1×1 convs) from the lighting planes to a gain and an offset per colour,
+    zero at the start (the output passes through)."""
+    return nn.Sequential(
+        nn.Conv2d(n_in, width, 1),
+        nn.SiLU(),
+        nn.Conv2d(width, width, 1),
+        nn.SiLU(),
+        _zero(nn.Conv2d(width, 2 * out_ch, 1)),
+    )
+
 # %% ../nbs/40_model.ipynb #6db14689
 class ConditionalUNet(nn.Module):
     "Noisy frame + encoded channels in, ε or v out."
@@ -252,6 +282,7 @@ class ConditionalUNet(nn.Module):
         dropout: float = 0.0,
         channels_last: bool = True,
         pixel_head: int = 0,
+        lit_head: int = 0,
     ):
         super().__init__()
         if isinstance(size, str) and size not in SIZES:
@@ -266,8 +297,12 @@ class ConditionalUNet(nn.Module):
                 f"2**{len(self.size.mults) - 1} (size {self.size_name})"
             )
         self.encoder = ConditionEncoder(spec, enc, tables, 4 * self.size.width)
+        keep, lit = lit_split(self.encoder.plane_names, lit_head)
+        self.register_buffer("keep", torch.tensor(keep), persistent=False)
+        self.register_buffer("lit_in", torch.tensor(lit, dtype=torch.long), persistent=False)
+        self.lit = lit_mlp(len(lit), lit_head, self.image_channels) if lit_head else None
         self.net = UNet(
-            self.image_channels + self.encoder.channels,
+            self.image_channels + len(keep),
             self.image_channels,
             self.size,
             H,
@@ -292,11 +327,18 @@ class ConditionalUNet(nn.Module):
         e = cond if isinstance(cond, Encoded) else self.encoder(cond)
         if not torch.compiler.is_compiling():
             self.check_inputs(x_t, t, e)
-        x = torch.cat([x_t, e.planes.to(x_t.dtype)], 1)
-        x = x.contiguous(
-            memory_format=torch.channels_last if self.channels_last else torch.contiguous_format
-        )
-        return self.net(x, t, e.vec)
+        return denoise(self, x_t, t, e.planes.to(x_t.dtype), e.vec)
+
+# %% ../nbs/40_model.ipynb #d7f6cd06
+def denoise(m, x_t: torch.Tensor, t: torch.Tensor, planes: torch.Tensor, vec) -> torch.Tensor:
+    """The network on encoded `planes`, for a `ConditionalUNet` or anything holding its `net`,
+    `lit`, `keep`, `lit_in` and `channels_last` (a sampler's copy in another dtype)."""
+    fmt = torch.channels_last if m.channels_last else torch.contiguous_format
+    if m.lit is None:
+        return m.net(torch.cat([x_t, planes], 1).contiguous(memory_format=fmt), t, vec)
+    x = torch.cat([x_t, planes.index_select(1, m.keep)], 1).contiguous(memory_format=fmt)
+    gain, offset = m.lit(planes.index_select(1, m.lit_in)).chunk(2, 1)
+    return m.net(x, t, vec) * (1 + gain) + offset
 
 # %% ../nbs/40_model.ipynb #ff025f81
 @patch
@@ -328,6 +370,7 @@ def build_model(
         float(cfg.dropout),
         bool(cfg.channels_last),
         int(cfg.pixel_head),
+        int(cfg.lit_head),
     )
 
 # %% ../nbs/40_model.ipynb #a9556c95

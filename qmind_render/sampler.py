@@ -19,7 +19,7 @@ from .device import precision_dtype
 from .contracts import UserError
 from .diffusion import Diffusion, ddim_sample, draw_noise
 from .encodings import COND_KEYS, check_tensor, prepare_batch, synthetic_batch
-from .model import ConditionalUNet, build_model
+from .model import ConditionalUNet, build_model, denoise
 from .util import device_sync, interleaved
 
 # %% auto #0
@@ -42,17 +42,16 @@ class InferenceNet(torch.nn.Module):
 
     def __init__(self, model: ConditionalUNet, dtype: torch.dtype = torch.float32):
         super().__init__()
-        self.net = (
-            model.net if dtype == torch.float32 else copy.deepcopy(model.net).to(dtype).eval()
-        )
+        same = dtype == torch.float32
+        cast = lambda m: m if same or m is None else copy.deepcopy(m).to(dtype).eval()
+        self.net, self.lit = cast(model.net), cast(model.lit)
+        self.register_buffer("keep", model.keep, persistent=False)
+        self.register_buffer("lit_in", model.lit_in, persistent=False)
         self.dtype, self.channels_last = dtype, model.channels_last
 
     def forward(self, x, t, planes, vec):
-        x = torch.cat([x, planes], 1).to(self.dtype)
-        x = x.contiguous(
-            memory_format=torch.channels_last if self.channels_last else torch.contiguous_format
-        )
-        return self.net(x, t, vec.to(self.dtype)).float()
+        d = self.dtype
+        return denoise(self, x.to(d), t, planes.to(d), vec.to(d)).float()
 
 # %% ../nbs/43_sampler.ipynb #09f3fc9a
 class SamplerError(UserError, ValueError):

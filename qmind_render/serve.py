@@ -326,7 +326,8 @@ def compiled_path(served: Served, cache: str | Path | None = None) -> Path:
         + code.co_code
         + repr((code.co_consts, code.co_names, sys.version)).encode()
     )
-    for k, v in m.net.state_dict().items():
+    lit = {} if m.lit is None else {f"lit.{k}": v for k, v in m.lit.state_dict().items()}
+    for k, v in (m.net.state_dict() | lit).items():
         h.update(k.encode())
         h.update(v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return Path(cache or default_cache_dir() / "aoti") / f"{m.size_name}-{h.hexdigest()[:20]}.pt2"

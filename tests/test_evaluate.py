@@ -103,7 +103,11 @@ def test_run_end_to_end_writes_the_report(work, ran):
     assert res["temporal_seconds"] > 0
     assert res["lpips"].startswith(("computed", "unavailable"))
     assert set(res["gap"]) == {"ddim_1", "ddim_2"}
+    # the matched gap: an additive fit over the training cells, each held-out cell against it
+    m = res["gap_matched"]["ddim_1"]
+    assert 0 < m["cells"] <= 15 and m["se"] > 0 and abs(m["gap"]) < 30
     report = (ev / "report.md").read_text()
+    assert f"{m['gap']:.2f} ± {m['se']:.2f}" in report
     assert (
         "mean-colour baseline" in report
         and "Held-out cells" in report

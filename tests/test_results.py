@@ -71,15 +71,20 @@ def _held_out_by_group(d: Path, by: list[str]) -> dict[tuple, list[float]]:
     return groups
 
 
-def test_the_results_chapter_shows_the_committed_runs():
+def chapter_outputs() -> str:
+    "Every text the results chapter stores, joined."
     nb = json.loads((ROOT / "nbs" / "89_results.ipynb").read_text())
-    shown = "\n".join(
+    return "\n".join(
         "".join(o.get("data", {}).get(kind, o.get("text", "")))
         for c in nb["cells"]
         if c["cell_type"] == "code"
         for o in c["outputs"]
         for kind in ("text/markdown", "text/plain")
     )
+
+
+def test_the_results_chapter_shows_the_committed_runs():
+    shown = chapter_outputs()
     for name in ("coverage", "encoding", "switches"):
         res = read_results(ROOT / "results" / name, ROOT)
         assert group_table(res["groups"], res["by"]) in shown, (

@@ -63,6 +63,21 @@ def test_fixed_buffers_equal_the_reference_on_cpu(enc, pred):
         s(*inputs(9), 1)
 
 
+def test_the_lit_head_is_in_every_samplers_network():
+    "A sampler that called the U-Net alone (as it once did) would drop the lighting's gain."
+    model, d = model_and_diffusion("tiny", "cpu", "model.theme_enc=planes", "model.lit_head=16")
+    with torch.no_grad():
+        torch.nn.init.normal_(model.lit[-1].weight, std=0.2)
+    cond, x = inputs(4, seed=1)
+    ref = ddim_sample(model, cond, d, 2, x_T=x)
+    assert torch.equal(GraphSampler(model, d, dtype=torch.float32, buckets=(4,))(cond, x, 2), ref)
+    bf16 = GraphSampler(model, d, dtype=torch.bfloat16, buckets=(4,))(cond, x, 2)
+    assert (bf16 - ref).abs().mean() < 0.02
+    with torch.no_grad():
+        model.lit[-1].weight.zero_()
+    assert (ddim_sample(model, cond, d, 2, x_T=x) - ref).abs().mean() > 0.05
+
+
 @needs_cuda
 @pytest.mark.parametrize("size", ["small", "base"])
 def test_cuda_graph_equals_the_eager_loop(size):

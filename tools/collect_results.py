@@ -21,6 +21,7 @@ SWITCHES = (
     "model.uv_freqs",
     "model.depth_freqs",
     "model.pixel_head",
+    "model.lit_head",
     "model.theme_enc",
     "train.batch",
     "train.steps",
@@ -42,12 +43,15 @@ def row(run: Path) -> dict:
     ev = json.loads((run / "eval.json").read_text())
     sw = switches(yaml.safe_load((run / "config.yaml").read_text()))
     h, t = ev["parts"]["heldout"], ev["parts"]["train"]
-    out = {"run": run.name, **{k.split(".")[1]: v for k, v in sw.items()}}
+    seed = config_from_dict(yaml.safe_load((run / "config.yaml").read_text())).seed
+    out = {"run": run.name, "seed": seed, **{k.split(".")[1]: v for k, v in sw.items()}}
     for k in ev["ddim_steps"]:
         out[f"held-out {k}"] = f"{h[f'ddim_{k}']['psnr']:.2f}"
     k = ev["ddim_steps"][0]
     out[f"train {k}"] = f"{t[f'ddim_{k}']['psnr']:.2f}"
     out[f"gap {k}"] = f"{t[f'ddim_{k}']['psnr'] - h[f'ddim_{k}']['psnr']:.2f}"
+    m = ev.get("gap_matched", {}).get(f"ddim_{k}")
+    out[f"matched gap {k}"] = f"{m['gap']:.2f} ± {m['se']:.2f}" if m else "–"
     out[f"SSIM {k}"] = f"{h[f'ddim_{k}']['ssim']:.3f}"
     gt = h["ground_truth_classifier"]
     for f in ("theme", "lighting"):
