@@ -41,11 +41,12 @@ from .contracts import UserError
 from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
-__all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
-           'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
-           'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'factor_design', 'matched_gap',
-           'matched_gaps', 'walk_batch', 'episode_video', 'temporal_cells', 'temporal_part', 'temporal_picture',
-           'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'headline', 'bench_eval']
+__all__ = ['FACTORS', 'as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded',
+           'eval_batch', 'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet',
+           'factor_labels', 'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'factor_design',
+           'matched_gap', 'matched_gaps', 'gap_by_level', 'level_names', 'walk_batch', 'episode_video',
+           'temporal_cells', 'temporal_part', 'temporal_picture', 'evaluate', 'psnr_curve', 'report_md', 'eval_main',
+           'headline', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -410,6 +411,49 @@ def matched_gaps(cells_psnr: dict, split) -> dict:
             out[f"ddim_{k}"] = m
     return out
 
+# %% ../nbs/60_evaluate.ipynb #51c26105
+FACTORS = ("theme", "material", "lighting")
+
+
+def _mean(x: np.ndarray) -> float | None:
+    return float(np.mean(x)) if len(x) else None
+
+
+def gap_by_level(per: np.ndarray, held: np.ndarray, grid, names: dict | None = None) -> dict:
+    """{factor: [a row per level]} from per-cell values `per` (NaN: unscored) and `held`, the
+    held-out mask, on a `data.Grid`: each level's scored training and held-out cells and their
+    mean values (None where it has none). `names`: {factor: [level names]}, else the levels'
+    numbers."""
+    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
+    scored = np.isfinite(per)
+    out = {}
+    for f, (factor, n) in enumerate(zip(FACTORS, (grid.theme, grid.material, grid.light))):
+        rows = []
+        for k in range(n):
+            tr = scored & (cells[:, f] == k) & ~held
+            he = scored & (cells[:, f] == k) & held
+            rows.append(
+                {
+                    "level": (names or {}).get(factor, list(map(str, range(n))))[k],
+                    "train_cells": int(tr.sum()),
+                    "heldout_cells": int(he.sum()),
+                    "train": _mean(per[tr]),
+                    "heldout": _mean(per[he]),
+                }
+            )
+        out[factor] = rows
+    return out
+
+# %% ../nbs/60_evaluate.ipynb #c0e0d43c
+def level_names(grid) -> dict | None:
+    "The grid file's level names, {factor: [names]}, when its shape is `grid`'s; else None."
+    from qmind_render.grid import load_grid
+
+    fg = load_grid()
+    if fg.shape != (grid.theme, grid.material, grid.light):
+        return None
+    return {"theme": fg.theme_names, "material": list(fg.materials), "lighting": fg.lighting_names}
+
 # %% ../nbs/60_evaluate.ipynb #918dcfc1
 def walk_batch(seed: int, frames: int, cell: tuple, grid=None) -> tuple[dict, Walk]:
     """A walk of `frames` frames of episode `seed` in factor cell (theme, material, lighting): a
@@ -609,6 +653,11 @@ def evaluate(
         for k in steps
     }
     res["gap_matched"] = matched_gaps(cells_psnr, ld.split)
+    k = min(steps)
+    per_k = per_cell(*map(np.concatenate, zip(*cells_psnr[k])))
+    res["gap_by_level"] = {
+        f"ddim_{k}": gap_by_level(per_k, ld.split.mask(), ld.split.grid, level_names(ld.split.grid))
+    }
     t1, walks = time.monotonic(), {}
     for i, part in enumerate(("heldout", "train")):
         seed = int(ld.ds.manifest.seeds[1]) + 2000 + 100 * i
@@ -759,6 +808,34 @@ def _gap_row(res: dict, k: int) -> dict:
     row = {"DDIM steps": k, "gap dB": f"{res['gap'][f'ddim_{k}']:.2f}"}
     return row | ({"matched gap dB": f"{m['gap']:.2f} ± {m['se']:.2f}"} if m else {})
 
+
+def _level_md(res: dict) -> list[str]:
+    "The gap by factor level as a table (nothing for an eval.json from before it)."
+    if not res.get("gap_by_level"):
+        return []
+    ((key, by),) = res["gap_by_level"].items()
+    k = int(key.split("_")[1])
+    rows = [
+        {
+            "factor": factor,
+            "level": r["level"],
+            "training cells": r["train_cells"],
+            "held-out cells": r["heldout_cells"],
+            "training PSNR": "—" if r["train"] is None else f"{r['train']:.2f}",
+            "held-out PSNR": "—" if r["heldout"] is None else f"{r['heldout']:.2f}",
+        }
+        for factor, rs in by.items()
+        for r in rs
+    ]
+    return [
+        f"### The gap by factor level ({k} DDIM step{'s' * (k > 1)}; means over cells)",
+        "",
+        format_table(rows, markdown=True),
+        "",
+        "A level with many held-out cells and a low training PSNR is one the split leaned on.",
+        "",
+    ]
+
 # %% ../nbs/60_evaluate.ipynb #289d89a5
 def _temporal_md(res: dict) -> list[str]:
     """The report's temporal table: the truth's warping error, the model's at each step count and
@@ -826,6 +903,7 @@ def report_md(res: dict, ld: Loaded) -> str:
         "standard error; the plain gap also counts how much harder the held-out cells are.",
         "",
     ]
+    L += _level_md(res)
     L += _temporal_md(res)
     L += [
         "## Factor classifiers (accuracy)",

@@ -108,6 +108,21 @@ def test_run_end_to_end_writes_the_report(work, ran):
     assert 0 < m["cells"] <= 15 and m["se"] > 0 and abs(m["gap"]) < 30
     report = (ev / "report.md").read_text()
     assert f"{m['gap']:.2f} ± {m['se']:.2f}" in report
+    # the gap by factor level, at the fewest steps: every scored cell counted once per factor, and
+    # the held-out cells' mean over one factor's levels agrees with the matched gap's cell gap
+    by = res["gap_by_level"]["ddim_1"]
+    assert [r["level"] for r in by["lighting"]] == ["daylight", "torchlight", "moonlight", "toxic"]
+    for rows in by.values():
+        assert sum(r["heldout_cells"] for r in rows) == m["cells"]
+    rows = [r for r in by["theme"] if r["heldout"] is not None]
+    held_mean = sum(r["heldout"] * r["heldout_cells"] for r in rows) / m["cells"]
+    train = [r for r in by["theme"] if r["train"] is not None]
+    train_mean = sum(r["train"] * r["train_cells"] for r in train) / sum(
+        r["train_cells"] for r in train
+    )
+    assert abs((train_mean - held_mean) - m["cell_gap"]) < 1e-6
+    assert "### The gap by factor level (1 DDIM step; means over cells)" in report
+    assert "| lighting | daylight |" in report
     assert (
         "mean-colour baseline" in report
         and "Held-out cells" in report
