@@ -34,6 +34,7 @@ from .diffusion import Diffusion, to_uint8
 from .encodings import prepare_batch
 from .model import build_model
 from .sampler import GraphSampler
+from .gaps import gap_by_level, level_names, matched_gaps, per_cell
 from .episode import Walk, render_walk
 from .temporal import change_images, pooled_error, reprojection
 from .viz import episode_frames, grid_figure, heatmap, mosaic, sample_grid, write_gif
@@ -41,12 +42,11 @@ from .contracts import UserError
 from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
-__all__ = ['FACTORS', 'as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded',
-           'eval_batch', 'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet',
-           'factor_labels', 'train_classifier', 'accuracy', 'score', 'summarise', 'per_cell', 'factor_design',
-           'matched_gap', 'matched_gaps', 'gap_by_level', 'level_names', 'walk_batch', 'episode_video',
-           'temporal_cells', 'temporal_part', 'temporal_picture', 'evaluate', 'psnr_curve', 'report_md', 'eval_main',
-           'headline', 'bench_eval']
+__all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
+           'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
+           'train_classifier', 'accuracy', 'score', 'summarise', 'walk_batch', 'episode_video', 'temporal_cells',
+           'temporal_part', 'temporal_picture', 'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'headline',
+           'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -358,101 +358,6 @@ def summarise(s: dict) -> dict:
         "lpips": None if s["lpips"] is None else float(np.mean(s["lpips"])),
         "mae_by_surface": s["mae_by_surface"],
     }
-
-# %% ../nbs/60_evaluate.ipynb #7ce94743
-def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    "Mean of a per-frame value over the frames showing each cell (NaN where none do)."
-    cells = np.asarray(cells, dtype=float)
-    n = cells.sum(0)
-    return np.where(n > 0, (values[:, None] * cells).sum(0) / np.maximum(n, 1), np.nan)
-
-# %% ../nbs/60_evaluate.ipynb #acae54e37e7d407bbb7b55eff062a284
-def factor_design(cells: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """[n, 1 + Σ(levels − 1)]: an intercept and a one-hot column per level of each factor but its
-    first, for cells given as rows of factor indices."""
-    cols = [np.ones(len(cells))]
-    for f, n in enumerate(shape):
-        cols += [(cells[:, f] == k).astype(float) for k in range(1, n)]
-    return np.stack(cols, 1)
-
-# %% ../nbs/60_evaluate.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
-def matched_gap(per: np.ndarray, held: np.ndarray, grid) -> dict:
-    """From per-cell values `per` [n_cells] (NaN: unscored) and `held`, the held-out mask, on a
-    `data.Grid`: the held-out cells' mean shortfall against the additive (theme + material +
-    lighting) prediction fitted on the training cells, its standard error, the cells it covers,
-    and the plain cell-mean gap."""
-    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
-    X = factor_design(cells, (grid.theme, grid.material, grid.light))
-    tr, he = ~held & np.isfinite(per), held & np.isfinite(per)
-    # a level no training cell shows cannot be predicted
-    unseen = any(not set(cells[he, f]) <= set(cells[tr, f]) for f in range(cells.shape[1]))
-    if tr.sum() <= X.shape[1] or not he.any() or unseen:
-        return {}
-    w = np.linalg.lstsq(X[tr], per[tr], rcond=None)[0]
-    # leave-one-out residuals from the hat matrix's diagonal
-    hat = np.einsum("ij,jk,ik->i", X[tr], np.linalg.pinv(X[tr].T @ X[tr]), X[tr])
-    loo = (per[tr] - X[tr] @ w) / np.maximum(1 - hat, 1e-9)
-    return {
-        "gap": float(np.mean(X[he] @ w - per[he])),
-        "se": float(np.std(loo, ddof=1) / np.sqrt(he.sum())),
-        "cells": int(he.sum()),
-        "cell_gap": float(np.mean(per[tr]) - np.mean(per[he])),
-    }
-
-# %% ../nbs/60_evaluate.ipynb #4de9d3c7
-def matched_gaps(cells_psnr: dict, split) -> dict:
-    """`matched_gap` at each step count, from evaluation's per-frame PSNR and cells
-    ({k: [(values, cells) per part]})."""
-    out = {}
-    for k, parts in cells_psnr.items():
-        per = per_cell(np.concatenate([v for v, _ in parts]), np.concatenate([c for _, c in parts]))
-        m = matched_gap(per, split.mask(), split.grid)
-        if m:
-            out[f"ddim_{k}"] = m
-    return out
-
-# %% ../nbs/60_evaluate.ipynb #51c26105
-FACTORS = ("theme", "material", "lighting")
-
-
-def _mean(x: np.ndarray) -> float | None:
-    return float(np.mean(x)) if len(x) else None
-
-
-def gap_by_level(per: np.ndarray, held: np.ndarray, grid, names: dict | None = None) -> dict:
-    """{factor: [a row per level]} from per-cell values `per` (NaN: unscored) and `held`, the
-    held-out mask, on a `data.Grid`: each level's scored training and held-out cells and their
-    mean values (None where it has none). `names`: {factor: [level names]}, else the levels'
-    numbers."""
-    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
-    scored = np.isfinite(per)
-    out = {}
-    for f, (factor, n) in enumerate(zip(FACTORS, (grid.theme, grid.material, grid.light))):
-        rows = []
-        for k in range(n):
-            tr = scored & (cells[:, f] == k) & ~held
-            he = scored & (cells[:, f] == k) & held
-            rows.append(
-                {
-                    "level": (names or {}).get(factor, list(map(str, range(n))))[k],
-                    "train_cells": int(tr.sum()),
-                    "heldout_cells": int(he.sum()),
-                    "train": _mean(per[tr]),
-                    "heldout": _mean(per[he]),
-                }
-            )
-        out[factor] = rows
-    return out
-
-# %% ../nbs/60_evaluate.ipynb #c0e0d43c
-def level_names(grid) -> dict | None:
-    "The grid file's level names, {factor: [names]}, when its shape is `grid`'s; else None."
-    from qmind_render.grid import load_grid
-
-    fg = load_grid()
-    if fg.shape != (grid.theme, grid.material, grid.light):
-        return None
-    return {"theme": fg.theme_names, "material": list(fg.materials), "lighting": fg.lighting_names}
 
 # %% ../nbs/60_evaluate.ipynb #918dcfc1
 def walk_batch(seed: int, frames: int, cell: tuple, grid=None) -> tuple[dict, Walk]:
