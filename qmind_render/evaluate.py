@@ -34,7 +34,7 @@ from .diffusion import Diffusion, to_uint8
 from .encodings import prepare_batch
 from .model import build_model
 from .sampler import GraphSampler
-from .gaps import gap_by_level, level_names, matched_gaps, per_cell
+from .gaps import cell_means, gap_by_level, level_names, matched_gaps
 from .episode import Walk, render_walk
 from .temporal import change_images, pooled_error, reprojection
 from .viz import episode_frames, grid_figure, heatmap, mosaic, sample_grid, write_gif
@@ -557,11 +557,13 @@ def evaluate(
         - res["parts"]["heldout"][f"ddim_{k}"]["psnr"]
         for k in steps
     }
-    res["gap_matched"] = matched_gaps(cells_psnr, ld.split)
+    means = cell_means(cells_psnr)
+    res["gap_matched"] = matched_gaps(means, ld.split)
     k = min(steps)
-    per_k = per_cell(*map(np.concatenate, zip(*cells_psnr[k])))
     res["gap_by_level"] = {
-        f"ddim_{k}": gap_by_level(per_k, ld.split.mask(), ld.split.grid, level_names(ld.split.grid))
+        f"ddim_{k}": gap_by_level(
+            means[k], ld.split.mask(), ld.split.grid, level_names(ld.split.grid)
+        )
     }
     t1, walks = time.monotonic(), {}
     for i, part in enumerate(("heldout", "train")):
@@ -572,7 +574,7 @@ def evaluate(
     res["temporal_seconds"] = round(time.monotonic() - t1, 1)
     log(f"  temporal: warping error on unseen walks ({res['temporal_seconds']} s)")
     t1 = time.monotonic()
-    res["pictures"] = _pictures(ld, out, cells_psnr, grids, max(steps), walks.get("heldout"))
+    res["pictures"] = _pictures(ld, out, means, grids, max(steps), walks.get("heldout"))
     log(
         "  pictures: the PSNR heatmap, sample grids and an episode video "
         f"({time.monotonic() - t1:.1f} s)"
@@ -586,18 +588,14 @@ def evaluate(
 
 # %% ../nbs/60_evaluate.ipynb #64c54acc
 def _pictures(
-    ld: Loaded, out: Path, cells_psnr: dict, grids: dict, k: int, walk: tuple | None = None
+    ld: Loaded, out: Path, means: dict, grids: dict, k: int, walk: tuple | None = None
 ) -> dict:
     from qmind_render.grid import load_grid
 
     g = load_grid()
-    vals = (
-        np.concatenate([v for v, _ in cells_psnr[k]]),
-        np.concatenate([c for _, c in cells_psnr[k]]),
-    )
     save_figure(
         heatmap(
-            per_cell(*vals),
+            means[k],
             (g.theme_names, list(g.materials), g.lighting_names),
             ld.split.held_out,
             f"PSNR per cell, {k} DDIM steps (red: held out)",

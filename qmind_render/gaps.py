@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .data import Grid
+
 # %% auto #0
-__all__ = ['FACTORS', 'per_cell', 'factor_design', 'matched_gap', 'matched_gaps', 'gap_by_level', 'level_names']
+__all__ = ['FACTORS', 'per_cell', 'cell_means', 'grid_cells', 'factor_design', 'matched_gap', 'matched_gaps', 'gap_by_level',
+           'level_names']
 
 # %% ../nbs/59_gaps.ipynb #7ce94743
 def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
@@ -18,6 +21,17 @@ def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
     cells = np.asarray(cells, dtype=float)
     n = cells.sum(0)
     return np.where(n > 0, (values[:, None] * cells).sum(0) / np.maximum(n, 1), np.nan)
+
+# %% ../nbs/59_gaps.ipynb #5ff3cc1e
+def cell_means(cells_psnr: dict) -> dict:
+    """{k: per-cell mean PSNR} from evaluation's per-frame PSNR and cells at each step count
+    ({k: [(values, cells) per part]}): the frames of every part pooled."""
+    return {k: per_cell(*map(np.concatenate, zip(*parts))) for k, parts in cells_psnr.items()}
+
+# %% ../nbs/59_gaps.ipynb #fc2b0601
+def grid_cells(grid) -> np.ndarray:
+    "[n_cells, 3]: each cell's (theme, material, lighting) indices on a `data.Grid`, by cell index."
+    return np.array([grid.cell(i) for i in range(grid.n_cells)])
 
 # %% ../nbs/59_gaps.ipynb #acae54e37e7d407bbb7b55eff062a284
 def factor_design(cells: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -34,7 +48,7 @@ def matched_gap(per: np.ndarray, held: np.ndarray, grid) -> dict:
     `data.Grid`: the held-out cells' mean shortfall against the additive (theme + material +
     lighting) prediction fitted on the training cells, its standard error, the cells it covers,
     and the plain cell-mean gap."""
-    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
+    cells = grid_cells(grid)
     X = factor_design(cells, (grid.theme, grid.material, grid.light))
     tr, he = ~held & np.isfinite(per), held & np.isfinite(per)
     # a level no training cell shows cannot be predicted
@@ -53,12 +67,10 @@ def matched_gap(per: np.ndarray, held: np.ndarray, grid) -> dict:
     }
 
 # %% ../nbs/59_gaps.ipynb #4de9d3c7
-def matched_gaps(cells_psnr: dict, split) -> dict:
-    """`matched_gap` at each step count, from evaluation's per-frame PSNR and cells
-    ({k: [(values, cells) per part]})."""
+def matched_gaps(means: dict, split) -> dict:
+    "`matched_gap` at each step count, from `cell_means`' {k: per-cell values}."
     out = {}
-    for k, parts in cells_psnr.items():
-        per = per_cell(np.concatenate([v for v, _ in parts]), np.concatenate([c for _, c in parts]))
+    for k, per in means.items():
         m = matched_gap(per, split.mask(), split.grid)
         if m:
             out[f"ddim_{k}"] = m
@@ -77,17 +89,18 @@ def gap_by_level(per: np.ndarray, held: np.ndarray, grid, names: dict | None = N
     held-out mask, on a `data.Grid`: each level's scored training and held-out cells and their
     mean values (None where it has none). `names`: {factor: [level names]}, else the levels'
     numbers."""
-    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
+    cells = grid_cells(grid)
     scored = np.isfinite(per)
     out = {}
     for f, (factor, n) in enumerate(zip(FACTORS, (grid.theme, grid.material, grid.light))):
+        labels = (names or {}).get(factor) or [str(k) for k in range(n)]
         rows = []
         for k in range(n):
             tr = scored & (cells[:, f] == k) & ~held
             he = scored & (cells[:, f] == k) & held
             rows.append(
                 {
-                    "level": (names or {}).get(factor, list(map(str, range(n))))[k],
+                    "level": labels[k],
                     "train_cells": int(tr.sum()),
                     "heldout_cells": int(he.sum()),
                     "train": _mean(per[tr]),
@@ -103,6 +116,6 @@ def level_names(grid) -> dict | None:
     from qmind_render.grid import load_grid
 
     fg = load_grid()
-    if fg.shape != (grid.theme, grid.material, grid.light):
+    if Grid.of(fg) != grid:
         return None
     return {"theme": fg.theme_names, "material": list(fg.materials), "lighting": fg.lighting_names}
