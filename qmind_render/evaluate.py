@@ -35,18 +35,18 @@ from .encodings import prepare_batch
 from .model import build_model
 from .sampler import GraphSampler
 from .gaps import cell_means, gap_by_level, level_names, matched_gaps
-from .episode import Walk, render_walk
+from .walks import paired_batch, walk_batch, walk_frames
 from .temporal import change_images, pooled_error, reprojection
 from .viz import episode_frames, grid_figure, heatmap, mosaic, sample_grid, write_gif
 from .contracts import UserError
 from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
-__all__ = ['as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded', 'eval_batch',
-           'load_for_eval', 'eval_indices', 'gather', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels',
-           'train_classifier', 'accuracy', 'score', 'summarise', 'walk_batch', 'episode_video', 'temporal_cells',
-           'temporal_part', 'temporal_picture', 'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'headline',
-           'bench_eval']
+__all__ = ['EVAL_SEEDS', 'as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded',
+           'eval_batch', 'load_for_eval', 'eval_indices', 'gather', 'eval_parts', 'render_frames', 'MeanColour',
+           'FactorNet', 'factor_labels', 'train_classifier', 'accuracy', 'score', 'summarise', 'episode_video',
+           'temporal_cells', 'temporal_part', 'temporal_picture', 'unseen_samples', 'evaluate', 'psnr_curve',
+           'report_md', 'eval_main', 'headline', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -188,8 +188,8 @@ def load_for_eval(
 
 # %% ../nbs/60_evaluate.ipynb #2eef26ad
 def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
-    """Up to `per_cell` samples (file order, spread out) for each cell of `part` ('train' |
-    'heldout')."""
+    """Up to `per_cell` dataset samples (file order, spread out) for each cell of `part` ('train':
+    frames the model trained on | 'heldout')."""
     idx = apply_split(ds.cells, split)[part]
     cells = np.flatnonzero(split.mask() if part == "heldout" else ~split.mask())
     chosen = []
@@ -206,6 +206,26 @@ def gather(ds, idx: np.ndarray, shards=None) -> dict:
     from qmind_render.loader import ShardBatches
 
     return (shards or ShardBatches(ds, [], max_shards=len(ds.paths))).take(np.asarray(idx))
+
+# %% ../nbs/60_evaluate.ipynb #f5c05c30
+EVAL_SEEDS = 3000  # unseen walks start this far past the dataset's last episode seed
+
+
+def eval_parts(ld: Loaded, per_cell: int) -> dict[str, dict]:
+    """The batches of the held-out and training parts: `per_cell` frames of unseen walks in each of
+    their cells, the same frames in every cell (`walk_frames`, `paired_batch`)."""
+    grid, held = ld.split.grid, set(ld.split.held_out)
+    frames = walk_frames(
+        int(ld.ds.manifest.seeds[1]) + EVAL_SEEDS,
+        per_cell,
+        ld.cfg.data.frames_per_episode,
+        grid.material,
+    )
+    every = [grid.cell(i) for i in range(grid.n_cells)]
+    return {
+        part: paired_batch(frames, [c for c in every if (c in held) == (part == "heldout")])
+        for part in ("heldout", "train")
+    }
 
 # %% ../nbs/60_evaluate.ipynb #ba1d96d8
 def render_frames(sampler: GraphSampler, batch: dict, steps: int, seed: int = 0) -> torch.Tensor:
@@ -359,23 +379,6 @@ def summarise(s: dict) -> dict:
         "mae_by_surface": s["mae_by_surface"],
     }
 
-# %% ../nbs/60_evaluate.ipynb #918dcfc1
-def walk_batch(seed: int, frames: int, cell: tuple, grid=None) -> tuple[dict, Walk]:
-    """A walk of `frames` frames of episode `seed` in factor cell (theme, material, lighting): a
-    batch (channels, ground truth, ids) and its geometry."""
-    from qmind_render.grid import load_grid
-    from qmind_render.skinner import skin
-
-    grid, (t, m, l) = grid or load_grid(), cell
-    walk = render_walk(seed, frames, materials=[m])
-    batch = {k: torch.from_numpy(v) for k, v in walk.channels.items()}
-    batch.update(
-        rgb=torch.from_numpy(skin(walk.channels, grid.themes[t], grid.lightings[l])),
-        theme=torch.full((frames,), t, dtype=torch.int16),
-        lighting=torch.full((frames,), l, dtype=torch.int16),
-    )
-    return batch, walk
-
 # %% ../nbs/60_evaluate.ipynb #a86eb079
 def episode_video(
     loaded: Loaded, path: Path, frames: int = 24, steps: int = 4, scale: int = 2
@@ -502,6 +505,74 @@ def _part(
         }
     return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
 
+# %% ../nbs/60_evaluate.ipynb #69bab93e
+def unseen_samples(ld: Loaded, n: int) -> dict:
+    """`n` frames of training cells as the dataset's own generator makes them (`episode_channels`,
+    `skin_samples`) for episodes past its seeds: the dataset's kind of frame, never trained on."""
+    from qmind_render.contracts import load_spec
+    from qmind_render.generate import episode_channels, skin_samples
+    from qmind_render.grid import load_grid
+
+    grid, spec, held, got = load_grid(), load_spec(), ld.split.mask(), []
+    seed = int(ld.ds.manifest.seeds[1]) + EVAL_SEEDS + 500
+    while sum(len(s["rgb"]) for s in got) < n:
+        s = skin_samples(
+            episode_channels(seed, ld.cfg.data.frames_per_episode, grid, spec), grid, spec
+        )
+        keep = ~s["cells"][:, held].any(1)
+        got.append(
+            {
+                k: s[k][keep]
+                for k in ("rgb", "surface", "material", "uv", "light", "depth", "theme", "lighting")
+            }
+        )
+        seed += 1
+    return {k: torch.from_numpy(np.concatenate([s[k] for s in got])[:n]) for k in got[0]}
+
+# %% ../nbs/60_evaluate.ipynb #b0b22c3e
+def _seen(ld: Loaded, sampler: GraphSampler, k: int, shards=None) -> dict:
+    """The `seen` part: PSNR and SSIM at `k` DDIM steps on training-cell frames the model trained on
+    (`eval_indices`), and on as many the same generator made for episodes it never saw."""
+    idx = eval_indices(ld.ds, ld.split, "train", ld.cfg.eval.frames_per_cell)
+    out = {}
+    for name, batch in (
+        ("trained", gather(ld.ds, idx, shards)),
+        ("unseen", unseen_samples(ld, len(idx))),
+    ):
+        s = summarise(score(render_frames(sampler, batch, k), batch))
+        out[name] = {
+            "frames": len(batch["rgb"]),
+            f"ddim_{k}": {"psnr": s["psnr"], "ssim": s["ssim"]},
+        }
+    return out
+
+# %% ../nbs/60_evaluate.ipynb #62ce806e
+def _walk_parts(
+    ld: Loaded, sampler: GraphSampler, steps: list, base: MeanColour, clf: FactorNet, log=print
+) -> tuple[dict, dict, dict]:
+    """The held-out and training parts scored on unseen walks (`eval_parts`): each part's numbers,
+    the per-frame PSNR and cells at each step count (for `cell_means`), and each part's samples."""
+    per = ld.cfg.eval.frames_per_cell
+    t0, parts = time.monotonic(), eval_parts(ld, per)
+    log(
+        f"  unseen walks: {per} frames in each of the {ld.split.grid.n_cells} cells "
+        f"({time.monotonic() - t0:.1f} s)"
+    )
+    res, cells_psnr, grids = {}, {}, {}
+    for part, batch in parts.items():
+        t1 = time.monotonic()
+        r, frames = _part(ld, sampler, batch, steps, base, clf, log, part)
+        for k in steps:
+            cells_psnr.setdefault(k, []).append(
+                (r[f"ddim_{k}"].pop("per_frame_psnr"), batch["cells"].numpy())
+            )
+        res[part], grids[part] = r, sample_grid(batch, frames, n=8)
+        log(
+            f"  {part}: {r['frames']} frames scored and classified "
+            f"({time.monotonic() - t1:.1f} s for the part)"
+        )
+    return res, cells_psnr, grids
+
 # %% ../nbs/60_evaluate.ipynb #c46edc82
 def evaluate(
     target: str | Path,
@@ -518,9 +589,8 @@ def evaluate(
     ld = load_for_eval(target, overrides, device)
     out = Path(out or run_dir_of(ld.ckpt_path) / "eval")
     out.mkdir(parents=True, exist_ok=True)
-    steps, per, shards = (
+    steps, shards = (
         list(ld.cfg.eval.ddim_steps),
-        ld.cfg.eval.frames_per_cell,
         ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths)),
     )
     train_idx = apply_split(ld.ds.cells, ld.split)["train"]
@@ -534,24 +604,21 @@ def evaluate(
         "device": str(ld.device),
         "ddim_steps": steps,
         "lpips": "computed" if lpips_available() else "unavailable (no local weights)",
-        "parts": {},
+        # what the parts score: unseen walks, the same frames in every cell (nbs/57_walks.ipynb)
+        "frames": "walks",
     }
-    cells_psnr, grids, sampler = {}, {}, ld.sampler()
-    for part in ("heldout", "train"):
-        t1, batch = (
-            time.monotonic(),
-            gather(ld.ds, eval_indices(ld.ds, ld.split, part, per), shards),
-        )
-        r, frames = _part(ld, sampler, batch, steps, base, clf, log, part)
-        for k in steps:
-            cells_psnr.setdefault(k, []).append(
-                (r[f"ddim_{k}"].pop("per_frame_psnr"), batch["cells"].numpy())
-            )
-        res["parts"][part], grids[part] = r, sample_grid(batch, frames, n=8)
-        log(
-            f"  {part}: {r['frames']} frames scored and classified "
-            f"({time.monotonic() - t1:.1f} s for the part)"
-        )
+    sampler = ld.sampler()
+    res["parts"], cells_psnr, grids = _walk_parts(ld, sampler, steps, base, clf, log)
+    t1, k = time.monotonic(), min(steps)
+    res["seen"] = _seen(ld, sampler, k, shards)
+    res["memorised"] = {
+        f"ddim_{k}": res["seen"]["trained"][f"ddim_{k}"]["psnr"]
+        - res["seen"]["unseen"][f"ddim_{k}"]["psnr"]
+    }
+    log(
+        f"  seen: {res['seen']['trained']['frames']} frames it trained on and as many new ones, "
+        f"{k} DDIM step{'s' * (k > 1)} ({time.monotonic() - t1:.1f} s)"
+    )
     res["gap"] = {
         f"ddim_{k}": res["parts"]["train"][f"ddim_{k}"]["psnr"]
         - res["parts"]["heldout"][f"ddim_{k}"]["psnr"]
@@ -559,7 +626,6 @@ def evaluate(
     }
     means = cell_means(cells_psnr)
     res["gap_matched"] = matched_gaps(means, ld.split)
-    k = min(steps)
     res["gap_by_level"] = {
         f"ddim_{k}": gap_by_level(
             means[k], ld.split.mask(), ld.split.grid, level_names(ld.split.grid)
@@ -662,26 +728,15 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
 def psnr_curve(
     run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 2, device: str | None = None
 ) -> list[dict]:
-    """Held-out and training-cell PSNR of every checkpoint in `run_dir`, with its step and minutes
-    of training."""
-    from qmind_render.loader import ShardBatches
-
-    rows, shards = [], None
+    """Held-out and training-cell PSNR of every checkpoint in `run_dir` on unseen walks
+    (`eval_parts`), with its step and minutes of training."""
+    rows = []
     for ck in checkpoints(run_dir):
         ld = load_for_eval(ck, [], device)
-        shards = shards or ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths))
         row, sampler = {"step": ld.step, "minutes": round(ld.elapsed_s / 60, 2)}, ld.sampler()
-        for part in ("heldout", "train"):
-            b = gather(ld.ds, eval_indices(ld.ds, ld.split, part, frames_per_cell), shards)
-            row[f"{part}_psnr"] = round(
-                float(
-                    psnr(
-                        as_float(render_frames(sampler, b, ddim_steps)),
-                        as_float(b["rgb"], ld.device),
-                    ).mean()
-                ),
-                2,
-            )
+        for part, b in eval_parts(ld, frames_per_cell).items():
+            pred = as_float(render_frames(sampler, b, ddim_steps))
+            row[f"{part}_psnr"] = round(float(psnr(pred, as_float(b["rgb"], ld.device)).mean()), 2)
         rows.append(row)
     return rows
 
@@ -773,6 +828,21 @@ def _temporal_md(res: dict) -> list[str]:
         "",
     ]
 
+# %% ../nbs/60_evaluate.ipynb #99ec29b2
+def _seen_md(res: dict) -> list[str]:
+    "Frames trained on against new frames of the same kind (nothing for an older eval.json)."
+    if "seen" not in res:
+        return []
+    (key,) = res["memorised"]
+    k, (a, b) = int(key.split("_")[1]), (res["seen"][p] for p in ("trained", "unseen"))
+    return [
+        f"Recall: on {a['frames']} training-cell frames it trained on, {k} DDIM "
+        f"step{'s' * (k > 1)}, {a[key]['psnr']:.2f} dB; on as many frames of the same kind "
+        f"(the dataset's generator, episodes it never saw) {b[key]['psnr']:.2f} dB: "
+        f"{res['memorised'][key]:+.2f} dB remembered rather than rendered.",
+        "",
+    ]
+
 # %% ../nbs/60_evaluate.ipynb #810b321a
 def report_md(res: dict, ld: Loaded) -> str:
     "The report as Markdown (tables, then the pictures)."
@@ -783,19 +853,20 @@ def report_md(res: dict, ld: Loaded) -> str:
         f"Checkpoint `{Path(res['checkpoint']).name}` (step {res['step']}), dataset "
         f"`{res['dataset']}`, split `{res['split']}`, "
         f"LPIPS {res['lpips']}. {res['parts']['heldout']['frames']} held-out and "
-        f"{res['parts']['train']['frames']} "
-        f"training-cell frames ({ld.cfg.eval.frames_per_cell} per cell at most).",
+        f"{res['parts']['train']['frames']} training-cell frames: {ld.cfg.eval.frames_per_cell} "
+        "frames of unseen walks, the same in every cell.",
         "",
     ]
     for part, title in (
         ("heldout", "Held-out cells"),
-        ("train", "Training cells (in distribution)"),
+        ("train", "Training cells (unseen frames)"),
     ):
         r = res["parts"][part]
         rows = [_scores("mean-colour baseline", r["baseline"])] + [
             _scores(f"model, {k} DDIM steps", r[f"ddim_{k}"]) for k in steps
         ]
         L += [f"## {title}", "", table(rows), ""]
+    L += _seen_md(res)
     L += [
         "## Generalisation gap (training-cell PSNR minus held-out PSNR)",
         "",
@@ -874,13 +945,13 @@ def eval_main(argv: list[str]) -> int:
 
 # %% ../nbs/60_evaluate.ipynb #34e2926f
 def headline(res: dict) -> str:
-    "One line: PSNR held-out/in-distribution at each DDIM step count, and the baseline's."
+    "One line: PSNR held-out/training cells at each DDIM step count, and the baseline's."
     h, t = res["parts"]["heldout"], res["parts"]["train"]
     ks = " ".join(
         f"{k}:{h[f'ddim_{k}']['psnr']:.2f}/{t[f'ddim_{k}']['psnr']:.2f}" for k in res["ddim_steps"]
     )
     return (
-        f"PSNR held-out/in-dist by DDIM steps {ks} dB; baseline "
+        f"PSNR held-out/training cells by DDIM steps {ks} dB; baseline "
         f"{h['baseline']['psnr']:.2f}/{t['baseline']['psnr']:.2f} dB"
     )
 

@@ -17,8 +17,8 @@ from .data import Grid
 from .util import atomic_write
 
 # %% auto #0
-__all__ = ['SPLIT_SCHEMA', 'Split', 'make_split', 'split_path', 'save_split', 'find_split', 'SplitError', 'split_problem',
-           'load_split', 'LeakError', 'assert_no_leak', 'apply_split']
+__all__ = ['SPLIT_SCHEMA', 'Split', 'pairs_seen', 'balanced_cells', 'make_split', 'split_path', 'save_split', 'find_split',
+           'SplitError', 'split_problem', 'load_split', 'LeakError', 'assert_no_leak', 'apply_split']
 
 # %% ../nbs/33_splits.ipynb #b699474b
 @dataclass(frozen=True)
@@ -38,24 +38,60 @@ class Split:
         return m
 
 # %% ../nbs/33_splits.ipynb #fd3a1db5
+_SCHEMES = ("random", "balanced", "coverage")
+
+
 def _n_held_out(name: str, grid: Grid) -> int:
     scheme, _, num = name.rpartition("_")
-    if not num.isdigit() or scheme not in ("random", "coverage"):
+    if not num.isdigit() or scheme not in _SCHEMES:
         raise ValueError(
-            f"unknown split scheme {name!r}: use random_K (K cells held out) or "
-            "coverage_P (P% seen in training)"
+            f"unknown split scheme {name!r}: use random_K (K cells held out), balanced_K (K cells, "
+            "every level held out equally often) or coverage_P (P% seen in training)"
         )
-    k = int(num) if scheme == "random" else grid.n_cells - round(grid.n_cells * int(num) / 100)
+    k = grid.n_cells - round(grid.n_cells * int(num) / 100) if scheme == "coverage" else int(num)
     if not 0 < k < grid.n_cells:
         raise ValueError(f"split {name!r} would hold out {k} of {grid.n_cells} cells")
     return k
 
 # %% ../nbs/33_splits.ipynb #9321a7f5
+def pairs_seen(held: np.ndarray, grid: Grid) -> bool:
+    """True if every pair of levels of two factors (theme and material, theme and lighting,
+    material and lighting) keeps a training cell, given the held-out cells as rows of indices."""
+    sizes = (grid.theme, grid.material, grid.light)
+    for a, b, c in ((0, 1, 2), (0, 2, 1), (1, 2, 0)):
+        pair, n = np.unique(held[:, [a, b]], axis=0, return_counts=True)
+        if (n >= sizes[c]).any():
+            return False
+    return True
+
+# %% ../nbs/33_splits.ipynb #8e465f65
+def balanced_cells(grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
+    """`k` distinct cells (rows of indices) in which each factor's levels appear equally often (the
+    counts differ by at most one, the levels with one more drawn at random), every pair of levels
+    still seen in training (`pairs_seen`)."""
+    sizes = (grid.theme, grid.material, grid.light)
+    # each pair of levels can lose all but one of its cells along the third factor
+    most = min(
+        sizes[a] * sizes[b] * (sizes[c] - 1) for a, b, c in ((0, 1, 2), (0, 2, 1), (1, 2, 0))
+    )
+    if k > most:
+        raise ValueError(f"balanced_{k}: at most {most} cells can be held out with every pair seen")
+    for _ in range(10_000):
+        cols = [rng.permutation(np.resize(rng.permutation(n), k)) for n in sizes]
+        held = np.stack(cols, 1)
+        if len(np.unique(held, axis=0)) == k and pairs_seen(held, grid):
+            return held[np.lexsort(held.T[::-1])]
+    raise ValueError(f"balanced_{k}: no balanced set of {k} cells keeps every pair of levels seen")
+
+# %% ../nbs/33_splits.ipynb #a8ed9eb3
 def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
     """Draw the held-out cells of `name` (on the grid file's shape, `Grid.of()`, unless `grid` is
     given), keeping every factor value present in training."""
     grid = grid or Grid.of()
     k, rng = _n_held_out(name, grid), np.random.default_rng([seed, grid.n_cells])
+    if name.startswith("balanced_"):
+        held = balanced_cells(grid, k, rng)
+        return Split(name, grid, tuple(tuple(int(v) for v in c) for c in held), seed)
     for _ in range(10_000):
         held = np.sort(rng.choice(grid.n_cells, size=k, replace=False))
         train = np.array([grid.cell(i) for i in range(grid.n_cells) if i not in set(held.tolist())])
@@ -66,7 +102,7 @@ def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
             return Split(name, grid, tuple(grid.cell(int(i)) for i in held), seed)
     raise ValueError(f"split {name!r}: could not keep every factor value in training")
 
-# %% ../nbs/33_splits.ipynb #8291111b
+# %% ../nbs/33_splits.ipynb #ba587a08
 def split_path(name: str, root: Path | str = ".") -> Path:
     return Path(root) / "sweeps" / "splits" / f"{name}.yaml"
 

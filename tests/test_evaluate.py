@@ -85,6 +85,9 @@ def test_run_end_to_end_writes_the_report(work, ran):
     )
     ev = work / "runs" / "small" / "eval"
     res = json.loads((ev / "eval.json").read_text())
+    # both parts on unseen walks: every cell of the split, the same 2 frames in each
+    assert res["frames"] == "walks"
+    assert (res["parts"]["heldout"]["frames"], res["parts"]["train"]["frames"]) == (30, 170)
     for part in ("heldout", "train"):
         r = res["parts"][part]
         assert r["frames"] > 0 and {
@@ -101,13 +104,19 @@ def test_run_end_to_end_writes_the_report(work, ran):
         assert 0 < t["ground_truth"] < 60 and t["ddim_2"]["rms"] > 0
         assert abs(t["ddim_2"]["excess"] - (t["ddim_2"]["rms"] - t["ground_truth"])) < 1e-9
     assert res["temporal_seconds"] > 0
+    # recall: frames it trained on against as many new ones of the same kind
+    a, b = res["seen"]["trained"], res["seen"]["unseen"]
+    assert a["frames"] == b["frames"] > 0 and 0 < a["ddim_1"]["psnr"] < 100
+    assert res["memorised"]["ddim_1"] == pytest.approx(a["ddim_1"]["psnr"] - b["ddim_1"]["psnr"])
     assert res["lpips"].startswith(("computed", "unavailable"))
     assert set(res["gap"]) == {"ddim_1", "ddim_2"}
     # the matched gap: an additive fit over the training cells, each held-out cell against it
     m = res["gap_matched"]["ddim_1"]
-    assert 0 < m["cells"] <= 15 and m["se"] > 0 and abs(m["gap"]) < 30
+    assert m["cells"] == 15 and m["se"] > 0 and abs(m["gap"]) < 30
     report = (ev / "report.md").read_text()
     assert f"{m['gap']:.2f} ± {m['se']:.2f}" in report
+    assert "2 frames of unseen walks, the same in every cell" in report
+    assert f"{res['memorised']['ddim_1']:+.2f} dB remembered rather than rendered" in report
     # the gap by factor level, at the fewest steps: every scored cell counted once per factor, and
     # the held-out cells' mean over one factor's levels agrees with the matched gap's cell gap
     by = res["gap_by_level"]["ddim_1"]

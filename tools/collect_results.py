@@ -18,6 +18,7 @@ from qmind_render.data import git_commit
 from qmind_render.util import atomic_write, format_table
 
 SWITCHES = (
+    "data.holdout",
     "model.uv_freqs",
     "model.depth_freqs",
     "model.pixel_head",
@@ -45,6 +46,9 @@ def row(run: Path) -> dict:
     h, t = ev["parts"]["heldout"], ev["parts"]["train"]
     seed = config_from_dict(yaml.safe_load((run / "config.yaml").read_text())).seed
     out = {"run": run.name, "seed": seed, **{k.split(".")[1]: v for k, v in sw.items()}}
+    # what both parts were scored on: unseen walks, the same frames in every cell (57_walks), or,
+    # before that, the dataset's frames (training cells on the frames they trained on)
+    out["frames"] = ev.get("frames", "dataset")
     for k in ev["ddim_steps"]:
         out[f"held-out {k}"] = f"{h[f'ddim_{k}']['psnr']:.2f}"
     k = ev["ddim_steps"][0]
@@ -81,7 +85,9 @@ def main(argv=None) -> int:
         f"`{a.command}`; each run's eval.json and "
         "config.yaml are beside this file, and this table is read from them by "
         "`tools/collect_results.py`.\n"
-        f"PSNR in dB on frames of held-out and training cells; the mean-colour baseline scores "
+        "PSNR in dB on frames of held-out and training cells (`frames`: `walks`, unseen walks, the "
+        "same frames in every cell; `dataset`, the dataset's frames, training cells on frames they "
+        "trained on); the mean-colour baseline scores "
         f"{base['psnr']:.2f} dB and SSIM {base['ssim']:.3f} "
         f"held-out.\n\n{format_table(rows, markdown=True)}\n"
     )
