@@ -65,22 +65,54 @@ def pairs_seen(held: np.ndarray, grid: Grid) -> bool:
     return True
 
 # %% ../nbs/33_splits.ipynb #8e465f65
+_PAIRS = ((0, 1, 2), (0, 2, 1), (1, 2, 0))  # two factors, and the third
+
+
+def _counts(held, sizes: tuple) -> list[np.ndarray]:
+    "How often each level, then each pair of levels, is held out: one array per factor and pair."
+    h = np.array(held, dtype=np.int64).reshape(-1, 3)
+    levels = [np.bincount(h[:, f], minlength=n) for f, n in enumerate(sizes)]
+    pairs = [
+        np.bincount(h[:, a] * sizes[b] + h[:, b], minlength=sizes[a] * sizes[b])
+        for a, b, _ in _PAIRS
+    ]
+    return levels + pairs
+
+# %% ../nbs/33_splits.ipynb #0b830453
 def balanced_cells(grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
-    """`k` distinct cells (rows of indices) in which each factor's levels appear equally often (the
-    counts differ by at most one, the levels with one more drawn at random), every pair of levels
-    still seen in training (`pairs_seen`)."""
+    """`k` distinct cells (rows of indices, sorted) in which every level of a factor, and every pair
+    of levels of two factors, is held out as often as any other (the counts differ by at most one),
+    every pair still seen in training (`pairs_seen`); drawn cell by cell at random among those that
+    keep within the counts, and drawn again when a draw gets stuck."""
     sizes = (grid.theme, grid.material, grid.light)
-    # each pair of levels can lose all but one of its cells along the third factor
-    most = min(
-        sizes[a] * sizes[b] * (sizes[c] - 1) for a, b, c in ((0, 1, 2), (0, 2, 1), (1, 2, 0))
-    )
+    most = min(sizes[a] * sizes[b] * (sizes[c] - 1) for a, b, c in _PAIRS)
     if k > most:
         raise ValueError(f"balanced_{k}: at most {most} cells can be held out with every pair seen")
+    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
+    # each cell's level of every factor and pair of factors, and how often each may be held out
+    keys = [cells[:, f] for f in range(3)] + [
+        cells[:, a] * sizes[b] + cells[:, b] for a, b, _ in _PAIRS
+    ]
+    n = [*sizes] + [sizes[a] * sizes[b] for a, b, _ in _PAIRS]
+    caps = [-(-k // x) for x in n[:3]] + [
+        min(-(-k // x), sizes[c] - 1) for x, (_, _, c) in zip(n[3:], _PAIRS)
+    ]
     for _ in range(10_000):
-        cols = [rng.permutation(np.resize(rng.permutation(n), k)) for n in sizes]
-        held = np.stack(cols, 1)
-        if len(np.unique(held, axis=0)) == k and pairs_seen(held, grid):
-            return held[np.lexsort(held.T[::-1])]
+        counts, held = [np.zeros(x, np.int64) for x in n], []
+        free = np.ones(len(cells), bool)
+        while len(held) < k:
+            ok = np.flatnonzero(
+                free & np.all([c[key] < cap for key, c, cap in zip(keys, counts, caps)], 0)
+            )
+            if not len(ok):
+                break
+            pick = int(ok[rng.integers(len(ok))])
+            held.append(pick)
+            free[pick] = False
+            for key, c in zip(keys, counts):
+                c[key[pick]] += 1
+        if len(held) == k and all((c >= k // m).all() for c, m in zip(counts, n)):
+            return cells[sorted(held)]
     raise ValueError(f"balanced_{k}: no balanced set of {k} cells keeps every pair of levels seen")
 
 # %% ../nbs/33_splits.ipynb #a8ed9eb3
