@@ -43,10 +43,10 @@ from .util import atomic_write, device_sync, format_table, save_figure, save_ima
 
 # %% auto #0
 __all__ = ['EVAL_SEEDS', 'as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded',
-           'eval_batch', 'load_for_eval', 'eval_indices', 'gather', 'eval_parts', 'render_frames', 'MeanColour',
-           'FactorNet', 'factor_labels', 'train_classifier', 'accuracy', 'score', 'summarise', 'episode_video',
-           'temporal_cells', 'temporal_part', 'temporal_picture', 'unseen_samples', 'evaluate', 'psnr_curve',
-           'report_md', 'eval_main', 'headline', 'bench_eval']
+           'eval_batch', 'load_for_eval', 'per_cell_indices', 'eval_indices', 'gather', 'eval_parts', 'render_frames',
+           'MeanColour', 'FactorNet', 'factor_labels', 'train_classifier', 'accuracy', 'score', 'summarise',
+           'episode_video', 'temporal_cells', 'temporal_part', 'temporal_picture', 'unseen_samples', 'evaluate',
+           'psnr_curve', 'report_md', 'eval_main', 'headline', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -187,17 +187,22 @@ def load_for_eval(
     )
 
 # %% ../nbs/60_evaluate.ipynb #2eef26ad
-def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
-    """Up to `per_cell` dataset samples (file order, spread out) for each cell of `part` ('train':
-    frames the model trained on | 'heldout')."""
-    idx = apply_split(ds.cells, split)[part]
-    cells = np.flatnonzero(split.mask() if part == "heldout" else ~split.mask())
+def per_cell_indices(cells: np.ndarray, idx: np.ndarray, wanted, per_cell: int) -> np.ndarray:
+    """Of samples `idx` (rows of the bool [N, n_cells] `cells`), up to `per_cell` for each cell in
+    `wanted`, in order and spread out."""
     chosen = []
-    for c in cells:
-        cand = idx[ds.cells[idx, c]]
+    for c in wanted:
+        cand = idx[cells[idx, c]]
         if len(cand):
             chosen.append(cand[np.linspace(0, len(cand) - 1, min(per_cell, len(cand))).astype(int)])
     return np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
+
+# %% ../nbs/60_evaluate.ipynb #34835101
+def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
+    """Up to `per_cell` dataset samples (file order, spread out) for each cell of `part` ('train':
+    frames the model trained on | 'heldout')."""
+    wanted = np.flatnonzero(split.mask() if part == "heldout" else ~split.mask())
+    return per_cell_indices(ds.cells, apply_split(ds.cells, split)[part], wanted, per_cell)
 
 # %% ../nbs/60_evaluate.ipynb #cfc1db95
 def gather(ds, idx: np.ndarray, shards=None) -> dict:
@@ -506,38 +511,36 @@ def _part(
     return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
 
 # %% ../nbs/60_evaluate.ipynb #69bab93e
-def unseen_samples(ld: Loaded, n: int) -> dict:
-    """`n` frames of training cells as the dataset's own generator makes them (`episode_channels`,
-    `skin_samples`) for episodes past its seeds: the dataset's kind of frame, never trained on."""
+def unseen_samples(ld: Loaded, per_cell: int, episodes: int = 64) -> dict:
+    """Up to `per_cell` frames of each training cell as the dataset's own generator makes them
+    (`episode_channels`, `skin_samples`) for `episodes` episodes past its seeds, picked as
+    `eval_indices` picks the dataset's: the dataset's kind of frame, never trained on."""
     from qmind_render.contracts import load_spec
     from qmind_render.generate import episode_channels, skin_samples
     from qmind_render.grid import load_grid
 
-    grid, spec, held, got = load_grid(), load_spec(), ld.split.mask(), []
+    grid, spec, n = load_grid(), load_spec(), ld.cfg.data.frames_per_episode
     seed = int(ld.ds.manifest.seeds[1]) + EVAL_SEEDS + 500
-    while sum(len(s["rgb"]) for s in got) < n:
-        s = skin_samples(
-            episode_channels(seed, ld.cfg.data.frames_per_episode, grid, spec), grid, spec
-        )
-        keep = ~s["cells"][:, held].any(1)
-        got.append(
-            {
-                k: s[k][keep]
-                for k in ("rgb", "surface", "material", "uv", "light", "depth", "theme", "lighting")
-            }
-        )
-        seed += 1
-    return {k: torch.from_numpy(np.concatenate([s[k] for s in got])[:n]) for k in got[0]}
+    eps = [
+        skin_samples(episode_channels(seed + i, n, grid, spec), grid, spec) for i in range(episodes)
+    ]
+    s = {
+        k: np.concatenate([e[k] for e in eps])
+        for k in ("rgb", "cells", *spec.names, "theme", "lighting")
+    }
+    train = apply_split(s["cells"], ld.split)["train"]
+    pick = per_cell_indices(s["cells"], train, np.flatnonzero(~ld.split.mask()), per_cell)
+    return {k: torch.from_numpy(v[pick]) for k, v in s.items() if k != "cells"}
 
 # %% ../nbs/60_evaluate.ipynb #b0b22c3e
 def _seen(ld: Loaded, sampler: GraphSampler, k: int, shards=None) -> dict:
     """The `seen` part: PSNR and SSIM at `k` DDIM steps on training-cell frames the model trained on
-    (`eval_indices`), and on as many the same generator made for episodes it never saw."""
+    (`eval_indices`), and on frames picked alike from episodes it never saw (`unseen_samples`)."""
     idx = eval_indices(ld.ds, ld.split, "train", ld.cfg.eval.frames_per_cell)
     out = {}
     for name, batch in (
         ("trained", gather(ld.ds, idx, shards)),
-        ("unseen", unseen_samples(ld, len(idx))),
+        ("unseen", unseen_samples(ld, ld.cfg.eval.frames_per_cell)),
     ):
         s = summarise(score(render_frames(sampler, batch, k), batch))
         out[name] = {
@@ -616,7 +619,8 @@ def evaluate(
         - res["seen"]["unseen"][f"ddim_{k}"]["psnr"]
     }
     log(
-        f"  seen: {res['seen']['trained']['frames']} frames it trained on and as many new ones, "
+        f"  seen: {res['seen']['trained']['frames']} frames it trained on, "
+        f"{res['seen']['unseen']['frames']} new ones of the same kind, "
         f"{k} DDIM step{'s' * (k > 1)} ({time.monotonic() - t1:.1f} s)"
     )
     res["gap"] = {
@@ -837,7 +841,7 @@ def _seen_md(res: dict) -> list[str]:
     k, (a, b) = int(key.split("_")[1]), (res["seen"][p] for p in ("trained", "unseen"))
     return [
         f"Recall: on {a['frames']} training-cell frames it trained on, {k} DDIM "
-        f"step{'s' * (k > 1)}, {a[key]['psnr']:.2f} dB; on as many frames of the same kind "
+        f"step{'s' * (k > 1)}, {a[key]['psnr']:.2f} dB; on {b['frames']} frames of the same kind "
         f"(the dataset's generator, episodes it never saw) {b[key]['psnr']:.2f} dB: "
         f"{res['memorised'][key]:+.2f} dB remembered rather than rendered.",
         "",

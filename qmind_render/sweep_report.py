@@ -22,8 +22,8 @@ from qmind_render.sweep import (
 from .util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = ['METRICS', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results',
-           'separation', 'separation_table']
+__all__ = ['METRICS', 'SWITCHES', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'group_table', 'write_report',
+           'read_results', 'switches', 'run_row', 'separation', 'separation_table']
 
 # %% ../nbs/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -284,6 +284,61 @@ def read_results(dest: str | Path, sweep_root: str | Path | None = None) -> dict
     )
     by = [k for k in s["grid"] if k != "seed"]
     return {"sweep": s, "rows": rows, "by": by, "groups": aggregate(rows, by)}
+
+# %% ../nbs/87_sweep_report.ipynb #cee07d75
+SWITCHES = (
+    "data.holdout",
+    "model.uv_freqs",
+    "model.depth_freqs",
+    "model.pixel_head",
+    "model.lit_head",
+    "model.theme_enc",
+    "train.batch",
+    "train.steps",
+    "train.loss",
+    "train.sampler_share",
+    "train.finetune_steps",
+)
+
+
+def switches(config: dict) -> dict:
+    """The `SWITCHES` a run's config sets, keys added since it ran taking their defaults (as a
+    checkpoint's do)."""
+    from qmind_render.config import config_from_dict, config_to_dict
+
+    sw = config_to_dict(config_from_dict(config))
+    return {k: sw[k.split(".")[0]][k.split(".")[1]] for k in SWITCHES}
+
+# %% ../nbs/87_sweep_report.ipynb #4c77fba5
+def run_row(run: str | Path) -> dict:
+    """One table row from a committed run: its `SWITCHES`, seed, and at the fewest DDIM steps its
+    held-out and training-cell PSNR, the gap, the matched gap, the recall, SSIM and the factor
+    classifiers' agreement on held-out frames (the model's accuracy over the ground truth's)."""
+    import yaml
+
+    from qmind_render.config import config_from_dict
+
+    run = Path(run)
+    ev = read_json(run / "eval.json") or read_json(run / "eval" / "eval.json")
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    out = {"run": run.name, "seed": config_from_dict(cfg).seed}
+    out |= {k.split(".")[1]: v for k, v in switches(cfg).items()} | {
+        "frames": ev.get("frames", "dataset")
+    }
+    h, t = ev["parts"]["heldout"], ev["parts"]["train"]
+    for k in ev["ddim_steps"]:
+        out[f"held-out {k}"] = f"{h[f'ddim_{k}']['psnr']:.2f}"
+    k = min(ev["ddim_steps"])
+    out[f"train {k}"] = f"{t[f'ddim_{k}']['psnr']:.2f}"
+    out[f"gap {k}"] = f"{t[f'ddim_{k}']['psnr'] - h[f'ddim_{k}']['psnr']:.2f}"
+    m, r = ev.get("gap_matched", {}).get(f"ddim_{k}"), ev.get("memorised", {}).get(f"ddim_{k}")
+    out[f"matched gap {k}"] = f"{m['gap']:.2f} ± {m['se']:.2f}" if m else "–"
+    out[f"recall {k}"] = "–" if r is None else f"{r:+.2f}"
+    out[f"SSIM {k}"] = f"{h[f'ddim_{k}']['ssim']:.3f}"
+    gt = h["ground_truth_classifier"]
+    for f in ("theme", "lighting"):
+        out[f"{f} agr."] = f"{h[f'ddim_{k}']['classifier'][f] / gt[f]:.2f}"
+    return out
 
 # %% ../nbs/87_sweep_report.ipynb #13371da6
 def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> list[dict]:
