@@ -511,19 +511,18 @@ def _part(
     return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
 
 # %% ../nbs/60_evaluate.ipynb #69bab93e
-def unseen_samples(ld: Loaded, per_cell: int, episodes: int = 64) -> dict:
+def unseen_samples(ld: Loaded, per_cell: int) -> dict:
     """Up to `per_cell` frames of each training cell as the dataset's own generator makes them
-    (`episode_channels`, `skin_samples`) for `episodes` episodes past its seeds, picked as
-    `eval_indices` picks the dataset's: the dataset's kind of frame, never trained on."""
+    (`episode_channels`, `skin_samples`) for as many episodes as the dataset has, past its seeds,
+    picked as `eval_indices` picks the dataset's: the dataset's kind of frame, never trained on."""
     from qmind_render.contracts import load_spec
     from qmind_render.generate import episode_channels, skin_samples
     from qmind_render.grid import load_grid
 
     grid, spec, n = load_grid(), load_spec(), ld.cfg.data.frames_per_episode
-    seed = int(ld.ds.manifest.seeds[1]) + EVAL_SEEDS + 500
-    eps = [
-        skin_samples(episode_channels(seed + i, n, grid, spec), grid, spec) for i in range(episodes)
-    ]
+    first, stop = (int(x) for x in ld.ds.manifest.seeds)
+    seeds = range(stop + EVAL_SEEDS + 500, stop + EVAL_SEEDS + 500 + stop - first)
+    eps = [skin_samples(episode_channels(s, n, grid, spec), grid, spec) for s in seeds]
     s = {
         k: np.concatenate([e[k] for e in eps])
         for k in ("rgb", "cells", *spec.names, "theme", "lighting")

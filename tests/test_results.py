@@ -11,12 +11,17 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from collect_results import row, switches  # noqa: E402
 from collect_sweep import report_from_results  # noqa: E402
 
 from qmind_render.cost import sweep_cost  # noqa: E402
 from qmind_render.sweep import expand_sweep  # noqa: E402
-from qmind_render.sweep_report import group_table, read_results, separation_table  # noqa: E402
+from qmind_render.sweep_report import (  # noqa: E402
+    group_table,
+    read_results,
+    run_row,
+    separation_table,
+    switches,
+)
 from qmind_render.util import format_table  # noqa: E402
 
 SWEEPS = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.yaml"))
@@ -32,7 +37,7 @@ def test_every_results_table_row_is_read_from_its_committed_files():
         runs = sorted(p.parent for p in d.glob("*/eval.json"))
         assert runs, d
         for run in runs:
-            r = row(run)
+            r = run_row(run)
             line = next((ln for ln in text.splitlines() if ln.startswith(f"| {run.name} |")), None)
             assert line is not None, f"{d.name}/README.md has no row for {run.name}"
             for col in ("held-out 1", "gap 1", "SSIM 1", "theme agr.", "lighting agr."):
@@ -43,7 +48,7 @@ def test_every_results_table_row_is_read_from_its_committed_files():
 
 def test_the_committed_quickstart_is_the_measured_one():
     now = yaml.safe_load((ROOT / "sweeps" / "exp" / "quickstart.yaml").read_text())
-    ran = yaml.safe_load((ROOT / "results" / "texture" / "quickstart" / "config.yaml").read_text())
+    ran = yaml.safe_load((ROOT / "results" / "main" / "quickstart" / "config.yaml").read_text())
     assert switches(now) == switches(ran)
 
 
