@@ -99,6 +99,14 @@ def _number(v) -> float | None:
     m = re.search(r"(\d+(?:\.\d+)?)$", str(v))
     return float(m.group(1)) if m else None
 
+
+def _axis(values: list) -> list[float] | None:
+    """The values as numbers along one axis (coverage_25, coverage_50 -> 25, 50), if they are
+    numbers or names that differ only in the number they end with; else None (categories)."""
+    nums = [_number(v) for v in values]
+    names = {re.sub(r"\d+(?:\.\d+)?$", "", str(v)) for v in values}
+    return nums if None not in nums and len(names) == 1 else None
+
 # %% ../nbs/87_sweep_report.ipynb #e429bcdf
 def _xlabel(key: str, values: list) -> str:
     if all(str(v).startswith("coverage_") for v in values):
@@ -107,8 +115,8 @@ def _xlabel(key: str, values: list) -> str:
 
 # %% ../nbs/87_sweep_report.ipynb #9a0d568f
 def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], title: str = ""):
-    """PSNR against the one numeric grid key (line, seeds as error bars), else one bar per grid
-    combination: a matplotlib `Figure`."""
+    """PSNR against the one numeric grid key (line, seeds as error bars; `_axis`), else one bar per
+    grid combination: a matplotlib `Figure`."""
     import numpy as np
     from matplotlib.figure import Figure
 
@@ -116,8 +124,8 @@ def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], title: str = ""
     ax = fig.subplots()
     m = lambda k: np.array([a[k] for a in agg])  # noqa: E731
     done = [r for r in rows if r.get("heldout_psnr") is not None]
-    if len(by) == 1 and all(_number(a[by[0]]) is not None for a in agg):
-        x, k = np.array([_number(a[by[0]]) for a in agg]), by[0]
+    if len(by) == 1 and _axis([a[by[0]] for a in agg]) is not None:
+        x, k = np.array(_axis([a[by[0]] for a in agg])), by[0]
         ax.errorbar(
             x, m("heldout_psnr"), m("heldout_psnr_std"), fmt="o-", capsize=4, label="held-out cells"
         )

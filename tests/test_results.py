@@ -53,7 +53,7 @@ def test_the_committed_quickstart_is_the_measured_one():
 
 
 def test_each_committed_sweep_report_is_remade_from_its_runs(tmp_path):
-    assert {d.name for d in SWEEPS} >= {"coverage", "encoding", "switches"}
+    assert {d.name for d in SWEEPS} >= {"coverage", "encoding", "switches", "gap"}
     for d in SWEEPS:
         out = tmp_path / d.name
         report_from_results(d, out, sweep_root=ROOT)
@@ -90,7 +90,7 @@ def chapter_outputs() -> str:
 
 def test_the_results_chapter_shows_the_committed_runs():
     shown = chapter_outputs()
-    for name in ("coverage", "encoding", "switches"):
+    for name in ("coverage", "encoding", "switches", "gap"):
         res = read_results(ROOT / "results" / name, ROOT)
         assert group_table(res["groups"], res["by"]) in shown, (
             f"89_results: {name}'s group table is stale"
@@ -106,3 +106,20 @@ def test_the_results_chapter_shows_the_committed_runs():
         sweep_cost(expand_sweep(ROOT / "sweeps" / "coverage_gpu.yaml", (), ROOT), 0.4)
     )
     assert gpu in shown, "89_results: the GPU sweep's cost is stale"
+
+
+def test_the_results_chapter_shows_each_runs_gap_and_recall():
+    "Each run of the gap sweep, the main job and the shipped model is a row of the chapter tables."
+    shown = chapter_outputs().splitlines()
+    runs = [
+        *sorted((ROOT / "results" / "gap" / "runs").iterdir()),
+        *sorted(p.parent for p in (ROOT / "results" / "main").glob("*/eval.json")),
+        ROOT / "results" / "shipped" / "shipped",
+    ]
+    assert len(runs) == 13
+    for run in runs:
+        r = run_row(run)
+        line = next((ln for ln in shown if ln.startswith(f"| {run.name} |")), None)
+        assert line is not None, f"89_results shows no row for {run.name}"
+        for col in ("held-out 1", "train 1", "gap 1", "matched gap 1", "recall 1"):
+            assert f"| {r[col]} |" in line, f"89_results: {run.name}'s {col} is {r[col]}"
