@@ -109,14 +109,15 @@ def test_the_results_chapter_shows_the_committed_runs():
 
 
 def test_the_results_chapter_shows_each_runs_gap_and_recall():
-    "Each run of the gap sweep, the main job and the shipped model is a row of the chapter tables."
+    "Each run of the coverage and gap sweeps, the main job and the shipped model is a table row."
     shown = chapter_outputs().splitlines()
     runs = [
+        *sorted((ROOT / "results" / "coverage" / "runs").iterdir()),
         *sorted((ROOT / "results" / "gap" / "runs").iterdir()),
         *sorted(p.parent for p in (ROOT / "results" / "main").glob("*/eval.json")),
         ROOT / "results" / "shipped" / "shipped",
     ]
-    assert len(runs) == 13
+    assert len(runs) == 22
     for run in runs:
         r = run_row(run)
         line = next((ln for ln in shown if ln.startswith(f"| {run.name} |")), None)
