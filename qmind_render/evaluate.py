@@ -38,15 +38,17 @@ from .gaps import cell_means, gap_by_level, level_names, matched_gaps
 from .walks import paired_batch, walk_batch, walk_frames
 from .temporal import change_images, pooled_error, reprojection
 from .viz import episode_frames, grid_figure, heatmap, mosaic, sample_grid, write_gif
-from .contracts import UserError
+from .contracts import UserError, load_spec
+from .generate import episode_channels, skin_samples
+from .grid import load_grid
 from .util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
-__all__ = ['EVAL_SEEDS', 'as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError', 'Loaded',
-           'eval_batch', 'load_for_eval', 'per_cell_indices', 'eval_indices', 'gather', 'eval_parts', 'render_frames',
-           'MeanColour', 'FactorNet', 'factor_labels', 'train_classifier', 'accuracy', 'score', 'summarise',
-           'episode_video', 'temporal_cells', 'temporal_part', 'temporal_picture', 'unseen_samples', 'evaluate',
-           'psnr_curve', 'report_md', 'eval_main', 'headline', 'bench_eval']
+__all__ = ['EVAL_SEEDS', 'RECALL_SEEDS', 'as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError',
+           'Loaded', 'eval_batch', 'load_for_eval', 'per_cell_indices', 'eval_indices', 'gather', 'part_cells',
+           'eval_parts', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels', 'train_classifier', 'accuracy',
+           'score', 'summarise', 'episode_video', 'temporal_cells', 'temporal_part', 'temporal_picture',
+           'unseen_samples', 'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'headline', 'bench_eval']
 
 # %% ../nbs/60_evaluate.ipynb #7b68d6ef
 def as_float(rgb, device=None) -> torch.Tensor:
@@ -216,21 +218,22 @@ def gather(ds, idx: np.ndarray, shards=None) -> dict:
 EVAL_SEEDS = 3000  # unseen walks start this far past the dataset's last episode seed
 
 
+def part_cells(split, part: str) -> list[tuple[int, int, int]]:
+    "The cells of `part` ('heldout' | 'train') of `split`, in the grid's order."
+    mask = split.mask() if part == "heldout" else ~split.mask()
+    return [split.grid.cell(int(i)) for i in np.flatnonzero(mask)]
+
+
 def eval_parts(ld: Loaded, per_cell: int) -> dict[str, dict]:
     """The batches of the held-out and training parts: `per_cell` frames of unseen walks in each of
     their cells, the same frames in every cell (`walk_frames`, `paired_batch`)."""
-    grid, held = ld.split.grid, set(ld.split.held_out)
     frames = walk_frames(
         int(ld.ds.manifest.seeds[1]) + EVAL_SEEDS,
         per_cell,
         ld.cfg.data.frames_per_episode,
-        grid.material,
+        ld.split.grid.material,
     )
-    every = [grid.cell(i) for i in range(grid.n_cells)]
-    return {
-        part: paired_batch(frames, [c for c in every if (c in held) == (part == "heldout")])
-        for part in ("heldout", "train")
-    }
+    return {part: paired_batch(frames, part_cells(ld.split, part)) for part in ("heldout", "train")}
 
 # %% ../nbs/60_evaluate.ipynb #ba1d96d8
 def render_frames(sampler: GraphSampler, batch: dict, steps: int, seed: int = 0) -> torch.Tensor:
@@ -398,9 +401,7 @@ def episode_video(
 # %% ../nbs/60_evaluate.ipynb #5b85b52c
 def temporal_cells(split, part: str, n: int) -> list[tuple[int, int, int]]:
     "`n` cells of `part` ('heldout' | 'train'), spread evenly over the grid's order."
-    held = {tuple(c) for c in split.held_out}
-    every = [split.grid.cell(i) for i in range(split.grid.n_cells)]
-    cells = [c for c in every if (c in held) == (part == "heldout")]
+    cells = part_cells(split, part)
     if not n or not cells:
         return []
     return [cells[i] for i in np.linspace(0, len(cells) - 1, min(n, len(cells))).astype(int)]
@@ -511,17 +512,16 @@ def _part(
     return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
 
 # %% ../nbs/60_evaluate.ipynb #69bab93e
+RECALL_SEEDS = EVAL_SEEDS + 500  # the recall's new episodes start past the unseen walks'
+
+
 def unseen_samples(ld: Loaded, per_cell: int) -> dict:
     """Up to `per_cell` frames of each training cell as the dataset's own generator makes them
     (`episode_channels`, `skin_samples`) for as many episodes as the dataset has, past its seeds,
     picked as `eval_indices` picks the dataset's: the dataset's kind of frame, never trained on."""
-    from qmind_render.contracts import load_spec
-    from qmind_render.generate import episode_channels, skin_samples
-    from qmind_render.grid import load_grid
-
     grid, spec, n = load_grid(), load_spec(), ld.cfg.data.frames_per_episode
     first, stop = (int(x) for x in ld.ds.manifest.seeds)
-    seeds = range(stop + EVAL_SEEDS + 500, stop + EVAL_SEEDS + 500 + stop - first)
+    seeds = range(stop + RECALL_SEEDS, stop + RECALL_SEEDS + stop - first)
     eps = [skin_samples(episode_channels(s, n, grid, spec), grid, spec) for s in seeds]
     s = {
         k: np.concatenate([e[k] for e in eps])

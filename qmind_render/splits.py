@@ -54,29 +54,29 @@ def _n_held_out(name: str, grid: Grid) -> int:
     return k
 
 # %% ../nbs/33_splits.ipynb #9321a7f5
-def pairs_seen(held: np.ndarray, grid: Grid) -> bool:
-    """True if every pair of levels of two factors (theme and material, theme and lighting,
-    material and lighting) keeps a training cell, given the held-out cells as rows of indices."""
-    sizes = (grid.theme, grid.material, grid.light)
-    for a, b, c in ((0, 1, 2), (0, 2, 1), (1, 2, 0)):
-        pair, n = np.unique(held[:, [a, b]], axis=0, return_counts=True)
-        if (n >= sizes[c]).any():
-            return False
-    return True
-
-# %% ../nbs/33_splits.ipynb #8e465f65
 _PAIRS = ((0, 1, 2), (0, 2, 1), (1, 2, 0))  # two factors, and the third
+
+
+def _keys(cells, sizes: tuple) -> tuple[list[np.ndarray], list[int]]:
+    """Each cell's level of every factor, then its pair of levels of every two factors, as one
+    index array per factor and pair, and how many values each index takes."""
+    h = np.array(cells, dtype=np.int64).reshape(-1, 3)
+    keys = [h[:, f] for f in range(3)] + [h[:, a] * sizes[b] + h[:, b] for a, b, _ in _PAIRS]
+    return keys, [*sizes] + [sizes[a] * sizes[b] for a, b, _ in _PAIRS]
 
 
 def _counts(held, sizes: tuple) -> list[np.ndarray]:
     "How often each level, then each pair of levels, is held out: one array per factor and pair."
-    h = np.array(held, dtype=np.int64).reshape(-1, 3)
-    levels = [np.bincount(h[:, f], minlength=n) for f, n in enumerate(sizes)]
-    pairs = [
-        np.bincount(h[:, a] * sizes[b] + h[:, b], minlength=sizes[a] * sizes[b])
-        for a, b, _ in _PAIRS
-    ]
-    return levels + pairs
+    keys, n = _keys(held, sizes)
+    return [np.bincount(key, minlength=m) for key, m in zip(keys, n)]
+
+# %% ../nbs/33_splits.ipynb #8e465f65
+def pairs_seen(held: np.ndarray, grid: Grid) -> bool:
+    """True if every pair of levels of two factors (theme and material, theme and lighting,
+    material and lighting) keeps a training cell, given the held-out cells as rows of indices."""
+    sizes = (grid.theme, grid.material, grid.light)
+    pairs = _counts(held, sizes)[3:]
+    return all((n < sizes[c]).all() for n, (_, _, c) in zip(pairs, _PAIRS))
 
 # %% ../nbs/33_splits.ipynb #0b830453
 def balanced_cells(grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -90,10 +90,7 @@ def balanced_cells(grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
         raise ValueError(f"balanced_{k}: at most {most} cells can be held out with every pair seen")
     cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
     # each cell's level of every factor and pair of factors, and how often each may be held out
-    keys = [cells[:, f] for f in range(3)] + [
-        cells[:, a] * sizes[b] + cells[:, b] for a, b, _ in _PAIRS
-    ]
-    n = [*sizes] + [sizes[a] * sizes[b] for a, b, _ in _PAIRS]
+    keys, n = _keys(cells, sizes)
     caps = [-(-k // x) for x in n[:3]] + [
         min(-(-k // x), sizes[c] - 1) for x, (_, _, c) in zip(n[3:], _PAIRS)
     ]

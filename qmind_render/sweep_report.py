@@ -124,8 +124,9 @@ def plot_sweep(agg: list[dict], rows: list[dict], by: list[str], title: str = ""
     ax = fig.subplots()
     m = lambda k: np.array([a[k] for a in agg])  # noqa: E731
     done = [r for r in rows if r.get("heldout_psnr") is not None]
-    if len(by) == 1 and _axis([a[by[0]] for a in agg]) is not None:
-        x, k = np.array(_axis([a[by[0]] for a in agg])), by[0]
+    axis = _axis([a[by[0]] for a in agg]) if len(by) == 1 else None
+    if axis is not None:
+        x, k = np.array(axis), by[0]
         ax.errorbar(
             x, m("heldout_psnr"), m("heldout_psnr_std"), fmt="o-", capsize=4, label="held-out cells"
         )

@@ -16,21 +16,7 @@ from .grid import FactorGrid, load_grid
 from .skinner import SURFACES, skin
 
 # %% auto #0
-__all__ = ['FRAMES_PER_WALK', 'walk_batch', 'walk_frames', 'paired_batch']
-
-# %% ../nbs/57_walks.ipynb #fdf36457
-def walk_batch(seed: int, frames: int, cell: tuple, grid=None) -> tuple[dict, Walk]:
-    """A walk of `frames` frames of episode `seed` in factor cell (theme, material, lighting): a
-    batch (channels, ground truth, ids) and its geometry."""
-    grid, (t, m, l) = grid or load_grid(), cell
-    walk = render_walk(seed, frames, materials=[m])
-    batch = {k: torch.from_numpy(v) for k, v in walk.channels.items()}
-    batch.update(
-        rgb=torch.from_numpy(skin(walk.channels, grid.themes[t], grid.lightings[l])),
-        theme=torch.full((frames,), t, dtype=torch.int16),
-        lighting=torch.full((frames,), l, dtype=torch.int16),
-    )
-    return batch, walk
+__all__ = ['FRAMES_PER_WALK', 'walk_frames', 'paired_batch', 'walk_batch']
 
 # %% ../nbs/57_walks.ipynb #b212765e
 FRAMES_PER_WALK = 2  # frames taken from each unseen walk: its first and last that show a wall
@@ -71,3 +57,10 @@ def paired_batch(frames: dict, cells, grid: FactorGrid | None = None) -> dict:
             }
         )
     return {k: torch.from_numpy(np.concatenate([p[k] for p in parts])) for k in parts[0]}
+
+# %% ../nbs/57_walks.ipynb #fdf36457
+def walk_batch(seed: int, frames: int, cell: tuple, grid=None) -> tuple[dict, Walk]:
+    """A walk of `frames` frames of episode `seed` in factor cell (theme, material, lighting): a
+    batch (channels, ground truth, ids, cells) and its geometry."""
+    walk = render_walk(seed, frames, materials=[cell[1]])
+    return paired_batch({cell[1]: walk.channels}, [cell], grid), walk
