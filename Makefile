@@ -1,9 +1,12 @@
 # The README's commands. `make test` is what CI runs (through .ci/run).
-.PHONY: test sync lint nbtest pytest export pictures hooks
+.PHONY: test deps sync lint nbtest pytest export pictures hooks
 # pytest-xdist workers for `make pytest` (auto: one per core; `make pytest PYTEST_WORKERS=1` for a serial run)
 PYTEST_WORKERS ?= auto
 
 test: sync lint pytest   ## everything CI checks: the notebooks' examples run inside pytest (tests/test_notebooks.py)
+
+deps:     ## the system packages the browser, Slurm, talks and compile tests need (apt; what CI installs first)
+	bash .ci/deps
 
 sync:     ## notebooks and library in sync, notebooks clean
 	@bash .ci/check_sync

@@ -25,66 +25,72 @@ class Command(NamedTuple):
     target: str  # "module:function"; the function takes argv (list[str]) and returns an exit code
     help: str
 
+    @property
+    def wing(self) -> str:
+        "The wing the command lives in: its module's folder in the package (`root` at the top)."
+        parts = self.target.partition(":")[0].split(".")
+        return parts[1] if len(parts) > 2 else "root"
+
 
 COMMANDS: dict[str, Command] = {
     "version": Command(
         "qmind_render.cli:version_main", "print the package, contract and library versions"
     ),
     "config": Command(
-        "qmind_render.config:config_main",
+        "qmind_render.core.config:config_main",
         "resolve an experiment config (file + key=value) and print it",
     ),
     "render": Command(
-        "qmind_render.explorer:render_main",
+        "qmind_render.world.explorer:render_main",
         "write an episode's channels, map and skinned frames as PNGs",
     ),
     "data": Command(
-        "qmind_render.data_cli:data_main",
+        "qmind_render.data.data_cli:data_main",
         "generate, list, verify and inspect datasets (local or S3)",
     ),
     "train": Command(
-        "qmind_render.train:train_main",
-        "train or resume a run (torchrun -m qmind_render.train for DDP)",
+        "qmind_render.core.train:train_main",
+        "train or resume a run (torchrun -m qmind_render.core.train for DDP)",
     ),
     "eval": Command(
-        "qmind_render.evaluate:eval_main",
+        "qmind_render.core.evaluate:eval_main",
         "evaluate a run on held-out and training cells; write a report",
     ),
     "run": Command(
-        "qmind_render.pipeline:run_main",
+        "qmind_render.core.pipeline:run_main",
         "the main job: dataset (if missing) -> train -> eval -> report",
     ),
     "serve": Command(
-        "qmind_render.server:serve_main",
+        "qmind_render.serve.server:serve_main",
         "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, "
         "the playable page at /",
     ),
     "ship": Command(
-        "qmind_render.serve:ship_main",
+        "qmind_render.serve.renderer:ship_main",
         "write a trained, evaluated run as the model `qmind serve` plays by default",
     ),
     "sweep": Command(
-        "qmind_render.sweep_cli:sweep_main",
+        "qmind_render.sweeps.sweep_cli:sweep_main",
         "a sweep file (or EXPERIMENT -m k=a,b) into runs, run them (local papermill, "
         "slurm, ec2, sagemaker); --status, --report",
     ),
     "cost": Command(
-        "qmind_render.cost:cost_main",
+        "qmind_render.sweeps.cost:cost_main",
         "what a config costs: FLOPs, GPU-hours, dollars, memory, runs per budget",
     ),
     "aws": Command(
-        "qmind_render.cloud_cli:aws_main",
+        "qmind_render.sweeps.cloud_cli:aws_main",
         "AWS jobs with guard rails: launch, status, budget, cost review, cleanup, quotas",
     ),
     "bench": Command(
         "qmind_render.cli:bench_main", "run a stage's benchmark and print its numbers"
     ),
     "talks": Command(
-        "qmind_render.talks:talks_main",
+        "qmind_render.docs.talks:talks_main",
         "render the five-minute talks (nbs/talks) as reveal.js slides, offline",
     ),
     "docs": Command(
-        "qmind_render.docs:docs_main",
+        "qmind_render.docs.website:docs_main",
         "build the docs site offline: run the notebooks, nbdev processing, MkDocs (no "
         "Quarto needed)",
     ),
@@ -92,15 +98,15 @@ COMMANDS: dict[str, Command] = {
 
 # `qmind bench NAME`: functions returning a dict of measured numbers.
 BENCHES: dict[str, str] = {
-    "engine": "qmind_render.episode:bench_engine",
-    "skinner": "qmind_render.explorer:bench_skinner",
-    "data": "qmind_render.data_cli:bench_data",
-    "model": "qmind_render.model_bench:bench_model",
-    "sampler": "qmind_render.sampler:bench_sampler",
-    "train": "qmind_render.train:bench_train",
-    "eval": "qmind_render.evaluate:bench_eval",
-    "serve": "qmind_render.serve_bench:bench_serve",
-    "temporal": "qmind_render.serve_bench:bench_temporal",
+    "engine": "qmind_render.world.episode:bench_engine",
+    "skinner": "qmind_render.world.explorer:bench_skinner",
+    "data": "qmind_render.data.data_cli:bench_data",
+    "model": "qmind_render.core.model_bench:bench_model",
+    "sampler": "qmind_render.core.sampler:bench_sampler",
+    "train": "qmind_render.core.train:bench_train",
+    "eval": "qmind_render.core.evaluate:bench_eval",
+    "serve": "qmind_render.serve.serve_bench:bench_serve",
+    "temporal": "qmind_render.serve.serve_bench:bench_temporal",
     "gpu": "qmind_render.gpu:bench_gpu",
 }
 
@@ -125,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"qmind-render {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, c in COMMANDS.items():
-        sub.add_parser(name, help=c.help, add_help=False)
+        sub.add_parser(name, help=f"[{c.wing}] {c.help}", add_help=False)
     return p
 
 # %% ../nbs/90_cli.ipynb #5653a911

@@ -18,19 +18,19 @@ from typing import Callable
 
 import torch
 
-from .config import load_config
-from .data import list_datasets
-from .stores import open_store
-from .generate import generate
-from .splits import make_split, save_split
-from .evaluate import bench_eval, psnr_curve
-from .pipeline import run
-from .model_bench import bench_throughput
-from .sampler import bench_sampler
-from .serve_bench import bench_serve
-from .device import pick_device
-from .tracking import read_metrics
-from .train import Meter, batches, loop_step, setup, train
+from .core.config import load_config
+from .data.dataset import list_datasets
+from .data.stores import open_store
+from .data.generate import generate
+from .data.splits import make_split, save_split
+from .core.evaluate import bench_eval, psnr_curve
+from .core.pipeline import run
+from .core.model_bench import bench_throughput
+from .core.sampler import bench_sampler
+from .serve.serve_bench import bench_serve
+from .core.device import pick_device
+from .core.tracking import read_metrics
+from .core.train import Meter, batches, loop_step, setup, train
 from .util import atomic_write, device_sync
 
 # %% auto #0

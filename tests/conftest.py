@@ -34,24 +34,24 @@ HEAVY_FIRST = {
     "test_sweep.py": 115,
     "test_evaluate.py": 115,
     "test_docs.py": 101,
-    "test_notebook[71_serve.ipynb]": 93,
-    "test_notebook[45_warmup_digits.ipynb]": 78,
+    "test_notebook[serve/71_renderer.ipynb]": 93,
+    "test_notebook[core/45_warmup_digits.ipynb]": 78,
     "test_cloud.py": 60,
     "test_sweep_backends.py": 67,
     "test_notebook[77_gpu.ipynb]": 50,
     "test_model.py": 45,
     "test_jupyterlab.py": 40,
     "test_engine.py": 34,
-    "test_notebook[41_diffusion.ipynb]": 32,
+    "test_notebook[core/41_diffusion.ipynb]": 32,
     "test_data_cli.py": 31,
-    "test_notebook[98_deck_numbers.ipynb]": 26,
-    "test_notebook[96_docs.ipynb]": 25,
-    "test_notebook[50_train.ipynb]": 25,
+    "test_notebook[docs/98_deck_numbers.ipynb]": 26,
+    "test_notebook[docs/96_website.ipynb]": 25,
+    "test_notebook[core/50_train.ipynb]": 25,
     "test_workbook.py": 24,
-    "test_notebook[60_evaluate.ipynb]": 22,
-    "test_notebook[65_pipeline.ipynb]": 20,
+    "test_notebook[core/60_evaluate.ipynb]": 22,
+    "test_notebook[core/65_pipeline.ipynb]": 20,
     "test_cli.py": 22,
-    "test_notebook[85_cost.ipynb]": 21,
+    "test_notebook[sweeps/85_cost.ipynb]": 21,
 }
 
 
@@ -70,6 +70,30 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(_unit(item)))
     # stable: a file's tests keep their order
     items.sort(key=lambda item: -HEAVY_FIRST.get(_unit(item), 0))
+
+
+# what a skipped test lacked, by a word of its reason, and the one command that installs it
+INSTALLS = {"chromium": "make deps", "slurm": "make deps", "npm": "make deps", "g++": "make deps"}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    """The run ends by naming the tests it skipped, each reason once with its count, and the command
+    that installs what they need (`make deps`, as .ci/run does first)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons = {}
+    for r in skipped:
+        why = r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr)
+        reasons.setdefault(why.removeprefix("Skipped: "), []).append(r.nodeid)
+    w = terminalreporter.write_line
+    w(f"skipped {len(skipped)} test(s):")
+    for why, ids in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        w(f"  {len(ids):3d}  {why}  (e.g. {ids[0]})")
+    fixes = sorted({c for why in reasons for k, c in INSTALLS.items() if k in why.lower()})
+    if fixes:
+        w(f"to run them: {' && '.join(fixes)}  (installs what they need), then make test")
 
 
 def free_port() -> int:

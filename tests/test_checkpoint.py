@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.checkpoint import (
+from qmind_render.core.checkpoint import (
     CheckpointError,
     WeightsError,
     checkpoint_name,
@@ -24,12 +24,12 @@ from qmind_render.checkpoint import (
     step_of,
     versions,
 )
-from qmind_render.config import config_to_dict, load_config
-from qmind_render.diffusion import ddim_sample
-from qmind_render.encodings import prepare_batch, synthetic_batch
-from qmind_render.model import build_model
-from qmind_render.optim import make_ema
-from qmind_render.grid import load_grid
+from qmind_render.core.config import config_to_dict, load_config
+from qmind_render.core.diffusion import ddim_sample
+from qmind_render.core.encodings import prepare_batch, synthetic_batch
+from qmind_render.core.model import build_model
+from qmind_render.core.optim import make_ema
+from qmind_render.world.grid import load_grid
 
 GOLDEN = Path(__file__).parent / "golden" / "compat" / "runs" / "compat"
 
@@ -117,7 +117,7 @@ def test_a_file_without_a_seal_loads_with_one_warning_line_and_a_damaged_seal_is
     assert capsys.readouterr().err.splitlines() == [
         f"qmind: warning: {old} has no seal (written before checkpoints were sealed), so "
         "its content can't be verified; once you "
-        f"trust it: python -c \"from qmind_render.checkpoint import reseal; reseal('{old}')\""
+        f"trust it: python -c \"from qmind_render.core.checkpoint import reseal; reseal('{old}')\""
     ]
     reseal(old)
     assert (

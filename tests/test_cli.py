@@ -117,7 +117,7 @@ def test_options_anywhere_and_project_files_from_any_folder(tmp_path):
     # the override reached the config
     r = qmind("data", "gen", "quickstart", "--workers", "1", "data.episodes=x", cwd=tmp_path)
     assert r.returncode == 2 and "bad value for 'data.episodes'" in r.stderr
-    from qmind_render.splits import find_split
+    from qmind_render.data.splits import find_split
     import os
 
     here = os.getcwd()

@@ -23,10 +23,10 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from qmind_render import cloud, cloud_batch, cloud_cli, cloud_guard, cloud_jobs
-from qmind_render.cloud import CloudError, RunSpec
-from qmind_render.cloud_guard import OverBudget
-from qmind_render.cloud_jobs import EC2Backend, LaunchFailed, SageMakerBackend
+from qmind_render.sweeps import cloud, cloud_batch, cloud_cli, cloud_guard, cloud_jobs
+from qmind_render.sweeps.cloud import CloudError, RunSpec
+from qmind_render.sweeps.cloud_guard import OverBudget
+from qmind_render.sweeps.cloud_jobs import EC2Backend, LaunchFailed, SageMakerBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = "s3://qmind-lab/main"
@@ -75,7 +75,7 @@ def ready(aws, store):
 
 
 def run_spec(name="003-coverage_50-s1", estimate=None, store=STORE, **data):
-    from qmind_render.config import config_to_dict, load_config
+    from qmind_render.core.config import config_to_dict, load_config
 
     cfg = config_to_dict(
         load_config(
@@ -791,9 +791,9 @@ def test_batch_array_job_then_dependent_commit(store, batch_queue):
 
 
 def test_batch_indices_and_commit_against_s3(store, tmp_path, monkeypatch):
-    from qmind_render.cache import verify_dataset
-    from qmind_render.data import DatasetError, read_manifest
-    from qmind_render.stores import open_store
+    from qmind_render.data.cache import verify_dataset
+    from qmind_render.data.dataset import DatasetError, read_manifest
+    from qmind_render.data.stores import open_store
 
     monkeypatch.setenv("QMIND_CACHE", str(tmp_path / "cache"))
     data = {

@@ -11,12 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.config import load_config
-from qmind_render.cache import fetch, verify_dataset
-from qmind_render.stores import open_store
-from qmind_render.checkpoint import checkpoints, load_checkpoint
-from qmind_render.evaluate import as_float, eval_indices, gather, load_for_eval, psnr, render_frames
-from qmind_render.train import train
+from qmind_render.core.config import load_config
+from qmind_render.data.cache import fetch, verify_dataset
+from qmind_render.data.stores import open_store
+from qmind_render.core.checkpoint import checkpoints, load_checkpoint
+from qmind_render.core.evaluate import (
+    as_float,
+    eval_indices,
+    gather,
+    load_for_eval,
+    psnr,
+    render_frames,
+)
+from qmind_render.core.train import train
 
 GOLDEN = Path(__file__).parent / "golden" / "compat"
 

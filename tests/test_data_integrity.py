@@ -10,11 +10,11 @@ import os
 import numpy as np
 import pytest
 
-from qmind_render.cache import RECIPE, fetch, seal_manifest, verify_dataset
+from qmind_render.data.cache import RECIPE, fetch, seal_manifest, verify_dataset
 from qmind_render.cli import main
-from qmind_render.config import DataConfig
+from qmind_render.data.recipe import DataConfig
 from qmind_render.contracts import load_spec
-from qmind_render.data import (
+from qmind_render.data.dataset import (
     DatasetError,
     DatasetWriter,
     Grid,
@@ -22,10 +22,10 @@ from qmind_render.data import (
     random_samples,
     read_manifest,
 )
-from qmind_render.generate import generate, repair_dataset
-from qmind_render.loader import make_loader
-from qmind_render.splits import make_split
-from qmind_render.stores import open_store
+from qmind_render.data.generate import generate, repair_dataset
+from qmind_render.data.loader import make_loader
+from qmind_render.data.splits import make_split
+from qmind_render.data.stores import open_store
 
 SPEC, GRID = load_spec(), Grid.of()
 MANIFEST = "manifest.json"

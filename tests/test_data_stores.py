@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from qmind_render.cache import fetch, verify_dataset
+from qmind_render.data.cache import fetch, verify_dataset
 from qmind_render.contracts import load_spec
-from qmind_render.data import (
+from qmind_render.data.dataset import (
     DatasetError,
     manifest_hash,
     DatasetExists,
@@ -21,7 +21,7 @@ from qmind_render.data import (
     random_samples,
     read_manifest,
 )
-from qmind_render.stores import S3Store, StoreError, open_store
+from qmind_render.data.stores import S3Store, StoreError, open_store
 
 SPEC, GRID = load_spec(), Grid.of()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qmind_render.docs import build_site, serve_site
+from qmind_render.docs.website import build_site, serve_site
 from tests.conftest import block_off_host, launch_chromium, needs_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,11 +105,11 @@ def test_build_has_a_page_per_notebook_and_pictures(site):
     assert {
         "index.md",
         "contracts.md",
-        "engine.md",
-        "episode.md",
-        "skinner.md",
+        "world/engine.md",
+        "world/episode.md",
+        "world/skinner.md",
         "cli.md",
-        "docs.md",
+        "docs/website.md",
         "experiments/train.md",
     } <= set(rep["page_list"])
     for rel in rep["page_list"]:
@@ -118,14 +118,14 @@ def test_build_has_a_page_per_notebook_and_pictures(site):
     assert (folder / "search" / "search_index.json").is_file()
     # stored pictures of the processed pages count too
     assert rep["executed"] >= 1 and rep["images"] >= 20, rep
-    html = (folder / "episode.html").read_text()
+    html = (folder / "world" / "episode.html").read_text()
     assert 'id="render_episode"' in html  # nbdev's show_doc entry, under nbdev's anchor
 
 
 def test_talks_page_lists_the_deck_topics_in_order(site):
     """The Talks page: the deck's topics in its order with number and deck, each linking its talk or
     saying it has none yet."""
-    from qmind_render.talks import DECK_TOPICS, find_talks, lineup
+    from qmind_render.docs.talks import DECK_TOPICS, find_talks, lineup
 
     topics, extras = lineup(find_talks(ROOT / "nbs" / "talks"))
     page = (site[0] / "talks" / "index.html").read_text()

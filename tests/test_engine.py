@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qmind_render import engine as E
-from qmind_render import episode as EP
-from qmind_render import game as G
+from qmind_render.world import engine as E
+from qmind_render.world import episode as EP
+from qmind_render.world import game as G
 from qmind_render.contracts import load_spec, validate
 
 SPEC = load_spec()
@@ -42,7 +42,7 @@ def test_goldens_match():
         "engine output differs from tests/golden/engine_hashes.json:\n  "
         + "\n  ".join(diffs)
         + "\nIf the change is intended: bump ENGINE_VERSION, then python -m "
-        "qmind_render.episode --regen-goldens"
+        "qmind_render.world.episode --regen-goldens"
     )
 
 
@@ -79,7 +79,10 @@ def test_same_seed_same_bytes_in_process():
 
 
 def test_same_bytes_across_fresh_processes():
-    code = "from qmind_render.episode import episode_hashes; print(episode_hashes(1003, 24)['all'])"
+    code = (
+        "from qmind_render.world.episode import episode_hashes; "
+        "print(episode_hashes(1003, 24)['all'])"
+    )
     outs = []
     for hs in ("0", "12345"):  # different str-hash salts: nothing may depend on set or dict order
         env = {**os.environ, "PYTHONHASHSEED": hs}
@@ -183,8 +186,8 @@ def test_the_stage_is_three_modules_and_every_kernel_is_in_engine():
 _ASM_CHECK = """
 import sys
 from numba.core.registry import CPUDispatcher
-import qmind_render.engine as E
-from qmind_render.episode import make_world, render_episode
+import qmind_render.world.engine as E
+from qmind_render.world.episode import make_world, render_episode
 list(render_episode(0, 2)); E.render_world(make_world(0))
 bad = [k for k, f in vars(E).items() if isinstance(f, CPUDispatcher)
        for sig in f.signatures if any(op in f.inspect_asm(sig).lower() for op in ("vfmadd", "vfnmadd", "vfmsub"))]
@@ -434,7 +437,7 @@ def test_bench_engine_reports_numbers():
 
 def test_module_entry_point_checks_goldens():
     r = subprocess.run(
-        [sys.executable, "-m", "qmind_render.episode", "--check-goldens"],
+        [sys.executable, "-m", "qmind_render.world.episode", "--check-goldens"],
         capture_output=True,
         text=True,
         timeout=300,

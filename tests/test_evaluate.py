@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.cache import fetch
-from qmind_render.stores import open_store
-from qmind_render.splits import apply_split, load_split
-from qmind_render.evaluate import (
+from qmind_render.data.cache import fetch
+from qmind_render.data.stores import open_store
+from qmind_render.data.splits import apply_split, load_split
+from qmind_render.core.evaluate import (
     EvalError,
     accuracy,
     as_float,

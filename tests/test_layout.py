@@ -12,7 +12,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / "nbs"
 sys.path.insert(0, str(ROOT / "tools"))
-from code_stats import cycles, exports, imports_of, modules, stage_of  # noqa: E402
+from code_stats import (  # noqa: E402
+    WINGS,
+    cycles,
+    exports,
+    imports_of,
+    modules,
+    notebooks,
+    stage_of,
+    wing_of,
+)
 
 MODULES = modules()
 
@@ -37,23 +46,73 @@ def test_each_module_names_its_one_concern_in_its_first_line():
     assert not bad, "a module's docstring is its notebook's one-line subtitle:\n" + "\n".join(bad)
 
 
-def test_imports_only_go_down_the_chapters_and_never_round():
+# the package root: the foundation every wing speaks (rank 0) and the front doors (rank 9)
+ROOT_RANK = {"util": 0, "contracts": 0, "viz": 0, "gpu": 9, "cli": 9}
+
+
+# a wing's command (`qmind data gen CONFIG`) reads a run's config file: the one import of a later
+# wing's module, by a command shell, of the config loader's public names
+COMMAND_READS = {("data_cli", "config")}
+
+
+def _rank(module: str) -> int:
+    "Where a module's wing stands: the foundation, then the wings in their order, the front doors."
+    wing = wing_of(MODULES[module])
+    return ROOT_RANK[module] if not wing else 1 + WINGS.index(wing)
+
+
+def test_every_module_lives_in_a_wing_or_is_named_at_the_root():
+    stray = [m for m, p in MODULES.items() if not wing_of(p) and m not in ROOT_RANK]
+    assert not stray, (
+        f"modules at the package root that are neither foundation nor front door: {stray}"
+    )
+    assert {wing_of(p) for p in MODULES.values()} == {"", *WINGS}
+
+
+def test_each_notebook_lives_in_its_modules_wing():
+    for nb in notebooks():
+        made = exports().get(nb.stem)
+        if made:
+            assert wing_of(nb) == wing_of(MODULES[made]), f"{nb} exports {made} into another wing"
+
+
+def test_wings_import_the_foundation_and_earlier_wings_never_sideways():
+    """A wing imports the root's foundation and the wings before it in WINGS (world, data, core,
+    serve, sweeps, docs): serving never imports the sweeps, nor the sweeps serving; within a wing,
+    imports go down the chapters' order; no circle anywhere."""
     order = stage_of(MODULES)
     graph = {m: imports_of(p, MODULES) for m, p in MODULES.items()}
-    upward = [
-        f"{a} ({order[a]:02d}) imports {b} ({order[b]:02d})"
-        for a, bs in graph.items()
-        for b in sorted(bs)
-        if order[b] > order[a]
-    ]
-    assert not upward, "a module imports a later chapter's:\n" + "\n".join(upward)
+    bad = []
+    for a, bs in graph.items():
+        for b in sorted(bs):
+            ra, rb = _rank(a), _rank(b)
+            same = wing_of(MODULES[a]) == wing_of(MODULES[b])
+            if same and order[b] > order[a]:
+                bad.append(f"{a} ({order[a]:02d}) imports a later chapter, {b} ({order[b]:02d})")
+            elif not same and (rb > ra or (rb == ra and ra != 9)) and (a, b) not in COMMAND_READS:
+                bad.append(
+                    f"{a} ({wing_of(MODULES[a]) or 'root'}) imports "
+                    f"{b} ({wing_of(MODULES[b]) or 'root'})"
+                )
+    # serve and sweeps stand side by side: neither may import the other
+    for a, bs in graph.items():
+        for b in bs:
+            if {wing_of(MODULES[a]), wing_of(MODULES[b])} == {"serve", "sweeps"}:
+                bad.append(f"{a} imports {b} sideways (serve <-> sweeps)")
+    assert not bad, "imports against the wings' order:\n" + "\n".join(sorted(set(bad)))
     assert not cycles(graph), cycles(graph)
 
 
+def test_the_rule_itself_catches_a_sideways_import():
+    "A known answer: the check above flags a serving module that imports the sweeps."
+    assert _rank("renderer") < _rank("sweep") and wing_of(MODULES["renderer"]) == "serve"
+    assert _rank("engine") < _rank("dataset") < _rank("train") < _rank("renderer") < _rank("cli")
+
+
 def test_the_layout_tables_name_every_chapter():
-    chapters = set(exports()) | {p.stem for p in NBS.glob("[0-9]*.ipynb")}
+    chapters = set(exports()) | {p.stem for p in notebooks() if p.stem[:2].isdigit()}
     readme = (ROOT / "README.md").read_text()
-    rows = set(re.findall(r"^  (\d\d_\w+)\s", readme, flags=re.M))
+    rows = set(re.findall(r"^ {2,4}(\d\d_\w+)\s", readme, flags=re.M))
     assert rows == chapters, f"README's layout: missing {chapters - rows}, stale {rows - chapters}"
     home = "".join(
         "".join(c["source"]) for c in json.loads((NBS / "index.ipynb").read_text())["cells"]

@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 
 from qmind_render.contracts import load_spec
-from qmind_render.diffusion import Diffusion, ddim_sample, diffusion_loss
-from qmind_render.encodings import (
+from qmind_render.core.diffusion import Diffusion, ddim_sample, diffusion_loss
+from qmind_render.core.encodings import (
     COND_ENCS,
     MATERIAL_ENCS,
     ConditionEncoder,
@@ -29,12 +29,12 @@ from qmind_render.encodings import (
     prepare_batch,
     synthetic_batch,
 )
-from qmind_render.model import SIZES, ConditionalUNet, UNetSize, build_model, n_params
-from qmind_render.flops import forward_flops
-from qmind_render.optim import make_ema
-from qmind_render.model_bench import bench_cpu, bench_throughput
-from qmind_render.train import overfit_one_batch
-from qmind_render.grid import load_grid
+from qmind_render.core.model import SIZES, ConditionalUNet, UNetSize, build_model, n_params
+from qmind_render.core.flops import forward_flops
+from qmind_render.core.optim import make_ema
+from qmind_render.core.model_bench import bench_cpu, bench_throughput
+from qmind_render.core.train import overfit_one_batch
+from qmind_render.world.grid import load_grid
 
 SPEC, GRID = load_spec(), load_grid()
 TABLES = condition_tables(GRID, SPEC)
@@ -588,7 +588,7 @@ def test_bench_paths_run_on_cpu(diffusers):
 def test_defaults_live_in_the_config():
     """Diffusion(), build_model() and Encodings() are what a default config builds (Diffusion() was
     ε-prediction, the config says v)."""
-    from qmind_render.config import load_config
+    from qmind_render.core.config import load_config
 
     m = load_config().model
     assert (
@@ -613,8 +613,8 @@ def test_defaults_live_in_the_config():
 def test_the_model_module_is_the_network():
     """The network's inputs, the diffusion process, training loops, the benchmark and weights files
     live in their own modules, each name in one home."""
-    import qmind_render.model as model
-    from qmind_render import checkpoint, diffusion, encodings, model_bench, train
+    import qmind_render.core.model as model
+    from qmind_render.core import checkpoint, diffusion, encodings, model_bench, train
 
     # the inputs (checks, encodings, batches) and the process (schedule, objective, DDIM): their own
     inputs = {
@@ -643,18 +643,18 @@ def test_the_model_module_is_the_network():
     assert not (inputs | process) & set(model.__all__) and not process & set(vars(model))
     assert not process & set(vars(encodings))
     assert (
-        diffusion.Diffusion.__module__ == "qmind_render.diffusion"
-        and encodings.ConditionEncoder.__module__ == "qmind_render.encodings"
-        and model.ConditionalUNet.encode.__module__ == "qmind_render.model"
+        diffusion.Diffusion.__module__ == "qmind_render.core.diffusion"
+        and encodings.ConditionEncoder.__module__ == "qmind_render.core.encodings"
+        and model.ConditionalUNet.encode.__module__ == "qmind_render.core.model"
     )
 
     assert (
-        train.quick_train.__module__ == "qmind_render.train"
-        and train.overfit_one_batch.__module__ == "qmind_render.train"
+        train.quick_train.__module__ == "qmind_render.core.train"
+        and train.overfit_one_batch.__module__ == "qmind_render.core.train"
     )
     assert (
-        model_bench.bench_model.__module__ == "qmind_render.model_bench"
-        and checkpoint.load_shipped.__module__ == "qmind_render.checkpoint"
+        model_bench.bench_model.__module__ == "qmind_render.core.model_bench"
+        and checkpoint.load_shipped.__module__ == "qmind_render.core.checkpoint"
     )
     assert not hasattr(model, "quick_train") and not hasattr(model, "load_shipped")
     assert not {
@@ -664,7 +664,7 @@ def test_the_model_module_is_the_network():
         "bench_cpu",
         "load_shipped",
     } & set(vars(model))
-    from qmind_render import optim
+    from qmind_render.core import optim
 
     # the training machinery: the optimiser stage
     moved = {"EMA", "make_ema", "make_optimizer", "masked_step"}

@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "qmind_render"
-MODULES = sorted(p for p in PKG.glob("*.py") if p.name not in ("_modidx.py", "__init__.py"))
+MODULES = sorted(
+    p
+    for p in PKG.rglob("*.py")
+    if p.name not in ("_modidx.py", "__init__.py") and p.parent.name != "assets"
+)
 
 
 def _hits(pattern: str, allowed: dict[str, tuple[str, ...]], skip=("util.py",)) -> list[str]:
@@ -37,9 +41,9 @@ WRITES_ALLOWED = {
     # a response body in memory
     "protocol.py": ("np.save(buf", ".save(buf"),
     # a zip member, in memory
-    "data.py": ("z.open(info",),
+    "dataset.py": ("z.open(info",),
     "checkpoint.py": ("atomic_write(path, write=lambda tmp: torch.save",),
-    "docs.py": (
+    "website.py": (
         "out.write_text(local_links",
         "(out.parent / name).write_bytes",
         '(docs / "qmind.css")',
@@ -107,8 +111,8 @@ def test_no_private_name_is_imported_across_modules():
 
 
 def _config_defaults() -> dict[str, list]:
-    from qmind_render import config as C
-    from qmind_render.settings import ServeSettings
+    from qmind_render.core import config as C
+    from qmind_render.serve.settings import ServeSettings
 
     out = {}
     for cls in (
@@ -139,6 +143,7 @@ BENCH_POINTS = {
     ("gpu.py", "loop_config", "batch"),
     ("model_bench.py", "bench_throughput", "batch"),
     ("train.py", "bench_train", "size"),
+    ("data_cli.py", "bench_data", "batch"),
 }
 
 
@@ -173,11 +178,11 @@ def test_config_defaults_are_written_once():
                     if v == val
                 ]
     assert not bad, "\n".join(bad)
-    from qmind_render.checkpoint import save_checkpoint
-    from qmind_render.evaluate import train_classifier
-    from qmind_render.loader import make_loader
-    from qmind_render.optim import EMA, make_ema
-    from qmind_render.protocol import RenderItem, render_item
+    from qmind_render.core.checkpoint import save_checkpoint
+    from qmind_render.core.evaluate import train_classifier
+    from qmind_render.data.loader import make_loader
+    from qmind_render.core.optim import EMA, make_ema
+    from qmind_render.serve.protocol import RenderItem, render_item
 
     required = {
         save_checkpoint: "keep_last",
@@ -199,12 +204,12 @@ def test_the_grid_file_is_the_one_source_of_the_grid_size(tmp_path, monkeypatch)
     written in four places)."""
     import yaml
 
-    import qmind_render.grid as G
-    from qmind_render.cells import cell_mask
-    from qmind_render.data import DatasetWriter, Grid
-    from qmind_render.encodings import synthetic_batch
-    from qmind_render.splits import make_split
-    from qmind_render.stores import open_store
+    import qmind_render.world.grid as G
+    from qmind_render.world.cells import cell_mask
+    from qmind_render.data.dataset import DatasetWriter, Grid
+    from qmind_render.core.encodings import synthetic_batch
+    from qmind_render.data.splits import make_split
+    from qmind_render.data.stores import open_store
 
     d = yaml.safe_load(G.grid_path().read_text())
     d["themes"] = d["themes"][:4]
@@ -229,9 +234,9 @@ def test_the_grid_file_is_the_one_source_of_the_grid_size(tmp_path, monkeypatch)
 
 
 def test_the_cloud_backends_share_one_submit_and_one_session():
-    from qmind_render.cloud import AwsBackend
-    from qmind_render.cloud_batch import BatchDataJobs
-    from qmind_render.cloud_jobs import CappedJobs, EC2Backend, SageMakerBackend
+    from qmind_render.sweeps.cloud import AwsBackend
+    from qmind_render.sweeps.cloud_batch import BatchDataJobs
+    from qmind_render.sweeps.cloud_jobs import CappedJobs, EC2Backend, SageMakerBackend
 
     assert EC2Backend.submit is SageMakerBackend.submit is CappedJobs.submit
     assert EC2Backend.launch is not SageMakerBackend.launch
@@ -242,7 +247,7 @@ def test_the_cloud_backends_share_one_submit_and_one_session():
 
 
 def test_served_name_is_the_checkpoints_run():
-    from qmind_render.serve import Served
+    from qmind_render.serve.renderer import Served
 
     name = lambda src: Served(None, None, None, None, src).name
     assert (name("runs/r7/checkpoints/0000300.pt"), name("elsewhere/ck.pt"), name("shipped")) == (
@@ -255,8 +260,8 @@ def test_served_name_is_the_checkpoints_run():
 def test_a_failed_truncate_leaves_the_metrics_log_whole(tmp_path, monkeypatch):
     """Resuming rewrites metrics.jsonl without the lines after the checkpoint; a write that fails
     leaves the log as it was."""
-    from qmind_render.config import load_config
-    from qmind_render.tracking import Tracker
+    from qmind_render.core.config import load_config
+    from qmind_render.core.tracking import Tracker
 
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(f'{{"step": {s}, "loss": 1.0}}\n' for s in (10, 20, 30)))

@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from collect_sweep import report_from_results  # noqa: E402
 
-from qmind_render.cost import sweep_cost  # noqa: E402
-from qmind_render.sweep import expand_sweep  # noqa: E402
-from qmind_render.sweep_report import (  # noqa: E402
+from qmind_render.sweeps.cost import sweep_cost  # noqa: E402
+from qmind_render.sweeps.sweep import expand_sweep  # noqa: E402
+from qmind_render.sweeps.sweep_report import (  # noqa: E402
     group_table,
     read_results,
     run_row,
@@ -78,7 +78,7 @@ def _held_out_by_group(d: Path, by: list[str]) -> dict[tuple, list[float]]:
 
 def chapter_outputs() -> str:
     "Every text the results chapter stores, joined."
-    nb = json.loads((ROOT / "nbs" / "89_results.ipynb").read_text())
+    nb = json.loads((ROOT / "nbs" / "sweeps" / "89_results.ipynb").read_text())
     return "\n".join(
         "".join(o.get("data", {}).get(kind, o.get("text", "")))
         for c in nb["cells"]

@@ -1,5 +1,5 @@
-"""The fast sampler (nbs/43_sampler.ipynb); evaluation and serving through it are tested in their
-own files.
+"""The fast sampler (nbs/core/43_sampler.ipynb); evaluation and serving through it are tested in
+their own files.
 
 On every machine: the sampler's fixed-buffer path (what a GPU captures and replays; on a CPU the
 loop is re-run in its place) equals the reference `ddim_sample` in float32 (to the bit when the
@@ -11,12 +11,12 @@ a training step never makes the host wait for the device."""
 import pytest
 import torch
 
-from qmind_render.config import load_config
-from qmind_render.diffusion import Diffusion, ddim_sample
-from qmind_render.encodings import prepare_batch, synthetic_batch
-from qmind_render.model import build_model
-from qmind_render.sampler import GraphSampler, SamplerError
-from qmind_render.grid import load_grid
+from qmind_render.core.config import load_config
+from qmind_render.core.diffusion import Diffusion, ddim_sample
+from qmind_render.core.encodings import prepare_batch, synthetic_batch
+from qmind_render.core.model import build_model
+from qmind_render.core.sampler import GraphSampler, SamplerError
+from qmind_render.world.grid import load_grid
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -113,8 +113,8 @@ def test_cuda_graph_of_the_compiled_network():
 def test_cuda_training_step_never_makes_the_host_wait(tmp_path):
     import os
 
-    from qmind_render.generate import generate
-    from qmind_render.train import Meter, batches, loop_step, setup
+    from qmind_render.data.generate import generate
+    from qmind_render.core.train import Meter, batches, loop_step, setup
 
     os.environ.setdefault("QMIND_CACHE", str(tmp_path / "cache"))
     o = [

@@ -25,10 +25,10 @@ from PIL import Image
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from qmind_render.game import Game
-from qmind_render.protocol import encode_array, render_request
-from qmind_render.serve import load_served
-from qmind_render.serve_bench import load_test
+from qmind_render.world.game import Game
+from qmind_render.serve.protocol import encode_array, render_request
+from qmind_render.serve.renderer import load_served
+from qmind_render.serve.serve_bench import load_test
 
 from tests.conftest import chromium_page, free_port, launch_chromium, needs_chromium
 
@@ -41,9 +41,9 @@ MAX_RENDERS = 2
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     "A real (short) training run of the tiny model: the checkpoint the server loads."
-    from qmind_render.config import load_config
-    from qmind_render.generate import generate
-    from qmind_render.train import train
+    from qmind_render.core.config import load_config
+    from qmind_render.data.generate import generate
+    from qmind_render.core.train import train
 
     tmp = tmp_path_factory.mktemp("serve")
     cfg = load_config(
@@ -503,9 +503,9 @@ def idle_server():
     """An in-process server (an untrained tiny model) whose /play sessions idle out after IDLE_S,
     pinging its clients every 0.2 s and closing one that does not answer within 0.6 s (uvicorn's
     keepalive, sped up from 20 s)."""
-    from qmind_render import server
-    from qmind_render.serve import random_served
-    from qmind_render.settings import ServeSettings
+    from qmind_render.serve import server
+    from qmind_render.serve.renderer import random_served
+    from qmind_render.serve.settings import ServeSettings
 
     real = server._uvicorn_config
 
@@ -819,8 +819,8 @@ def test_a_corrupt_latest_checkpoint_says_what_serve_takes(run_dir, tmp_path, ca
 
 
 def test_onnx_renders_like_eager(run_dir, channels):
-    from qmind_render.protocol import render_item
-    from qmind_render.serve import Renderer
+    from qmind_render.serve.protocol import render_item
+    from qmind_render.serve.renderer import Renderer
 
     sv = load_served(run_dir)
     items = [render_item(channels, t, t % 4, sv.grid, sv.spec, seed=t, steps=2) for t in range(3)]
@@ -983,9 +983,9 @@ def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it
 
 
 def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
-    from qmind_render.evaluate import evaluate
-    from qmind_render.checkpoint import WeightsError, content_hash, load_shipped
-    from qmind_render.serve import ServeError, ship
+    from qmind_render.core.evaluate import evaluate
+    from qmind_render.core.checkpoint import WeightsError, content_hash, load_shipped
+    from qmind_render.serve.renderer import ServeError, ship
 
     with pytest.raises(
         ServeError, match=r"no evaluation of 0000003.pt .*run `qmind eval .*` first"

@@ -1,7 +1,8 @@
-"""The skinner (nbs/20_skinner.ipynb) and its factor cells (nbs/21_cells.ipynb): determinism (in
-process, in fresh processes, compiled vs plain Python), golden bytes, seamless wrap, all 100 cells
-distinct, refusals that name the field, and the exact factor cells of a frame. Each property test is
-paired with a check that it fails on a broken skinner, so a test that passes means something.
+"""The skinner (nbs/world/20_skinner.ipynb) and its factor cells (nbs/world/21_cells.ipynb):
+determinism (in process, in fresh processes, compiled vs plain Python), golden bytes, seamless
+wrap, all 100 cells distinct, refusals that name the field, and the exact factor cells of a frame.
+Each property test is paired with a check that it fails on a broken skinner, so a test that passes
+means something.
 
 Regenerate the golden hashes after an intended change of skinned bytes (and a SKINNER_VERSION bump):
     python tests/test_skinner.py --update-golden
@@ -18,11 +19,11 @@ import numpy as np
 import pytest
 import yaml
 
-from qmind_render import cells as cl
-from qmind_render import explorer as ex
-from qmind_render import skinner as sk
+from qmind_render.world import cells as cl
+from qmind_render.world import explorer as ex
+from qmind_render.world import skinner as sk
 from qmind_render.contracts import ChannelError, ThemeError
-from qmind_render.grid import LightingError, grid_path, load_grid
+from qmind_render.world.grid import LightingError, grid_path, load_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "skinner_hashes.json"
@@ -161,7 +162,7 @@ def test_wrap_test_fails_when_cells_do_not_wrap():
     P."""
     code = (
         "import sys; sys.path.insert(0, 'tests'); import test_skinner as t; from "
-        "qmind_render import skinner as sk; "
+        "qmind_render.world import skinner as sk; "
         "sk._cell = lambda x, P: (int(x), x - int(x)); print(len(t._wrap_mismatches([0])))"
     )
     r = subprocess.run(
@@ -223,7 +224,7 @@ def test_all_cells_distinct_on_the_corridor():
 
 
 def test_all_cells_distinct_on_an_engine_frame():
-    pytest.importorskip("qmind_render.episode")
+    pytest.importorskip("qmind_render.world.episode")
     assert _closest(sk.engine_frame(11, 5)) > 8.0
 
 
@@ -344,7 +345,7 @@ def test_frame_cells_batch_and_mask_agree_with_frames():
 
 
 def test_frame_cells_on_engine_frames_match_the_material_channel():
-    episode = pytest.importorskip("qmind_render.episode")
+    episode = pytest.importorskip("qmind_render.world.episode")
     for seed in (2, 50):  # one single-material episode, one pair
         frames = sk.stack_frames(
             episode.render_episode(seed, 12, materials=cl.episode_materials(seed))
@@ -376,7 +377,7 @@ def test_bench_skinner_reports_numbers():
 
 
 def test_the_factor_grid_has_its_own_home():
-    import qmind_render.grid as fg
+    import qmind_render.world.grid as fg
 
     moved = {
         "load_grid",

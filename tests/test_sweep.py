@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from qmind_render.cloud import Backend, load_menu
-from qmind_render.config import load_config
-from qmind_render.cost import deck_sizing, measure_model, plan_cost
-from qmind_render.sweep import LocalBackend, expand_sweep
-from qmind_render.sweep_cli import sweep_main
-from qmind_render.sweep_report import aggregate
+from qmind_render.sweeps.cloud import Backend, load_menu
+from qmind_render.core.config import load_config
+from qmind_render.sweeps.cost import deck_sizing, measure_model, plan_cost
+from qmind_render.sweeps.sweep import LocalBackend, expand_sweep
+from qmind_render.sweeps.sweep_cli import sweep_main
+from qmind_render.sweeps.sweep_report import aggregate
 from qmind_render.util import format_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def test_backward_is_about_twice_forward():
 
 
 def test_measure_model_counts_the_step_of_the_configs_diffusion(monkeypatch):
-    import qmind_render.flops as flops
+    import qmind_render.core.flops as flops
 
     seen, count = [], flops.train_flops
     monkeypatch.setattr(
@@ -124,7 +124,7 @@ def test_dry_run_prints_runs_and_total(monkeypatch, capsys):
     assert sweep_main(["sweeps/coverage.yaml", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("9 runs:") and "coverage-004-coverage_50-seed2" in out
-    from qmind_render.sweep import load_sweep
+    from qmind_render.sweeps.sweep import load_sweep
 
     # the CPU scale
     one = plan_cost(load_config("quickstart", load_sweep("sweeps/coverage.yaml")["overrides"]))[
@@ -206,7 +206,7 @@ def tiny_sweep(tmp_path_factory):
             [
                 sys.executable,
                 "-c",
-                "import sys; from qmind_render.sweep_cli import sweep_main; "
+                "import sys; from qmind_render.sweeps.sweep_cli import sweep_main; "
                 "sys.exit(sweep_main(sys.argv[1:]))",
                 str(sweep),
                 "--jobs",
@@ -392,8 +392,8 @@ def test_report_files_are_written_whole_and_the_plot_is_a_figure(tmp_path, monke
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
-    from qmind_render import sweep_report
-    from qmind_render.checkpoint import checkpoint_name
+    from qmind_render.sweeps import sweep_report
+    from qmind_render.core.checkpoint import checkpoint_name
 
     s = {"name": "two", "base": "quickstart", "grid": {"seed": [1, 2]}}
     # what evaluate leaves in a run dir, for its final checkpoint
@@ -467,8 +467,8 @@ def test_multirun_from_the_command_line_and_its_wall_time(monkeypatch, capsys):
 
 
 def test_wall_time_follows_the_steps(monkeypatch):
-    from qmind_render.cost import estimate_wall
-    from qmind_render.sweep import multirun
+    from qmind_render.sweeps.cost import estimate_wall
+    from qmind_render.sweeps.sweep import multirun
 
     monkeypatch.chdir(REPO)
     runs = expand_sweep(multirun("quickstart", ["train.steps=100,1600"]))

@@ -14,10 +14,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from qmind_render import cloud_cli
+from qmind_render.sweeps import cloud_cli
 from qmind_render.cli import main
-from qmind_render.sweep import SlurmBackend, expand_sweep, job_record, sbatch_script
-from qmind_render.sweep_cli import sweep_main
+from qmind_render.sweeps.sweep import SlurmBackend, expand_sweep, job_record, sbatch_script
+from qmind_render.sweeps.sweep_cli import sweep_main
 from tests.conftest import free_port
 from tests.test_cloud import STORE, aws, moto_ami, ready, store, tags_of  # noqa: F401 (fixtures)
 from tests.test_sweep import tiny_dir
@@ -389,7 +389,7 @@ def test_ec2_sweep_launches_one_instance_per_run(ready, tmp_path, capsys):  # no
 
 def _budget(session, usd):
     "The project's AWS Budget, replaced by one of `usd`."
-    from qmind_render import cloud_guard
+    from qmind_render.sweeps import cloud_guard
 
     acct = boto3.client("sts").get_caller_identity()["Account"]
     boto3.client("budgets").delete_budget(AccountId=acct, BudgetName="qmind-render")

@@ -19,8 +19,8 @@ import nbformat.v4 as nbf
 import pytest
 
 import qmind_render
-from qmind_render.docs import serve_site
-from qmind_render.talks import (
+from qmind_render.docs.website import serve_site
+from qmind_render.docs.talks import (
     DECK_TOPICS,
     TALK_ASSETS,
     WHY,

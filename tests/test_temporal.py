@@ -1,5 +1,5 @@
 """Temporal stability: the camera under the contract, exact reprojection on engine walks, and the
-serve path's starting noise (`nbs/58_temporal.ipynb` holds the known answers as examples)."""
+serve path's starting noise (`nbs/core/58_temporal.ipynb` holds the known answers as examples)."""
 
 import dataclasses
 from pathlib import Path
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from qmind_render.contracts import contracts_dir, load_spec
-from qmind_render.episode import render_episode, render_walk
-from qmind_render.grid import load_grid
-from qmind_render.skinner import skin
-from qmind_render.temporal import (
+from qmind_render.world.episode import render_episode, render_walk
+from qmind_render.world.grid import load_grid
+from qmind_render.world.skinner import skin
+from qmind_render.core.temporal import (
     plane_ids,
     pooled_error,
     reprojection,
@@ -117,10 +117,10 @@ def test_world_noise_is_standard_normal_and_a_function_of_the_geometry():
 
 
 def test_play_sessions_carry_world_noise_and_the_bench_measures_it():
-    from qmind_render.app import PlaySession
-    from qmind_render.serve import ServeError
-    from qmind_render.serve_bench import bench_temporal
-    from qmind_render.settings import ServeSettings
+    from qmind_render.serve.app import PlaySession
+    from qmind_render.serve.renderer import ServeError
+    from qmind_render.serve.serve_bench import bench_temporal
+    from qmind_render.serve.settings import ServeSettings
 
     world = PlaySession(3, 0, 0, 1, noise="world")
     item, _, _ = world.step({"action": "forward"}, GRID, SPEC)

@@ -14,21 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.cache import fetch
-from qmind_render.config import load_config
-from qmind_render.device import resolve_precision
-from qmind_render.stores import open_store
-from qmind_render.generate import generate
-from qmind_render.checkpoint import (
+from qmind_render.data.cache import fetch
+from qmind_render.core.config import load_config
+from qmind_render.core.device import resolve_precision
+from qmind_render.data.stores import open_store
+from qmind_render.data.generate import generate
+from qmind_render.core.checkpoint import (
     CheckpointError,
     checkpoints,
     load_checkpoint,
     save_checkpoint,
     seal,
 )
-from qmind_render.checkpoint import pick_resume
-from qmind_render.tracking import read_metrics
-from qmind_render.train import NonFiniteError, resume, save, setup, train
+from qmind_render.core.checkpoint import pick_resume
+from qmind_render.core.tracking import read_metrics
+from qmind_render.core.train import NonFiniteError, resume, save, setup, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
@@ -168,7 +168,7 @@ def torchrun(data, *a, n=2):
         "--standalone",
         f"--nproc_per_node={n}",
         "-m",
-        "qmind_render.train",
+        "qmind_render.core.train",
         *a,
     ]
     return subprocess.run(cmd, env=env(data), capture_output=True, text=True, timeout=400, cwd=ROOT)
@@ -219,7 +219,7 @@ def test_split_for_another_grid_is_refused(data, tmp_path):
 def test_nonfinite_loss_stops_naming_step_and_checkpoint(data, monkeypatch, log_every):
     """Found at the next log line or before the next checkpoint, whichever comes first: never a
     checkpoint after it."""
-    import qmind_render.train as T
+    import qmind_render.core.train as T
 
     real = T.diffusion_loss
     calls = {"n": 0}
@@ -254,7 +254,7 @@ def test_a_training_step_reads_nothing_back_from_the_device(data):
     meter and EMA stay on the device."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from qmind_render.train import Meter, batches, loop_step, setup
+    from qmind_render.core.train import Meter, batches, loop_step, setup
 
     class Reads(TorchDispatchMode):
         n = 0
@@ -275,7 +275,7 @@ def test_a_training_step_reads_nothing_back_from_the_device(data):
 
 
 def test_out_of_memory_names_the_settings_and_keeps_the_checkpoint(data, monkeypatch):
-    import qmind_render.train as T
+    import qmind_render.core.train as T
 
     real, calls = T.train_step, {"n": 0}
 
@@ -414,7 +414,7 @@ def test_a_device_the_machine_lacks_is_one_line(data):
 def test_progress_is_a_line_per_log_step_off_a_terminal_and_a_bar_on_one(data, capsys):
     import io
 
-    from qmind_render.tracking import Progress
+    from qmind_render.core.tracking import Progress
 
     train(
         load_config(

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from PIL import Image
 
-from qmind_render import engine as E
-from qmind_render import episode as EP
-from qmind_render import game as G
-from qmind_render import explorer as ex
+from qmind_render.world import engine as E
+from qmind_render.world import episode as EP
+from qmind_render.world import game as G
+from qmind_render.world import explorer as ex
 from qmind_render import viz
 from qmind_render.contracts import load_spec, random_frame
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from code_stats import notebooks  # noqa: E402
 
 
 @pytest.fixture
@@ -40,22 +42,22 @@ def test_sync_check_passes_on_a_clean_copy(workbook):
 
 
 def test_sync_check_fails_when_a_module_was_edited_by_hand(workbook):
-    with (workbook / "qmind_render" / "config.py").open("a") as f:
+    with (workbook / "qmind_render" / "core" / "config.py").open("a") as f:
         f.write("\nHAND_EDIT = 1\n")
     r = check_sync(workbook)
     assert r.returncode == 1
-    assert "qmind_render/config.py" in r.stderr
+    assert "qmind_render/core/config.py" in r.stderr
 
 
 def test_sync_check_fails_on_an_unclean_notebook(workbook):
-    nb_path = workbook / "nbs" / "01_config.ipynb"
+    nb_path = workbook / "nbs" / "core" / "01_config.ipynb"
     nb = json.loads(nb_path.read_text())
     nb["cells"][0]["metadata"]["collapsed"] = True  # the kind of noise Jupyter adds
     nb["cells"][0]["execution_count"] = 7 if nb["cells"][0]["cell_type"] == "code" else None
     nb_path.write_text(json.dumps(nb, indent=1))
     r = check_sync(workbook)
     assert r.returncode == 1
-    assert "nbs/01_config.ipynb" in r.stderr
+    assert "nbs/core/01_config.ipynb" in r.stderr
 
 
 def _notebook(cells):
@@ -132,16 +134,17 @@ def test_every_notebook_is_valid_nbformat():
 
 
 # The notebooks in nbs/ that are not stages of the system, so end with no picture: the foundations
-# before the picture stage exists (contracts, helpers, configs, the device), the stores (where bytes
-# live: a folder or a bucket, nothing of the system's to draw), the server's chapters around its app
-# (the wire protocol, the settings, running it: the app's chapter draws the server's frame), what a
-# run reports (the run's curve and samples are the training chapter's picture), the
-# workbook's own tooling, and the landing page.
+# before the picture stage exists (contracts, helpers, configs, the dataset recipe, the device), the
+# stores (where bytes live: a folder or a bucket, nothing of the system's to draw), the server's
+# chapters around its app (the wire protocol, the settings, running it: the app's chapter draws the
+# server's frame), what a run reports (the run's curve and samples are the training chapter's
+# picture), the workbook's own tooling, and the landing page.
 NOT_STAGES = {
     "00_contracts",
     "00_util",
     "01_config",
     "02_device",
+    "29_recipe",
     "30_stores",
     "49_tracking",
     "70_protocol",
@@ -150,7 +153,7 @@ NOT_STAGES = {
     "90_cli",
     "94_runner",
     "95_talks",
-    "96_docs",
+    "96_website",
     "98_deck_numbers",
     "index",
 }
@@ -163,8 +166,8 @@ PYPLOT_OK = {
 
 
 def _notebooks() -> dict[str, dict]:
-    "The notebooks in nbs/ itself (talks/ and experiments/ are folders of their own), by name."
-    return {p.stem: json.loads(p.read_text()) for p in sorted((ROOT / "nbs").glob("*.ipynb"))}
+    "The chapters (the wings' notebooks; talks/ and experiments/ are folders of their own)."
+    return {p.stem: json.loads(p.read_text()) for p in notebooks()}
 
 
 def _code(nb: dict) -> list[dict]:

@@ -16,19 +16,44 @@ PKG = ROOT / "qmind_render"
 NBS = ROOT / "nbs"
 
 
+# the wings, in the order they may import each other: a wing imports the package root's foundation
+# (util, contracts, viz) and the wings before it; the root's front doors (gpu, cli) import any wing
+WINGS = ("world", "data", "core", "serve", "sweeps", "docs")
+
+
 def modules():
-    "Every exported module but the nbdev index, by name."
-    return {p.stem: p for p in sorted(PKG.glob("*.py")) if p.stem not in ("_modidx", "__init__")}
+    "Every exported module but the nbdev index and the packages' inits, by name (names are unique)."
+    found = [
+        p
+        for p in sorted(PKG.rglob("*.py"))
+        if p.stem not in ("_modidx", "__init__") and p.parent.name not in ("assets", "contracts")
+    ]
+    return {p.stem: p for p in found}
+
+
+def wing_of(path) -> str:
+    "The wing a module or notebook lives in: its folder under the package or nbs/ ('' at the root)."
+    rel = Path(path).resolve().relative_to(PKG if PKG in Path(path).resolve().parents else NBS)
+    return rel.parts[0] if len(rel.parts) > 1 else ""
+
+
+def notebooks():
+    "The chapters: every notebook under nbs/ but the talks, the papermill templates, _ and . ones."
+    return [
+        p
+        for p in sorted(NBS.rglob("*.ipynb"))
+        if not any(s[0] in "_." or s in ("talks", "experiments") for s in p.relative_to(NBS).parts)
+    ]
 
 
 def exports() -> dict[str, str]:
     "Each notebook's module, from its `#| default_exp` line: {notebook stem: module}."
     out = {}
-    for nb in sorted(NBS.glob("*.ipynb")):
+    for nb in notebooks():
         for cell in json.loads(nb.read_text())["cells"]:
-            m = re.match(r"#\|\s*default_exp\s+(\w+)", "".join(cell["source"]))
+            m = re.match(r"#\|\s*default_exp\s+([\w.]+)", "".join(cell["source"]))
             if m:
-                out[nb.stem] = m.group(1)
+                out[nb.stem] = m.group(1).split(".")[-1]
     return out
 
 
@@ -92,7 +117,7 @@ def cycles(graph):
 def exported_cells():
     "Line counts of every exported code cell."
     sizes = []
-    for nb in sorted(NBS.glob("*.ipynb")):
+    for nb in notebooks():
         for cell in json.loads(nb.read_text())["cells"]:
             src = "".join(cell["source"])
             if cell["cell_type"] == "code" and re.match(r"\s*#\|\s*export", src):
@@ -104,7 +129,7 @@ def exported_cells():
 def markdown_words():
     "Words in each markdown cell of the chapters."
     counts = []
-    for nb in sorted(NBS.glob("*.ipynb")):
+    for nb in notebooks():
         for cell in json.loads(nb.read_text())["cells"]:
             if cell["cell_type"] == "markdown":
                 counts.append(len("".join(cell["source"]).split()))

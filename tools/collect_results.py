@@ -13,8 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
-from qmind_render.data import git_commit
-from qmind_render.sweep_report import run_row
+from qmind_render.data.dataset import git_commit
+from qmind_render.sweeps.sweep_report import run_row
 from qmind_render.util import atomic_write, format_table
 
 

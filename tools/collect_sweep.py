@@ -17,9 +17,9 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from qmind_render.data import git_commit
-from qmind_render.sweep import expand_sweep, load_sweep, read_json, run_finished, write_json
-from qmind_render.sweep_report import write_report
+from qmind_render.data.dataset import git_commit
+from qmind_render.sweeps.sweep import expand_sweep, load_sweep, read_json, run_finished, write_json
+from qmind_render.sweeps.sweep_report import write_report
 from qmind_render.util import atomic_write, cpu_name
 
 

@@ -11,7 +11,7 @@ to 256 colours, so the same pictures give the same bytes; a notebook whose run f
 was, and the script exits 1 naming it.
 
     python tools/pictures.py                      # every notebook in nbs/ tagged `picture`
-    python tools/pictures.py nbs/40_model.ipynb   # just these
+    python tools/pictures.py nbs/core/40_model.ipynb   # just these
     python tools/pictures.py -j 2                 # two notebooks at a time
 """
 
@@ -48,10 +48,14 @@ def kept(cell: dict) -> bool:
 
 
 def picture_notebooks(root: Path = ROOT) -> list[Path]:
-    "The notebooks in `root/nbs` (not its subfolders) with a cell tagged `picture` or `output`."
+    """The chapters under `root/nbs` (the wings' folders; not the talks or the papermill templates)
+    with a cell tagged `picture` or `output`."""
     return [
         p
-        for p in sorted((root / "nbs").glob("*.ipynb"))
+        for p in sorted((root / "nbs").rglob("*.ipynb"))
+        if not any(
+            s in ("talks", "experiments") or s[0] in "_." for s in p.relative_to(root / "nbs").parts
+        )
         if any(kept(c) for c in json.loads(p.read_text())["cells"])
     ]
 

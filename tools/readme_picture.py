@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qmind_render.serve import load_served, showcase
+from qmind_render.serve.renderer import load_served, showcase
 from qmind_render.util import save_figure
 
 OUT = Path(__file__).resolve().parents[1] / "nbs" / "images" / "shipped.png"

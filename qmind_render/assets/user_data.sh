@@ -1,5 +1,5 @@
 #!/bin/bash
-# qmind-render EC2 job. Rendered by qmind_render.cloud_jobs.render_user_data from the template
+# qmind-render EC2 job. Rendered by qmind_render.sweeps.cloud_jobs.render_user_data from the template
 # qmind_render/assets/user_data.sh: every placeholder (a name in capitals between at-signs)
 # was replaced by a shell-quoted value.
 #

@@ -20,7 +20,7 @@ about two minutes. Every `--gpu-every` seconds it samples `nvidia-smi`. It acts 
   whether that stops it (dev box) or terminates it (job instance).
 - the job ended by itself: nothing to do.
 
-`qmind aws watchdog` runs this same file (qmind_render.cloud_jobs.watchdog_main).
+`qmind aws watchdog` runs this same file (qmind_render.sweeps.cloud_jobs.watchdog_main).
 """
 
 from __future__ import annotations
