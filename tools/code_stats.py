@@ -57,6 +57,36 @@ def exports() -> dict[str, str]:
     return out
 
 
+# the package root: the foundation every wing speaks (rank 0) and the front doors (rank 9)
+ROOT_RANK = {"util": 0, "contracts": 0, "viz": 0, "gpu": 9, "cli": 9}
+# a wing's command (`qmind data gen CONFIG`) reads a run's config file: the one import of a later
+# wing's module, by a command shell, of the config loader's public names
+COMMAND_READS = {("data_cli", "config")}
+
+
+def rank(mods, module: str) -> int:
+    "Where a module's wing stands: the foundation, then the wings in their order, the front doors."
+    wing = wing_of(mods[module])
+    return ROOT_RANK[module] if not wing else 1 + WINGS.index(wing)
+
+
+def against_the_wings(mods, graph) -> list[str]:
+    """Imports against the wings' order: into a later wing (or serve <-> sweeps, which stand side by
+    side), or, within a wing, into a later chapter."""
+    order, bad = stage_of(mods), []
+    for a, bs in graph.items():
+        wa = wing_of(mods[a])
+        for b in sorted(bs):
+            wb, ra, rb = wing_of(mods[b]), rank(mods, a), rank(mods, b)
+            if wa == wb and order[b] > order[a]:
+                bad.append(f"{a} ({order[a]:02d}) imports a later chapter, {b} ({order[b]:02d})")
+            elif wa != wb and (rb > ra or (rb == ra and ra != 9)) and (a, b) not in COMMAND_READS:
+                bad.append(f"{a} ({wa or 'root'}) imports {b} ({wb or 'root'})")
+            elif {wa, wb} == {"serve", "sweeps"}:
+                bad.append(f"{a} imports {b} sideways (serve <-> sweeps)")
+    return bad
+
+
 def stage_of(mods) -> dict[str, int]:
     "Each module's notebook number (the stage order)."
     made = exports()
@@ -136,6 +166,88 @@ def markdown_words():
     return counts
 
 
+def functions(mods) -> dict[str, int]:
+    "Non-blank lines of every function and method: {module.qualname: lines}."
+    out = {}
+    for name, p in mods.items():
+        _sizes(ast.parse(p.read_text()), name, p.read_text().splitlines(), out)
+    return out
+
+
+def _sizes(node, prefix: str, src: list[str], out: dict) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            q = f"{prefix}.{child.name}"
+            if not isinstance(child, ast.ClassDef):
+                body = src[child.lineno - 1 : child.end_lineno]
+                out[q] = sum(1 for ln in body if ln.strip())
+            _sizes(child, q, src, out)
+
+
+def enum_values(mods, classes=("ThemeEnc", "MaterialEnc")) -> set[str]:
+    "The values of the encoding enums, read from the config module."
+    found = set()
+    for node in ast.walk(ast.parse(mods["config"].read_text())):
+        if isinstance(node, ast.ClassDef) and node.name in classes:
+            for a in node.body:
+                if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant):
+                    found.add(a.value.value)
+    return found
+
+
+def _strs(node) -> list[str]:
+    "String constants a comparison or a dict literal holds directly (or in a tuple, list or set)."
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _strs(e)]
+    return []
+
+
+ABOUT_ENCODINGS = re.compile(r"enc|theme|lighting|material|kind")
+
+
+def name_comparisons(mods, names: set[str]) -> dict[str, int]:
+    """Per module: comparisons (==, !=, in) of an encoding's value spelled as a string (the other
+    side names an encoding, a theme, a lighting or a material), and dict literals keyed on two or
+    more of them (a table by encoding), where a registered class would do."""
+    out = {}
+    for m, p in mods.items():
+        n, text = 0, p.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                hit = any(s in names for side in sides for s in _strs(side))
+                other = " ".join(ast.get_source_segment(text, s) or "" for s in sides)
+                n += hit and bool(ABOUT_ENCODINGS.search(other))
+            elif isinstance(node, ast.Dict):
+                n += sum(s in names for k in node.keys if k is not None for s in _strs(k)) >= 2
+        if n:
+            out[m] = n
+    return out
+
+
+def ddim_parsers(mods) -> dict[str, list[str]]:
+    """Per module, the functions that spell or parse an eval.json `ddim_K` key (a literal or an
+    f-string starting `ddim_`)."""
+    out = {}
+    for m, p in mods.items():
+        tree = ast.parse(p.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                lit = isinstance(node, ast.Constant) and isinstance(node.value, str)
+                text = node.value if lit else None
+                if isinstance(node, ast.JoinedStr) and node.values:
+                    head = node.values[0]
+                    text = head.value if isinstance(head, ast.Constant) else None
+                if isinstance(text, str) and text.startswith("ddim_"):
+                    out.setdefault(m, []).append(fn.name)
+                    break
+    return {m: sorted(set(fs)) for m, fs in out.items()}
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
@@ -157,13 +269,7 @@ def main():
                 generated.append(ln)
             inside = inside and "]" not in ln
     graph = {name: imports_of(p, mods) for name, p in mods.items()}
-    order = stage_of(mods)
-    upward = sorted(
-        f"{a} ({order[a]}) -> {b} ({order[b]})"
-        for a, bs in graph.items()
-        for b in bs
-        if a in order and b in order and order[b] > order[a]
-    )
+    upward = sorted(against_the_wings(mods, graph))
     cells = exported_cells()
     big = max(sizes, key=sizes.get)
     print(f"modules: {len(mods)}, non-blank lines: {len(lines)}")
@@ -174,10 +280,26 @@ def main():
     print(f"largest module: {big}.py, {sizes[big]} non-blank lines")
     print("six largest:", ", ".join(f"{m} {sizes[m]}" for m in sorted(sizes, key=sizes.get)[-6:]))
     print(f"circles: {cycles(graph) or 0}")
-    print(f"upward imports: {upward or 0}")
+    print(f"imports against the wings' order: {upward or 0}")
     print(
         f"exported cells: {len(cells)}, median {statistics.median(cells):.0f} lines,"
         f" p95 {pct(cells, 0.95)}, longest {max(cells)}"
+    )
+    wings = sorted({wing_of(p) for p in mods.values()} - {""})
+    print(f"sub-packages: {len(wings)} ({', '.join(wings)})")
+    fns = functions(mods)
+    top = sorted(fns, key=fns.get)[-3:][::-1]
+    print("largest functions:", ", ".join(f"{f} {fns[f]}" for f in top))
+    comps = name_comparisons(mods, enum_values(mods))
+    print(
+        f"string comparisons of encoding names: {sum(comps.values())}"
+        + (f" ({', '.join(f'{m} {n}' for m, n in sorted(comps.items()))})" if comps else "")
+    )
+    tools = {f"tools/{p.stem}": p for p in sorted((ROOT / "tools").glob("*.py"))}
+    ddim = ddim_parsers({**mods, **{k: p for k, p in tools.items() if k != "tools/code_stats"}})
+    print(
+        f"functions that spell or parse ddim_ keys: {sum(map(len, ddim.values()))} in {len(ddim)}"
+        f" modules ({', '.join(sorted(ddim))})"
     )
     words = markdown_words()
     print(f"markdown cells: {len(words)}, mean {statistics.mean(words):.0f} words")
