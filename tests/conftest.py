@@ -76,10 +76,12 @@ def pytest_collection_modifyitems(config, items):
 INSTALLS = {"chromium": "make deps", "slurm": "make deps", "npm": "make deps", "g++": "make deps"}
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter):
     """The run ends by naming the tests it skipped, each reason once with its count, and the command
-    that installs what they need (`make deps`, as .ci/run does first)."""
+    that installs what they need (`make deps`, as .ci/run does first): after pytest's own summary
+    (this wrapper is the outermost, so it writes last)."""
+    yield
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         return

@@ -249,3 +249,29 @@ def test_only_picture_cells_store_outputs():
     big = {k: v for k, v in stored.items() if v > 250_000}
     assert not big, f"stored outputs over 250 kB: {big}: draw the picture smaller"
     assert sum(stored.values()) < 2_500_000
+
+
+def test_the_run_ends_by_naming_what_it_skipped_and_how_to_install_it(tmp_path):
+    """A run whose tests skip for a missing browser ends with the skipped tests, each reason once
+    with its count, and the one command that installs what they need (`make deps`)."""
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n"
+        'def test_a():\n    pytest.skip("needs Debian\'s chromium (apt-get install chromium)")\n'
+        'def test_b():\n    pytest.skip("needs Debian\'s chromium (apt-get install chromium)")\n'
+        "def test_c():\n    pytest.skip('needs CUDA')\n"
+        "def test_d():\n    pass\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "tests.conftest"]
+        + ["-p", "no:cacheprovider", str(tmp_path / "test_skips.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    tail = r.stdout.strip().splitlines()
+    assert r.returncode == 0, r.stdout[-2000:]
+    at = next(i for i, line in enumerate(tail) if line.startswith("skipped 3 test(s):"))
+    assert "2  needs Debian's chromium" in tail[at + 1] and "1  needs CUDA" in tail[at + 2]
+    assert tail[at + 3].startswith("to run them: make deps")
+    assert "passed" in tail[-1] and at + 4 == len(tail) - 1  # nothing but pytest's count after it
