@@ -171,55 +171,100 @@ def _age_arg(s: str) -> dt.timedelta:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 # %% ../../nbs/sweeps/84_cloud_cli.ipynb #94bbf309
+# what runs a job: launch's options and data's, after the config's
+_LAUNCH = [
+    *_CONFIG,
+    _opt("--backend", choices=["ec2", "sagemaker"], default="ec2"),
+    _opt(
+        "--instance",
+        default=None,
+        help="from qmind_render/assets/instances.yaml (default g6.xlarge / ml.g5.xlarge)",
+    ),
+    _opt("--market", choices=MARKETS, default="spot"),
+    _opt("--max-hours", type=float, default=24.0),
+    _opt("--name", default=None, help="run name (default: <config name>-s<seed>)"),
+    _opt(
+        "--estimate",
+        type=float,
+        default=None,
+        help="the cost planner's estimate in USD (default: price × max hours)",
+    ),
+    _opt("--notebook", default="nbs/experiments/train.ipynb"),
+    _opt(
+        "--image-id", default=None, help="EC2: AMI (default: the Deep Learning Base AMI from SSM)"
+    ),
+    _opt("--image", default=None, help="SageMaker: ECR URI of infra/Dockerfile's image"),
+    _opt("--role-arn", default=None, help="SageMaker: execution role ARN"),
+    _opt("--subnet", default=None),
+    _opt("--allow-dirty", action="store_true"),
+]
+_DATA = [
+    *_CONFIG,
+    _opt("--queue", required=True),
+    _opt("--image", default=None),
+    _opt(
+        "--per-index",
+        type=int,
+        default=500,
+        help="episodes per array index (rounded up to whole shards)",
+    ),
+    _opt("--vcpus", type=int, default=4),
+    _opt("--job-role-arn", default=None),
+]
+
+# %% ../../nbs/sweeps/84_cloud_cli.ipynb #08ec380d
+# the guard rails' options: the budget, cleaning up, quotas, the one-time setup
+_BUDGET = [
+    _opt("--create", action="store_true"),
+    _opt("--limit", type=float, default=5000.0),
+    _opt("--email", action="append", default=[]),
+    _opt("--name", default=PROJECT),
+    *(_OWNER, _DRY_RUN, _REGION),
+]
+_CLEANUP = [
+    _opt(
+        "--older-than",
+        type=_age_arg,
+        default="24h",
+        metavar="AGE",
+        help="leave what is younger, e.g. 2h, 30m, 3d; 0 for any age (default 24h)",
+    ),
+    _opt(
+        "--store",
+        action="append",
+        default=None,
+        help="s3://bucket/prefix to look for unfinished uploads in "
+        "(repeatable; default: the buckets tagged project=qmind-render)",
+    ),
+    _opt(
+        "--confirm",
+        action="store_true",
+        help="do it: terminate, delete and abort what the dry run lists",
+    ),
+    _REGION,
+]
+_QUOTA = [
+    _opt("--instance", default="g6.xlarge"),
+    _opt("--count", type=int, default=1),
+    _opt("--market", choices=MARKETS, default="spot"),
+    _opt("--request", action="store_true"),
+    *(_DRY_RUN, _REGION),
+]
+_SETUP = [
+    _opt("store", help="s3://bucket/prefix"),
+    _opt("--create-bucket", action="store_true"),
+    *(_OWNER, _DRY_RUN, _REGION),
+]
+
+# %% ../../nbs/sweeps/84_cloud_cli.ipynb #0c70f721
 # `qmind aws`'s actions in the order its help lists them: {name: (help, options)}; options None: the
 # action reads its own arguments (`_PASSTHROUGH`)
 _ACTIONS = {
-    "launch": (
-        "run one config as a cloud job (EC2 or SageMaker)",
-        [
-            *_CONFIG,
-            _opt("--backend", choices=["ec2", "sagemaker"], default="ec2"),
-            _opt(
-                "--instance",
-                default=None,
-                help="from qmind_render/assets/instances.yaml (default g6.xlarge / ml.g5.xlarge)",
-            ),
-            _opt("--market", choices=MARKETS, default="spot"),
-            _opt("--max-hours", type=float, default=24.0),
-            _opt("--name", default=None, help="run name (default: <config name>-s<seed>)"),
-            _opt(
-                "--estimate",
-                type=float,
-                default=None,
-                help="the cost planner's estimate in USD (default: price × max hours)",
-            ),
-            _opt("--notebook", default="nbs/experiments/train.ipynb"),
-            _opt(
-                "--image-id",
-                default=None,
-                help="EC2: AMI (default: the Deep Learning Base AMI from SSM)",
-            ),
-            _opt("--image", default=None, help="SageMaker: ECR URI of infra/Dockerfile's image"),
-            _opt("--role-arn", default=None, help="SageMaker: execution role ARN"),
-            _opt("--subnet", default=None),
-            _opt("--allow-dirty", action="store_true"),
-        ],
-    ),
+    "launch": ("run one config as a cloud job (EC2 or SageMaker)", _LAUNCH),
     "status": ("state of launched jobs", [_JOBS]),
     "cancel": ("stop launched jobs", [_JOBS]),
     "ls": ("project instances and training jobs alive now, with cost so far", [_REGION]),
-    "budget": (
-        "show the budget (or --create it with 25/50/80%% alerts)",
-        [
-            _opt("--create", action="store_true"),
-            _opt("--limit", type=float, default=5000.0),
-            _opt("--email", action="append", default=[]),
-            _opt("--name", default=PROJECT),
-            _OWNER,
-            _DRY_RUN,
-            _REGION,
-        ],
-    ),
+    "budget": ("show the budget (or --create it with 25/50/80%% alerts)", _BUDGET),
     "cost-review": (
         "spend per owner tag over the last days (Cost Explorer)",
         [_opt("--days", type=int, default=7), _opt("--tag", default="owner"), _REGION],
@@ -227,66 +272,14 @@ _ACTIONS = {
     "cleanup": (
         "the project's stopped instances, loose volumes and snapshots, unfinished uploads; "
         "--confirm deletes them",
-        [
-            _opt(
-                "--older-than",
-                type=_age_arg,
-                default="24h",
-                metavar="AGE",
-                help="leave what is younger, e.g. 2h, 30m, 3d; 0 for any age (default 24h)",
-            ),
-            _opt(
-                "--store",
-                action="append",
-                default=None,
-                help="s3://bucket/prefix to look for unfinished uploads in "
-                "(repeatable; default: the buckets tagged project=qmind-render)",
-            ),
-            _opt(
-                "--confirm",
-                action="store_true",
-                help="do it: terminate, delete and abort what the dry run lists",
-            ),
-            _REGION,
-        ],
+        _CLEANUP,
     ),
     "quota": (
         "vCPU quotas a sweep needs (G/VT, P; on-demand, spot); --request an increase",
-        [
-            _opt("--instance", default="g6.xlarge"),
-            _opt("--count", type=int, default=1),
-            _opt("--market", choices=MARKETS, default="spot"),
-            _opt("--request", action="store_true"),
-            _DRY_RUN,
-            _REGION,
-        ],
+        _QUOTA,
     ),
-    "setup": (
-        "one-time: tagged bucket, least-privilege roles, instance profile",
-        [
-            _opt("store", help="s3://bucket/prefix"),
-            _opt("--create-bucket", action="store_true"),
-            _OWNER,
-            _DRY_RUN,
-            _REGION,
-        ],
-    ),
-    "data": (
-        "generate a dataset as a Batch array job over seed ranges, then commit it",
-        [
-            *_CONFIG,
-            _opt("--queue", required=True),
-            _opt("--image", default=None),
-            _opt(
-                "--per-index",
-                type=int,
-                default=500,
-                help="episodes per array index (rounded up to whole shards)",
-            ),
-            _opt("--vcpus", type=int, default=4),
-            _opt("--job-role-arn", default=None),
-        ],
-    ),
+    "setup": ("one-time: tagged bucket, least-privilege roles, instance profile", _SETUP),
+    "data": ("generate a dataset as a Batch array job over seed ranges, then commit it", _DATA),
     "iam-policy": (
         "print a role's least-privilege policy for a store",
         [_opt("store"), _opt("--role", choices=list(ROLES), default="job")],
