@@ -24,6 +24,7 @@ from ..contracts import UserError, check_spec_version, contract_versions
 from .diffusion import Diffusion
 from .model import ConditionalUNet, build_model
 from ..util import atomic_write
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['RESUME_USE', 'RESUME_FIXED', 'RUNTIME_MODEL_KEYS', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints',
@@ -469,8 +470,6 @@ def load_model(
     """The EMA model of `ck` (eval mode, float32, on `device`) and its diffusion, as `model_cfg`
     (default: the checkpoint's) describes them. `trained`: `ck`'s config, parsed, from a caller
     that holds it already (parsed here otherwise)."""
-    from qmind_render.world.grid import load_grid
-
     check_versions(ck, what)
     # keys added since the checkpoint: their defaults
     trained = (trained if trained is not None else config_from_dict(ck["config"])).model

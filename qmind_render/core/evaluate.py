@@ -659,8 +659,6 @@ def evaluate(
 def _pictures(
     ld: Loaded, out: Path, means: dict, grids: dict, k: int, walk: tuple | None = None
 ) -> dict:
-    from qmind_render.world.grid import load_grid
-
     g = load_grid()
     save_figure(
         heatmap(
@@ -972,7 +970,6 @@ def bench_eval(
     default `eval.classifier_steps`, one head per factor of the grid file)."""
     from qmind_render.core.encodings import synthetic_batch
     from qmind_render.core.sampler import fast_dtype
-    from qmind_render.world.grid import load_grid
 
     cfg, grid = load_config(None, [f"model.size={size}"]), load_grid()
     dev, steps = (

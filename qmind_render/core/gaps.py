@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..data.dataset import Grid
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['FACTORS', 'per_cell', 'cell_means', 'grid_cells', 'factor_design', 'matched_gap', 'matched_gaps', 'gap_by_level',
@@ -113,8 +114,6 @@ def gap_by_level(per: np.ndarray, held: np.ndarray, grid, names: dict | None = N
 # %% ../../nbs/core/59_gaps.ipynb #c0e0d43c
 def level_names(grid) -> dict | None:
     "The grid file's level names, {factor: [names]}, when its shape is `grid`'s; else None."
-    from qmind_render.world.grid import load_grid
-
     fg = load_grid()
     if Grid.of(fg) != grid:
         return None

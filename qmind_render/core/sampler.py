@@ -21,6 +21,7 @@ from .diffusion import Diffusion, ddim_sample, draw_noise
 from .encodings import COND_KEYS, check_tensor, prepare_batch, synthetic_batch
 from .model import ConditionalUNet, build_model, denoise
 from ..util import device_sync, interleaved
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['BUCKETS', 'fast_dtype', 'InferenceNet', 'SamplerError', 'GraphSampler', 'ddim_latency', 'bench_sampler']
@@ -242,7 +243,6 @@ def bench_sampler(
     for the reference `ddim_sample` (autocast), the sampler's eager loop and, on CUDA, its graph and
     (`compile`, default on CUDA) the graph of the compiled network."""
     from qmind_render.core.config import load_config
-    from qmind_render.world.grid import load_grid
 
     dev, t0 = torch.device(device), time.perf_counter()
     cfg = load_config(None, [f"model.size={size}"])

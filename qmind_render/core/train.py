@@ -50,6 +50,7 @@ from .encodings import prepare_batch
 from .model import build_model
 from .optim import make_ema, make_optimizer, masked_step
 from ..util import save_image
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['RunsError', 'runs_root', 'make_runs_root', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor',
@@ -204,8 +205,6 @@ def _data(cfg: ExperimentConfig):
 
 # %% ../../nbs/core/50_train.ipynb #b892d8a4
 def _model(cfg: ExperimentConfig, dist: Dist, device: torch.device):
-    from qmind_render.world.grid import load_grid
-
     # initial weights: a function of the seed
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, grid=load_grid()).to(device)

@@ -31,6 +31,7 @@ from .loader import make_loader
 from .splits import apply_split, load_split, make_split, save_split, split_path
 from .stores import Store, open_store
 from ..util import save_image
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['data_main', 'bench_data']
@@ -179,8 +180,6 @@ def bench_data(episodes: int = 8, frames: int = 125, repeats: int = 3, batch: in
     """Generation and loading throughput on one core, and bytes per sample (medians of `repeats`);
     loading in batches of `batch` (a measurement point of its own: the main job's batch may
     change)."""
-    from qmind_render.world.grid import load_grid
-
     spec, grid = load_spec(), load_grid()
     with tempfile.TemporaryDirectory() as td:
         job = ShardJob(0, tuple(range(episodes)), frames, td, "bench")

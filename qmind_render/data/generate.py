@@ -7,7 +7,6 @@ Docs: https://qmind.github.io/qmind-render/data/generate.html.md"""
 # %% ../../nbs/data/35_generate.ipynb #eff93b03
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import tempfile
@@ -45,6 +44,7 @@ from qmind_render.data.dataset import (
 from .splits import Split, apply_split
 from .stores import Store, open_store
 from ..util import atomic_write, pool_map
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards', 'generator_record',
@@ -110,18 +110,10 @@ def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]
     )
     return {**arrays, "rgb": rgb, "cells": cells}
 
-# %% ../../nbs/data/35_generate.ipynb #60dd4396
-@functools.lru_cache(maxsize=1)
-def _grid():
-    "The factor grid, loaded once per worker process."
-    from qmind_render.world.grid import load_grid
-
-    return load_grid()
-
 # %% ../../nbs/data/35_generate.ipynb #f396a0e3
 def make_shard(job: ShardJob) -> ShardInfo:
     "Worker: render, skin and write one shard into the staging folder, with its record."
-    spec, grid = load_spec(), _grid()
+    spec, grid = load_spec(), load_grid()
     eps = [episode_channels(s, job.frames, grid, spec) for s in job.seeds]
     arrays = skin_samples({k: np.concatenate([e[k] for e in eps]) for k in eps[0]}, grid, spec)
     name = shard_name(job.index)
@@ -187,8 +179,6 @@ def generate(
 ) -> Manifest:
     "Build dataset `cfg.dataset` in store `cfg.store` from a config's `data` section; resumable."
     from tqdm.auto import tqdm
-
-    from qmind_render.world.grid import load_grid
 
     store, spec, fgrid = open_store(cfg.store), load_spec(), load_grid()
     writer = DatasetWriter(store, cfg.dataset, spec, Grid.of(fgrid))
@@ -320,7 +310,7 @@ def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
     now = {
         "engine": engine.ENGINE_VERSION,
         "skinner": skinner.SKINNER_VERSION,
-        "grid": list(_grid().shape),
+        "grid": list(load_grid().shape),
     }
     if changed := [f"{k} {g[k]} (now {v})" for k, v in now.items() if g[k] != v]:
         raise DatasetError(

@@ -223,54 +223,9 @@ async def _read_body(request, limit: int) -> bytes:
             raise RequestError("body", f"more than the {limit}-byte limit (max_body_bytes)", 413)
     return bytes(body)
 
-# %% ../../nbs/serve/74_app.ipynb #6eb352e1
-# /metrics keys these by name
-HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
-
-
-def create_app(
-    served: Served,
-    settings: ServeSettings | None = None,
-    log=print,
-    ready: str | None = None,
-    warm_first: bool = True,
-    on_fail: Callable | None = None,
-):
-    """The FastAPI app serving `served`: `/` (and `/static/` for the page's files), `/info`,
-    `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready` once warm.
-    `warm_first=False` (what `qmind serve` does): it answers while the backend is chosen, `/healthz`
-    says "warming" (503), `/render` is a 503 with Retry-After, `/play` sessions wait; `on_fail()` is
-    called if the model does not start."""
-    st = _State(served, settings or ServeSettings())
-
-    @asynccontextmanager
-    async def lifespan(app):
-        task = asyncio.get_running_loop().create_task(st.warm_up(log, ready, on_fail))
-        if warm_first:
-            await task
-            if st.error:
-                raise st.error
-        try:
-            yield
-        finally:
-            task.cancel()
-            if st.batcher:
-                await st.batcher.stop()
-
-    app = FastAPI(
-        title="qmind-render", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
-    )
-    app.state.qmind = st
-    app.add_middleware(AccessGuard, st=st)
-
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        resp = await call_next(request)
-        route = request.scope.get("route")
-        # made-up methods: one key, not one each
-        method = request.method if request.method in HTTP_METHODS else "other"
-        st.metrics.count(f"http {method} {getattr(route, 'path', 'unmatched')} {resp.status_code}")
-        return resp
+# %% ../../nbs/serve/74_app.ipynb #d6c2135e
+def _page_routes(app: FastAPI, st: _State) -> None:
+    "The playable page: `/` and its files under `/static/` (`PAGE_FILES` only)."
 
     @app.get("/", response_class=HTMLResponse)
     async def page():
@@ -281,6 +236,11 @@ def create_app(
         if name not in PAGE_FILES:
             return error_response(RequestError("path", f"no such file: /static/{name[:40]}", 404))
         return Response(page_file(name), media_type=PAGE_FILES[name])
+
+# %% ../../nbs/serve/74_app.ipynb #f5d3d9fc
+def _status_routes(app: FastAPI, st: _State) -> None:
+    """What the server is and how it is doing: `/info`, `/healthz` (503 while it warms, or once its
+    batcher has stopped), `/metrics`."""
 
     @app.get("/info")
     async def info():
@@ -302,73 +262,88 @@ def create_app(
     async def metrics():
         return {**st.metrics.snapshot(), "sessions": st.sessions, "renders": st.renders}
 
+# %% ../../nbs/serve/74_app.ipynb #fbc5a84c
+def _render_refusal(st: _State) -> Response | None:
+    "The 503 a `/render` gets now (warming or failed, or `max_renders` in progress), or None."
+    s = st.settings
+    if st.status != "ok":
+        return error_response(
+            RequestError(
+                "server",
+                "warming up: choosing a backend"
+                if st.status == "warming"
+                else "the model did not start",
+                503,
+            ),
+            5,
+        )
+    if st.renders >= s.max_renders:
+        st.metrics.count("render refused: busy")
+        return error_response(
+            RequestError(
+                "server",
+                f"busy: {st.renders} /render requests in progress (max_renders={s.max_renders})",
+                503,
+            ),
+            1,
+        )
+    return None
+
+# %% ../../nbs/serve/74_app.ipynb #d682884e
+async def _render_item(request: Request, st: _State) -> tuple[RenderItem, str] | Response:
+    "The item and image format a `/render` body asks for, or the answer to one that asks for none."
+    s, sv = st.settings, st.served
+    if not request.headers.get("content-type", "").startswith("application/json"):
+        return error_response(
+            RequestError(
+                "content-type",
+                f"{request.headers.get('content-type', 'none')[:40]!r}: send application/json",
+                415,
+            )
+        )
+    try:
+        return parse_render(await _read_body(request, s.max_body_bytes), sv.grid, sv.spec, s.steps)
+    except RequestError as e:
+        return error_response(e)
+    # the client went away mid-body: nothing to answer, nothing to alarm anyone
+    except ClientDisconnect:
+        st.metrics.count("render: client gone")
+        _logger.info("a /render client disconnected before its body arrived")
+        return Response(status_code=400)
+
+# %% ../../nbs/serve/74_app.ipynb #55549d77
+async def _render(request: Request, st: _State) -> Response:
+    "`POST /render`: admitted, read, rendered in the batcher, encoded; timed from its arrival."
+    t0 = time.perf_counter()
+    if (refused := _render_refusal(st)) is not None:
+        return refused
+    # counted from admission: a slow body holds its place too
+    st.renders += 1
+    try:
+        asked = await _render_item(request, st)
+        if isinstance(asked, Response):
+            return asked
+        try:
+            frame, batch = await st.batcher.submit(asked[0])
+        # Ctrl-C mid-render
+        except asyncio.CancelledError:
+            return error_response(RequestError("server", "shutting down", 503))
+    finally:
+        st.renders -= 1
+    data, mime = encode_frame(frame, asked[1])
+    ms = (time.perf_counter() - t0) * 1e3
+    st.metrics.observe("render", ms)
+    return Response(
+        data, media_type=mime, headers={"X-Batch-Size": str(batch), "X-Server-Ms": f"{ms:.2f}"}
+    )
+
+
+def _render_routes(app: FastAPI, st: _State) -> None:
+    "`POST /render`: one frame for the channels a request sends (`_render`)."
+
     @app.post("/render")
     async def render(request: Request):
-        t0, s = time.perf_counter(), st.settings
-        if st.status != "ok":
-            return error_response(
-                RequestError(
-                    "server",
-                    "warming up: choosing a backend"
-                    if st.status == "warming"
-                    else "the model did not start",
-                    503,
-                ),
-                5,
-            )
-        if st.renders >= s.max_renders:
-            st.metrics.count("render refused: busy")
-            return error_response(
-                RequestError(
-                    "server",
-                    f"busy: {st.renders} /render requests in progress "
-                    f"(max_renders={s.max_renders})",
-                    503,
-                ),
-                1,
-            )
-        # counted from admission: a slow body holds its place too
-        st.renders += 1
-        try:
-            if not request.headers.get("content-type", "").startswith("application/json"):
-                return error_response(
-                    RequestError(
-                        "content-type",
-                        f"{request.headers.get('content-type', 'none')[:40]!r}: send "
-                        "application/json",
-                        415,
-                    )
-                )
-            try:
-                item, fmt = parse_render(
-                    await _read_body(request, s.max_body_bytes), served.grid, served.spec, s.steps
-                )
-            except RequestError as e:
-                return error_response(e)
-            # the client went away mid-body: nothing to answer, nothing to alarm anyone
-            except ClientDisconnect:
-                st.metrics.count("render: client gone")
-                _logger.info("a /render client disconnected before its body arrived")
-                return Response(status_code=400)
-            try:
-                frame, batch = await st.batcher.submit(item)
-            # Ctrl-C mid-render
-            except asyncio.CancelledError:
-                return error_response(RequestError("server", "shutting down", 503))
-        finally:
-            st.renders -= 1
-        data, mime = encode_frame(frame, fmt)
-        ms = (time.perf_counter() - t0) * 1e3
-        st.metrics.observe("render", ms)
-        return Response(
-            data, media_type=mime, headers={"X-Batch-Size": str(batch), "X-Server-Ms": f"{ms:.2f}"}
-        )
-
-    @app.websocket("/play")
-    async def play(ws: WebSocket):
-        await _play(ws, st)
-
-    return app
+        return await _render(request, st)
 
 # %% ../../nbs/serve/74_app.ipynb #c3eb2fa3
 async def _close(ws, code: int, reason: str):
@@ -459,3 +434,79 @@ async def _play(ws, st: _State):
         st.metrics.count("play cancelled")
     finally:
         st.sessions -= 1
+
+# %% ../../nbs/serve/74_app.ipynb #b39e6566
+def _play_routes(app: FastAPI, st: _State) -> None:
+    "`WebSocket /play`: a player's session (`_play`)."
+
+    @app.websocket("/play")
+    async def play(ws: WebSocket):
+        await _play(ws, st)
+
+# %% ../../nbs/serve/74_app.ipynb #ba91ef2f
+def _lifespan(st: _State, log, ready: str | None, warm_first: bool, on_fail: Callable | None):
+    """The app's lifespan: the warm-up started (and awaited first, its error raised, when
+    `warm_first`), the batcher stopped on the way out."""
+
+    @asynccontextmanager
+    async def lifespan(app):
+        task = asyncio.get_running_loop().create_task(st.warm_up(log, ready, on_fail))
+        if warm_first:
+            await task
+            if st.error:
+                raise st.error
+        try:
+            yield
+        finally:
+            task.cancel()
+            if st.batcher:
+                await st.batcher.stop()
+
+    return lifespan
+
+
+# /metrics keys these by name
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+
+
+def _count_requests(st: _State):
+    "HTTP middleware: every answer counted in `/metrics` by method, route and status."
+
+    async def count(request: Request, call_next):
+        resp = await call_next(request)
+        route = request.scope.get("route")
+        # made-up methods: one key, not one each
+        method = request.method if request.method in HTTP_METHODS else "other"
+        st.metrics.count(f"http {method} {getattr(route, 'path', 'unmatched')} {resp.status_code}")
+        return resp
+
+    return count
+
+# %% ../../nbs/serve/74_app.ipynb #6eb352e1
+def create_app(
+    served: Served,
+    settings: ServeSettings | None = None,
+    log=print,
+    ready: str | None = None,
+    warm_first: bool = True,
+    on_fail: Callable | None = None,
+):
+    """The FastAPI app serving `served`: `/` (and `/static/` for the page's files), `/info`,
+    `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready` once warm.
+    `warm_first=False` (what `qmind serve` does): it answers while the backend is chosen, `/healthz`
+    says "warming" (503), `/render` is a 503 with Retry-After, `/play` sessions wait; `on_fail()` is
+    called if the model does not start."""
+    st = _State(served, settings or ServeSettings())
+    app = FastAPI(
+        title="qmind-render",
+        lifespan=_lifespan(st, log, ready, warm_first, on_fail),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.qmind = st
+    app.add_middleware(AccessGuard, st=st)
+    app.middleware("http")(_count_requests(st))
+    for routes in (_page_routes, _status_routes, _render_routes, _play_routes):
+        routes(app, st)
+    return app

@@ -40,6 +40,7 @@ from .protocol import RenderItem
 from ..util import device_sync, interleaved
 from ..core.sampler import GraphSampler, InferenceNet, fast_dtype
 from ..util import atomic_write
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['REPRODUCE', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'BACKENDS', 'AOT_MAX_BATCH', 'Served',
@@ -96,7 +97,6 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
     ships with the package."""
     if checkpoint is None:
         return _shipped_served(device)
-    from qmind_render.world.grid import load_grid
 
     try:
         # sealed, weights_only
@@ -131,8 +131,6 @@ def find_run_eval(path: Path) -> dict | None:
 
 # %% ../../nbs/serve/71_renderer.ipynb #e63c1e72
 def _shipped_served(device: str = "cpu") -> Served:
-    from qmind_render.world.grid import load_grid
-
     # sealed there; versions checked by load_model
     try:
         blob = read_shipped()
@@ -158,8 +156,6 @@ def random_served(
 ) -> Served:
     """An untrained model of `size` (the output layer randomised too, so frames are not constant):
     for benchmarks and tests."""
-    from qmind_render.world.grid import load_grid
-
     cfg = load_config(None, [f"model.size={size}", *overrides])
     torch.manual_seed(seed)
     model = build_model(cfg.model, grid=load_grid())

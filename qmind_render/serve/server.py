@@ -7,19 +7,21 @@ Docs: https://qmind.github.io/qmind-render/serve/server.html.md"""
 # %% ../../nbs/serve/75_server.ipynb #e34ad200
 from __future__ import annotations
 
+import argparse
 import errno
 import socket
 import threading
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
+from typing import get_type_hints
 
 from .app import create_app
 from .batcher import on_model_thread
-from .renderer import BACKENDS, Served, ServeError, load_served
-from .settings import LOOPBACK_HOSTS, NOISES, ServeSettings, hosts_for
+from .renderer import Served, ServeError, load_served
+from .settings import LOOPBACK_HOSTS, ServeSettings, hosts_for
 
 # %% auto #0
-__all__ = ['serve_url', 'bind', 'serve', 'ServerThread', 'serve_main']
+__all__ = ['serve_url', 'bind', 'serve', 'ServerThread', 'settings_options', 'settings_from', 'serve_parser', 'serve_main']
 
 # %% ../../nbs/serve/75_server.ipynb #3a7fa428
 def serve_url(host: str, port: int) -> str:
@@ -150,12 +152,33 @@ class ServerThread:
         self.thread.join(timeout=15)
         self.sock.close()
 
-# %% ../../nbs/serve/75_server.ipynb #a697e9f5
-def serve_main(argv: list[str]) -> int:
-    """`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend]
-    [--max-batch] [--max-wait-ms] [--max-sessions] ...`"""
-    import argparse
+# %% ../../nbs/serve/75_server.ipynb #93e2cd5b
+def settings_options(p: argparse.ArgumentParser, cls=ServeSettings) -> None:
+    """An option on `p` for each field of `cls` made with `option`: `--max-batch` for `max_batch`,
+    with the field's type, default and help (`{default}` filled in); a tuple field's option repeats
+    (`--allow-origin A --allow-origin B`)."""
+    types = get_type_hints(cls)
+    for f in fields(cls):
+        if "help" not in f.metadata:
+            continue
+        kw = dict(f.metadata)
+        flag, text = kw.pop("flag", "--" + f.name.replace("_", "-")), kw.pop("help")
+        if types[f.name] is tuple:
+            kw.update(action="append", default=[])
+        else:
+            kw.update(type=types[f.name], default=f.default)
+        p.add_argument(flag, dest=f.name, help=text.format(default=f.default), **kw)
 
+
+def settings_from(a: argparse.Namespace, cls=ServeSettings, **given):
+    "The settings `a` holds in the options `settings_options` made (and `given`), checked."
+    got = {f.name: getattr(a, f.name) for f in fields(cls) if "help" in f.metadata}
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in got.items()}, **given)
+
+# %% ../../nbs/serve/75_server.ipynb #c13704d7
+def serve_parser() -> argparse.ArgumentParser:
+    """`qmind serve`'s options: what to serve and where, one per `ServeSettings` option
+    (`settings_options`), the device."""
     d = ServeSettings()
     p = argparse.ArgumentParser(
         prog="qmind serve",
@@ -181,90 +204,21 @@ def serve_main(argv: list[str]) -> int:
         help="DDIM steps when a request does not say (default: the step count the "
         f"model's evaluation scores best, else {d.steps})",
     )
-    p.add_argument(
-        "--backend",
-        default=d.backend,
-        choices=[*BACKENDS, "auto"],
-        help="how the network runs (auto: the fastest of eager, bf16, onnx and, once its "
-        "package is cached, compile; measured at startup)",
-    )
-    p.add_argument(
-        "--max-batch",
-        type=int,
-        default=d.max_batch,
-        help=f"micro-batch size limit (default {d.max_batch})",
-    )
-    p.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=d.max_wait_ms,
-        help=f"how long a batch waits to fill (default {d.max_wait_ms})",
-    )
-    p.add_argument(
-        "--max-sessions",
-        type=int,
-        default=d.max_sessions,
-        help=f"concurrent /play sessions (default {d.max_sessions})",
-    )
-    p.add_argument(
-        "--max-renders",
-        type=int,
-        default=d.max_renders,
-        help=f"/render requests in progress; more get 503 (default {d.max_renders})",
-    )
-    p.add_argument(
-        "--session-idle-s",
-        type=float,
-        default=d.session_idle_s,
-        help="close a /play session that asks for no frame this long (default "
-        f"{d.session_idle_s:g})",
-    )
-    p.add_argument(
-        "--allow-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="a web page origin (e.g. http://localhost:3000) "
-        "that may use the server besides its own page; repeatable",
-    )
-    p.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a name (or address) the server answers to besides "
-        "its own, e.g. a name in /etc/hosts for this machine or a reverse proxy's; "
-        "repeatable. Browsers send the name they "
-        "reached it by (Host), and any other is refused, so a page whose name was "
-        "pointed here (DNS rebinding) can't use it. "
-        "Its own: 127.0.0.1, localhost, ::1 and --host; bound to 0.0.0.0 or ::, this "
-        "machine's host names and addresses",
-    )
-    p.add_argument(
-        "--noise",
-        default=d.noise,
-        choices=list(NOISES),
-        help="a /play frame's starting noise: world (locked to what it shows: steadier as you "
-        f"move) or screen (one draw, held); default {d.noise}",
-    )
+    settings_options(p)
     p.add_argument(
         "--device",
         default="auto",
         help="auto (the GPU when there is one), cpu, mps, cuda or cuda:N",
     )
-    a = p.parse_args(argv)
-    settings = ServeSettings(
-        steps=d.steps if a.steps is None else a.steps,
-        backend=a.backend,
-        max_batch=a.max_batch,
-        max_wait_ms=a.max_wait_ms,
-        max_sessions=a.max_sessions,
-        max_renders=a.max_renders,
-        session_idle_s=a.session_idle_s,
-        allow_origins=tuple(a.allow_origin),
-        allow_hosts=tuple(a.allow_host),
-        noise=a.noise,
-    )
+    return p
+
+# %% ../../nbs/serve/75_server.ipynb #a697e9f5
+def serve_main(argv: list[str]) -> int:
+    """`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend]
+    [--max-batch] [--max-wait-ms] [--max-sessions] ...`"""
+    d = ServeSettings()
+    a = serve_parser().parse_args(argv)
+    settings = settings_from(a, steps=d.steps if a.steps is None else a.steps)
     if not 1 <= a.port <= 65535:
         raise ServeError(f"--port {a.port} is not a TCP port: use 1..65535")
     from qmind_render.core.device import pick_device

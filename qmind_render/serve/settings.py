@@ -11,7 +11,7 @@ import ipaddress
 import re
 import socket
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -28,7 +28,7 @@ from qmind_render.serve.renderer import (
 )
 
 # %% auto #0
-__all__ = ['LOOPBACK_HOSTS', 'NOISES', 'WILDCARD_HOSTS', 'ServeSettings', 'AccessGuard', 'machine_names', 'hosts_for']
+__all__ = ['LOOPBACK_HOSTS', 'NOISES', 'WILDCARD_HOSTS', 'option', 'ServeSettings', 'AccessGuard', 'machine_names', 'hosts_for']
 
 # %% ../../nbs/serve/73_settings.ipynb #f5eba099
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -49,36 +49,69 @@ def _is_host_name(h: str) -> bool:
 # how a /play session draws each frame's starting noise (58_temporal measures what each costs)
 NOISES = ("world", "screen")
 
+# %% ../../nbs/serve/73_settings.ipynb #15a2d853
+def option(default, help: str, **argparse_kw):
+    """A `ServeSettings` field that `qmind serve` offers as an option (`--max-batch` for
+    `max_batch`): `help` documents it (`{default}` is the field's default), `argparse_kw` is what
+    `add_argument` needs besides the name, type and default (`choices`, `metavar`; `flag` for
+    another name). A tuple field's option repeats."""
+    return field(default=default, metadata={"help": help, **argparse_kw})
+
 # %% ../../nbs/serve/73_settings.ipynb #df5dc5f5
 @dataclass
 class ServeSettings:
-    "What the server allows and how it batches; every value is checked here, before anything slow."
+    """What the server allows and how it batches; every value is checked here, before anything slow.
+    A field made with `option` is a `qmind serve` option too, documented by its `help`."""
 
     steps: int = DEFAULT_STEPS  # DDIM steps when a request does not say (2)
-    # eager | bf16 | compile | onnx | auto (the fastest, measured at startup; compile once cached)
-    backend: str = "auto"
-    max_batch: int = DEFAULT_MAX_BATCH  # micro-batch size limit (8)
-    # how long the first request of a batch waits for company (2 ms)
-    max_wait_ms: float = DEFAULT_MAX_WAIT_MS
-    # concurrent /play sessions; more are refused (close code 1013)
-    max_sessions: int = 8
-    # /render requests in progress (reading, queued, rendering); more get 503 + Retry-After
-    max_renders: int = 16
-    # a /play session that asks for no frame this long is closed (1001); pings do not count
-    session_idle_s: float = 120.0
-    # web page origins allowed besides the server's own page, e.g. "http://localhost:3000"
-    allow_origins: tuple = ()
+    backend: str = option(
+        "auto",
+        "how the network runs (auto: the fastest of eager, bf16, onnx and, once its package is "
+        "cached, compile; measured at startup)",
+        choices=(*BACKENDS, "auto"),
+    )
+    max_batch: int = option(DEFAULT_MAX_BATCH, "micro-batch size limit (default {default})")
+    # the first request of a batch waits this long for company
+    max_wait_ms: float = option(
+        DEFAULT_MAX_WAIT_MS, "how long a batch waits to fill (default {default})"
+    )
+    # more are refused (close code 1013)
+    max_sessions: int = option(8, "concurrent /play sessions (default {default})")
+    # reading, queued or rendering; the 503 carries Retry-After
+    max_renders: int = option(16, "/render requests in progress; more get 503 (default {default})")
+    # closed with 1001; pings do not count
+    session_idle_s: float = option(
+        120.0, "close a /play session that asks for no frame this long (default {default:g})"
+    )
+    allow_origins: tuple = option(
+        (),
+        "a web page origin (e.g. http://localhost:3000) that may use the server besides its own "
+        "page; repeatable",
+        flag="--allow-origin",
+        metavar="ORIGIN",
+    )
     # the Host names it answers to (DNS rebinding): loopback and its --host, or this machine's own
     hosts: tuple = LOOPBACK_HOSTS
-    # Host names it answers to besides those (--allow-host), e.g. a name in /etc/hosts for this
-    # machine
-    allow_hosts: tuple = ()
+    allow_hosts: tuple = option(
+        (),
+        "a name (or address) the server answers to besides its own, e.g. a name in /etc/hosts for "
+        "this machine or a reverse proxy's; repeatable. Browsers send the name they reached it by "
+        "(Host), and any other is refused, so a page whose name was pointed here (DNS rebinding) "
+        "can't use it. Its own: 127.0.0.1, localhost, ::1 and --host; bound to 0.0.0.0 or ::, "
+        "this machine's host names and addresses",
+        flag="--allow-host",
+        metavar="NAME",
+    )
     # /render request bodies (one 64x64 frame's channels in base64 is ~70 KB)
     max_body_bytes: int = 256 * 1024
     max_message_bytes: int = 4096  # /play client messages (a key press is ~30 bytes)
     seed: int = 0  # the /play sessions' starting-noise seed
-    # /play starting noise: world (moves with what it shows) | screen (one draw from `seed`, held)
-    noise: str = "world"
+    noise: str = option(
+        "world",
+        "a /play frame's starting noise: world (locked to what it shows: steadier as you move) or "
+        "screen (one draw, held); default {default}",
+        choices=NOISES,
+    )
 
     def __post_init__(self):
         self.allow_origins, self.hosts = (

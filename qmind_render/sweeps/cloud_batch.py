@@ -29,6 +29,7 @@ from qmind_render.sweeps.cloud import (
 )
 from .cloud_jobs import s3_exists
 from ..util import pool_map
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['ShardRange', 'plan_array', 'part_key', 'generate_part', 'commit_parts', 'BatchDataJobs', 'data_part_main',
@@ -81,7 +82,6 @@ def generate_part(
     import qmind_render.data.generate as G
     from qmind_render.data.cache import default_cache_dir
     from qmind_render.data.recipe import DataConfig
-    from qmind_render.world.grid import load_grid
     from qmind_render.data.stores import open_store
 
     ranges = plan_array(data, per_index)

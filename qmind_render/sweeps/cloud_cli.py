@@ -7,6 +7,7 @@ Docs: https://qmind.github.io/qmind-render/sweeps/cloud_cli.html.md"""
 # %% ../../nbs/sweeps/84_cloud_cli.ipynb #9eee8c53
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 from pathlib import Path
@@ -134,22 +135,31 @@ def render_plan(plan: dict) -> str:
     return "\n".join(lines)
 
 # %% ../../nbs/sweeps/84_cloud_cli.ipynb #79651276
-def _launch_args(p) -> None:
-    p.add_argument(
+def _opt(*flags, **kw) -> tuple:
+    "An option of a `qmind aws` action, as `add_argument` takes it: flags (or name), keywords."
+    return flags, kw
+
+
+_REGION, _OWNER, _DRY_RUN = (
+    _opt("--region"),
+    _opt("--owner"),
+    _opt("--dry-run", action="store_true"),
+)
+_JOBS = _opt("jobs", nargs="+", help="job records: runs/<run>/job.json, a run dir, or a run name")
+# an action that runs a config (launch, data): the config and its overrides, like `qmind run`'s
+_CONFIG = (
+    _opt(
         "config", nargs="?", help="YAML path or name under sweeps/exp/ (default: embedded defaults)"
-    )
-    p.add_argument(
-        "overrides", nargs="*", help="key=value, e.g. data.store=s3://bucket/prefix seed=2"
-    )
-    p.add_argument(
+    ),
+    _opt("overrides", nargs="*", help="key=value, e.g. data.store=s3://bucket/prefix seed=2"),
+    _opt(
         "--dry-run",
         action="store_true",
         help="print what would be created and its cost; call no AWS API",
-    )
-    p.add_argument("--region", default=None)
-    p.add_argument(
-        "--owner", default=None, help="owner tag (default: $QMIND_OWNER or your STS name)"
-    )
+    ),
+    _opt("--region", default=None),
+    _opt("--owner", default=None, help="owner tag (default: $QMIND_OWNER or your STS name)"),
+)
 
 # %% ../../nbs/sweeps/84_cloud_cli.ipynb #9339994d
 def _age_arg(s: str) -> dt.timedelta:
@@ -160,125 +170,140 @@ def _age_arg(s: str) -> dt.timedelta:
     except CloudError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
+# %% ../../nbs/sweeps/84_cloud_cli.ipynb #94bbf309
+# what runs a job: launch's options and data's, after the config's
+_LAUNCH = [
+    *_CONFIG,
+    _opt("--backend", choices=["ec2", "sagemaker"], default="ec2"),
+    _opt(
+        "--instance",
+        default=None,
+        help="from qmind_render/assets/instances.yaml (default g6.xlarge / ml.g5.xlarge)",
+    ),
+    _opt("--market", choices=MARKETS, default="spot"),
+    _opt("--max-hours", type=float, default=24.0),
+    _opt("--name", default=None, help="run name (default: <config name>-s<seed>)"),
+    _opt(
+        "--estimate",
+        type=float,
+        default=None,
+        help="the cost planner's estimate in USD (default: price × max hours)",
+    ),
+    _opt("--notebook", default="nbs/experiments/train.ipynb"),
+    _opt(
+        "--image-id", default=None, help="EC2: AMI (default: the Deep Learning Base AMI from SSM)"
+    ),
+    _opt("--image", default=None, help="SageMaker: ECR URI of infra/Dockerfile's image"),
+    _opt("--role-arn", default=None, help="SageMaker: execution role ARN"),
+    _opt("--subnet", default=None),
+    _opt("--allow-dirty", action="store_true"),
+]
+_DATA = [
+    *_CONFIG,
+    _opt("--queue", required=True),
+    _opt("--image", default=None),
+    _opt(
+        "--per-index",
+        type=int,
+        default=500,
+        help="episodes per array index (rounded up to whole shards)",
+    ),
+    _opt("--vcpus", type=int, default=4),
+    _opt("--job-role-arn", default=None),
+]
+
+# %% ../../nbs/sweeps/84_cloud_cli.ipynb #08ec380d
+# the guard rails' options: the budget, cleaning up, quotas, the one-time setup
+_BUDGET = [
+    _opt("--create", action="store_true"),
+    _opt("--limit", type=float, default=5000.0),
+    _opt("--email", action="append", default=[]),
+    _opt("--name", default=PROJECT),
+    *(_OWNER, _DRY_RUN, _REGION),
+]
+_CLEANUP = [
+    _opt(
+        "--older-than",
+        type=_age_arg,
+        default="24h",
+        metavar="AGE",
+        help="leave what is younger, e.g. 2h, 30m, 3d; 0 for any age (default 24h)",
+    ),
+    _opt(
+        "--store",
+        action="append",
+        default=None,
+        help="s3://bucket/prefix to look for unfinished uploads in "
+        "(repeatable; default: the buckets tagged project=qmind-render)",
+    ),
+    _opt(
+        "--confirm",
+        action="store_true",
+        help="do it: terminate, delete and abort what the dry run lists",
+    ),
+    _REGION,
+]
+_QUOTA = [
+    _opt("--instance", default="g6.xlarge"),
+    _opt("--count", type=int, default=1),
+    _opt("--market", choices=MARKETS, default="spot"),
+    _opt("--request", action="store_true"),
+    *(_DRY_RUN, _REGION),
+]
+_SETUP = [
+    _opt("store", help="s3://bucket/prefix"),
+    _opt("--create-bucket", action="store_true"),
+    *(_OWNER, _DRY_RUN, _REGION),
+]
+
+# %% ../../nbs/sweeps/84_cloud_cli.ipynb #0c70f721
+# `qmind aws`'s actions in the order its help lists them: {name: (help, options)}; options None: the
+# action reads its own arguments (`_PASSTHROUGH`)
+_ACTIONS = {
+    "launch": ("run one config as a cloud job (EC2 or SageMaker)", _LAUNCH),
+    "status": ("state of launched jobs", [_JOBS]),
+    "cancel": ("stop launched jobs", [_JOBS]),
+    "ls": ("project instances and training jobs alive now, with cost so far", [_REGION]),
+    "budget": ("show the budget (or --create it with 25/50/80%% alerts)", _BUDGET),
+    "cost-review": (
+        "spend per owner tag over the last days (Cost Explorer)",
+        [_opt("--days", type=int, default=7), _opt("--tag", default="owner"), _REGION],
+    ),
+    "cleanup": (
+        "the project's stopped instances, loose volumes and snapshots, unfinished uploads; "
+        "--confirm deletes them",
+        _CLEANUP,
+    ),
+    "quota": (
+        "vCPU quotas a sweep needs (G/VT, P; on-demand, spot); --request an increase",
+        _QUOTA,
+    ),
+    "setup": ("one-time: tagged bucket, least-privilege roles, instance profile", _SETUP),
+    "data": ("generate a dataset as a Batch array job over seed ranges, then commit it", _DATA),
+    "iam-policy": (
+        "print a role's least-privilege policy for a store",
+        [_opt("store"), _opt("--role", choices=list(ROLES), default="job")],
+    ),
+    "watchdog": ("on an instance: spot notice and idle-GPU watchdog", None),
+    "data-part": ("in a Batch container: one array index", None),
+    "data-commit": ("commit a Batch-made dataset", None),
+    "sagemaker-train": ("in the SageMaker container: run the job", None),
+}
+
 # %% ../../nbs/sweeps/84_cloud_cli.ipynb #01c393da
 def _parser():
+    "`qmind aws`'s parser: a sub-command for each of `_ACTIONS`, with its options."
     import argparse
 
     p = argparse.ArgumentParser(
         prog="qmind aws", description="AWS jobs with guard rails: launch, watch, budget, clean up."
     )
     sub = p.add_subparsers(dest="cmd", metavar="ACTION", required=True)
-    la = sub.add_parser("launch", help="run one config as a cloud job (EC2 or SageMaker)")
-    _launch_args(la)
-    la.add_argument("--backend", choices=["ec2", "sagemaker"], default="ec2")
-    la.add_argument(
-        "--instance",
-        default=None,
-        help="from qmind_render/assets/instances.yaml (default g6.xlarge / ml.g5.xlarge)",
-    )
-    la.add_argument("--market", choices=MARKETS, default="spot")
-    la.add_argument("--max-hours", type=float, default=24.0)
-    la.add_argument("--name", default=None, help="run name (default: <config name>-s<seed>)")
-    la.add_argument(
-        "--estimate",
-        type=float,
-        default=None,
-        help="the cost planner's estimate in USD (default: price × max hours)",
-    )
-    la.add_argument("--notebook", default="nbs/experiments/train.ipynb")
-    la.add_argument(
-        "--image-id", default=None, help="EC2: AMI (default: the Deep Learning Base AMI from SSM)"
-    )
-    la.add_argument("--image", default=None, help="SageMaker: ECR URI of infra/Dockerfile's image")
-    la.add_argument("--role-arn", default=None, help="SageMaker: execution role ARN")
-    la.add_argument("--subnet", default=None)
-    la.add_argument("--allow-dirty", action="store_true")
-    for name, hlp in (("status", "state of launched jobs"), ("cancel", "stop launched jobs")):
-        s = sub.add_parser(name, help=hlp)
-        s.add_argument(
-            "jobs", nargs="+", help="job records: runs/<run>/job.json, a run dir, or a run name"
-        )
-    sub.add_parser(
-        "ls", help="project instances and training jobs alive now, with cost so far"
-    ).add_argument("--region")
-    b = sub.add_parser("budget", help="show the budget (or --create it with 25/50/80%% alerts)")
-    b.add_argument("--create", action="store_true")
-    b.add_argument("--limit", type=float, default=5000.0)
-    b.add_argument("--email", action="append", default=[])
-    b.add_argument("--name", default=PROJECT)
-    b.add_argument("--owner")
-    b.add_argument("--dry-run", action="store_true")
-    b.add_argument("--region")
-    c = sub.add_parser("cost-review", help="spend per owner tag over the last days (Cost Explorer)")
-    c.add_argument("--days", type=int, default=7)
-    c.add_argument("--tag", default="owner")
-    c.add_argument("--region")
-    k = sub.add_parser(
-        "cleanup",
-        help="the project's stopped instances, loose volumes and snapshots, unfinished uploads; "
-        "--confirm deletes them",
-    )
-    k.add_argument(
-        "--older-than",
-        type=_age_arg,
-        default="24h",
-        metavar="AGE",
-        help="leave what is younger, e.g. 2h, 30m, 3d; 0 for any age (default 24h)",
-    )
-    k.add_argument(
-        "--store",
-        action="append",
-        default=None,
-        help="s3://bucket/prefix to look for unfinished uploads in "
-        "(repeatable; default: the buckets tagged project=qmind-render)",
-    )
-    k.add_argument(
-        "--confirm",
-        action="store_true",
-        help="do it: terminate, delete and abort what the dry run lists",
-    )
-    k.add_argument("--region")
-    q = sub.add_parser(
-        "quota", help="vCPU quotas a sweep needs (G/VT, P; on-demand, spot); --request an increase"
-    )
-    q.add_argument("--instance", default="g6.xlarge")
-    q.add_argument("--count", type=int, default=1)
-    q.add_argument("--market", choices=MARKETS, default="spot")
-    q.add_argument("--request", action="store_true")
-    q.add_argument("--dry-run", action="store_true")
-    q.add_argument("--region")
-    su = sub.add_parser(
-        "setup", help="one-time: tagged bucket, least-privilege roles, instance profile"
-    )
-    su.add_argument("store", help="s3://bucket/prefix")
-    su.add_argument("--create-bucket", action="store_true")
-    su.add_argument("--owner")
-    su.add_argument("--dry-run", action="store_true")
-    su.add_argument("--region")
-    d = sub.add_parser(
-        "data", help="generate a dataset as a Batch array job over seed ranges, then commit it"
-    )
-    _launch_args(d)
-    d.add_argument("--queue", required=True)
-    d.add_argument("--image", default=None)
-    d.add_argument(
-        "--per-index",
-        type=int,
-        default=500,
-        help="episodes per array index (rounded up to whole shards)",
-    )
-    d.add_argument("--vcpus", type=int, default=4)
-    d.add_argument("--job-role-arn", default=None)
-    ip = sub.add_parser("iam-policy", help="print a role's least-privilege policy for a store")
-    ip.add_argument("store")
-    ip.add_argument("--role", choices=list(ROLES), default="job")
-    for name, hlp in (
-        ("watchdog", "on an instance: spot notice and idle-GPU watchdog"),
-        ("data-part", "in a Batch container: one array index"),
-        ("data-commit", "commit a Batch-made dataset"),
-        ("sagemaker-train", "in the SageMaker container: run the job"),
-    ):
-        sub.add_parser(name, help=hlp, add_help=False)
+    for name, (hlp, options) in _ACTIONS.items():
+        action = sub.add_parser(name, help=hlp, add_help=options is not None)
+        for flags, kw in options or ():
+            # a copy: a parser's default list (--email's) is its own, not the table's
+            action.add_argument(*flags, **copy.deepcopy(kw))
     return p
 
 # %% ../../nbs/sweeps/84_cloud_cli.ipynb #1e723ffb

@@ -15,6 +15,7 @@ from .cloud import RunSpec, load_menu
 from ..core.config import ExperimentConfig, config_from_dict, config_to_dict, load_config
 from ..core.device import precision_dtype
 from ..util import format_table, median_time
+from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['DECK', 'BYTES_PER_PARAM', 'gpu_hours', 'deck_sizing', 'saved_activation_bytes', 'measure_model', 'memory_gb',
@@ -269,7 +270,6 @@ def step_seconds(
     from qmind_render.core.encodings import prepare_batch, synthetic_batch
     from qmind_render.core.model import build_model
     from qmind_render.core.model_bench import train_step
-    from qmind_render.world.grid import load_grid
     from qmind_render.core.optim import make_optimizer
 
     old = torch.get_num_threads()

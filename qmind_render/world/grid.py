@@ -8,7 +8,8 @@ Docs: https://qmind.github.io/qmind-render/world/grid.html.md"""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -204,9 +205,8 @@ def _check_records(records, what: str, check, path: Path) -> None:
         raise ValueError(f"{path}: {what} names must be unique; repeated: {dup}")
 
 # %% ../../nbs/world/15_grid.ipynb #2615211d
-def load_grid(path: str | Path | None = None) -> FactorGrid:
-    "Load and validate the factor grid (default: the one shipped with the package)."
-    path = Path(path) if path else grid_path()
+def _read_grid(path: Path) -> FactorGrid:
+    "Read and validate a grid file (every call reads it: `load_grid` is the cached way in)."
     with path.open() as f:
         d = yaml.safe_load(f)
     missing = [
@@ -228,3 +228,19 @@ def load_grid(path: str | Path | None = None) -> FactorGrid:
     return FactorGrid(
         str(d["version"]), tuple(d["themes"]), tuple(d["materials"]), tuple(d["lighting"]), path
     )
+
+# %% ../../nbs/world/15_grid.ipynb #ae53d8b4
+# the grids this process has read: resolved path -> ((mtime_ns, size), the grid, validated)
+_GRIDS: dict[Path, tuple] = {}
+
+
+def load_grid(path: str | Path | None = None) -> FactorGrid:
+    """The factor grid (default: the one shipped with the package), read and validated once per
+    process and version of the file (its modification time and size: an edited file is read again).
+    Each call gets its own copy, so what one caller changes never reaches the next."""
+    path = Path(path) if path else grid_path()
+    st = path.stat()
+    key, stamp = path.resolve(), (st.st_mtime_ns, st.st_size)
+    if _GRIDS.get(key, (None,))[0] != stamp:
+        _GRIDS[key] = stamp, _read_grid(path)
+    return deepcopy(replace(_GRIDS[key][1], path=path))
