@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional, get_type_hints
+from typing import Any, Optional, TypeVar, get_type_hints
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -24,10 +24,10 @@ from ..data.recipe import DataConfig
 from ..util import atomic_write
 
 # %% auto #0
-__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Loss', 'Tracker', 'NonFinite',
-           'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config', 'check_config',
-           'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args',
-           'config_from_args', 'config_main']
+__all__ = ['E', 'RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Loss', 'Tracker', 'NonFinite',
+           'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'as_choice', 'find_config',
+           'check_config', 'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args',
+           'config_args', 'config_from_args', 'config_main']
 
 # %% ../../nbs/core/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -177,6 +177,20 @@ class ExperimentConfig:
 # %% ../../nbs/core/01_config.ipynb #16392fe2
 class ConfigError(UserError, ValueError):
     "A config could not be loaded: the message names the key, the source and the fix."
+
+
+E = TypeVar("E", bound=Enum)
+
+# %% ../../nbs/core/01_config.ipynb #d97179b7
+def as_choice(enum: type[E], value, key: str) -> E:
+    """`value` (a member of `enum`, its plain string, or OmegaConf's copy of it) as `enum`'s member;
+    anything else is a `ConfigError` naming `key` and the valid values. Every enum a config holds is
+    converted here."""
+    try:
+        return enum(value)
+    except ValueError:
+        valid = ", ".join(e.value for e in enum)
+        raise ConfigError(f"{key}={value!r} is not one of {valid}") from None
 
 # %% ../../nbs/core/01_config.ipynb #ffcf55a5
 def _section_type(key: str):
