@@ -44,6 +44,7 @@ class ThemeEnc(str, Enum):
     planes = "planes"
     id = "id"
     param_vector = "param_vector"
+    none = "none"  # the factor does not reach the model: what conditioning on it is worth
 
 # %% ../../nbs/core/01_config.ipynb #a5191abd
 class Precision(str, Enum):

@@ -32,7 +32,7 @@ from qmind_render.contracts import (
 __all__ = ['ENCODINGS', 'THEME', 'LIGHTING', 'COND_KEYS', 'ModelInputError', 'check_tensor', 'register', 'encoding_class',
            'model_config', 'condition_tables', 'Encoded', 'Factor', 'Encoding', 'keep_tables', 'MaterialEncoding',
            'MaterialOneHot', 'MaterialEmbedding', 'CondEncoding', 'PixelPlanes', 'IdEmbedding', 'ParamVector',
-           'ConditionEncoder', 'prepare_batch', 'synthetic_batch']
+           'NoCondition', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch']
 
 # %% ../../nbs/core/39_encodings.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -336,6 +336,12 @@ class ParamVector(CondEncoding):
     def vec(self, e, cond):
         ids = cond[self.factor.name].long()
         return getattr(e, self.factor.proj)(getattr(e, self.factor.vec_table)[ids])
+
+# %% ../../nbs/core/39_encodings.ipynb #b3edd979
+@register(ThemeEnc.none)
+class NoCondition(CondEncoding):
+    """Nothing: the factor does not reach the network (the ablation that says what conditioning on
+    it is worth)."""
 
 # %% ../../nbs/core/39_encodings.ipynb #88a8c36f
 class ConditionEncoder(nn.Module):
