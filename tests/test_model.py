@@ -16,13 +16,12 @@ import torch
 import torch.nn as nn
 
 from qmind_render.contracts import load_spec
+from qmind_render.core.config import MaterialEnc, Schedule, ThemeEnc
 from qmind_render.core.diffusion import Diffusion, ddim_sample, diffusion_loss
 from qmind_render.core.encodings import (
-    COND_ENCS,
-    MATERIAL_ENCS,
+    ENCODINGS,
     ConditionEncoder,
     Encoded,
-    Encodings,
     ModelInputError,
     condition_tables,
     model_config,
@@ -86,7 +85,7 @@ def test_flops_count_attention():
     """FlopCounterMode has no formula for the fused CPU attention kernel; forward_flops must still
     count QKᵀ and AV."""
     size = lambda attn: UNetSize(width=16, mults=(1, 2, 2), blocks=1, attn=attn, groups=8)
-    f = lambda attn: forward_flops(ConditionalUNet(SPEC, Encodings(), size(attn), TABLES))
+    f = lambda attn: forward_flops(ConditionalUNet(SPEC, cfg(), TABLES, size(attn)))
     # three attention layers at 16×16 over 32 channels: 1 down, 2 up
     n, c = 16 * 16, 32
     per_layer = 2 * n * c * 3 * c + 2 * n * c * c + 2 * (2 * n * n * c)  # qkv, proj, QKᵀ and AV
@@ -102,8 +101,20 @@ def test_sizes_are_a_registry():
 # ---------------------------------------------------------------- encoders
 
 
+# the planes each encoding adds, where this file knows them: a material encoding's; a theme
+# encoding's (as the theme, as the lighting)
+KNOWN_PLANES = {
+    MaterialEnc.one_hot: SPEC.n_materials,
+    MaterialEnc.embedding: 3,  # material_dim below
+    ThemeEnc.planes: (6 + TABLES["theme_pattern"].shape[1], TABLES["lighting_vec"].shape[1]),
+    ThemeEnc.id: (0, 0),
+    ThemeEnc.param_vector: (0, 0),
+}
+
+
 @pytest.mark.parametrize(
-    "material,theme,lighting", list(itertools.product(MATERIAL_ENCS, COND_ENCS, COND_ENCS))
+    "material,theme,lighting",
+    list(itertools.product(ENCODINGS[MaterialEnc], ENCODINGS[ThemeEnc], ENCODINGS[ThemeEnc])),
 )
 def test_channel_count_follows_choices_and_spec(material, theme, lighting, batch):
     model = build_model(
@@ -111,26 +122,27 @@ def test_channel_count_follows_choices_and_spec(material, theme, lighting, batch
         SPEC,
         TABLES,
     )
-    want = (
-        1
-        + len(SPEC.classes)
-        + (SPEC.n_materials if material == "one_hot" else 3)
-        + 4
-        + 1
-        + (6 + TABLES["theme_pattern"].shape[1] if theme == "planes" else 0)
-        + (TABLES["lighting_vec"].shape[1] if lighting == "planes" else 0)
-    )
-    assert model.encoder.channels == want
+    lay = model.encoder.layout
+    assert (lay["depth"], lay["surface"], lay["uv"], lay["light"]) == (1, len(SPEC.classes), 4, 1)
+    if material in KNOWN_PLANES:
+        assert lay["material"] == KNOWN_PLANES[material]
+    if theme in KNOWN_PLANES:
+        assert lay["theme"] == KNOWN_PLANES[theme][0]
+    if lighting in KNOWN_PLANES:
+        assert lay["lighting"] == KNOWN_PLANES[lighting][1]
+    want = sum(lay.values())
+    assert model.encoder.channels == want == len(model.encoder.plane_names)
     assert model.net.conv_in.in_channels == 3 + want
     _, cond = prepare_batch(batch)
     e = model.encode(cond)
     assert e.planes.shape == (4, want, 64, 64)
-    assert (e.vec is None) == (theme == "planes" and lighting == "planes")
+    has_vec = model.encoder.theme_proj is not None or model.encoder.lighting_proj is not None
+    assert (e.vec is None) == (not has_vec)
 
 
 def test_one_hot_planes_are_exact(batch):
     _, cond = prepare_batch(batch)
-    enc = ConditionEncoder(SPEC, Encodings(), TABLES, 64)
+    enc = ConditionEncoder(SPEC, cfg(), TABLES, 64)
     p, lay = enc(cond).planes, enc.layout
     surf, mat = (
         p[:, 1 : 1 + lay["surface"]],
@@ -149,7 +161,7 @@ def test_one_hot_planes_are_exact(batch):
 
 
 def test_material_embedding_none_is_zero_and_untrained(batch):
-    enc = ConditionEncoder(SPEC, Encodings(material="embedding", material_dim=3), TABLES, 64)
+    enc = ConditionEncoder(SPEC, cfg(material_enc="embedding", material_dim=3), TABLES, 64)
     _, cond = prepare_batch(batch)
     planes = enc(cond).planes[:, 5:8]
     none = cond["material"] == SPEC.material_none
@@ -161,7 +173,7 @@ def test_material_embedding_none_is_zero_and_untrained(batch):
 
 
 def uv_planes(u, v=0.25):
-    enc = ConditionEncoder(SPEC, Encodings(), TABLES, 64)
+    enc = ConditionEncoder(SPEC, cfg(), TABLES, 64)
     _, cond = prepare_batch(synthetic_batch(1))
     cond["uv"] = torch.stack(
         [torch.full((1, 64, 64), float(u)), torch.full((1, 64, 64), float(v))], -1
@@ -182,7 +194,7 @@ def test_uv_wraps():
 
 
 def test_theme_planes_are_the_pixels_palette_colours(batch):
-    enc = ConditionEncoder(SPEC, Encodings(theme="planes"), TABLES, 64)
+    enc = ConditionEncoder(SPEC, cfg(theme_enc="planes"), TABLES, 64)
     _, cond = prepare_batch(batch)
     p = enc(cond).planes
     # after depth, surface, material, uv, light
@@ -212,8 +224,10 @@ def test_theme_planes_are_the_pixels_palette_colours(batch):
         )
 
 
-@pytest.mark.parametrize("kind", COND_ENCS)
+@pytest.mark.parametrize("kind", ENCODINGS[ThemeEnc])
 def test_theme_and_lighting_reach_the_output(kind, batch):
+    """Each factor changes the output exactly when its encoding passes it on (as planes or a
+    vector); the material always does."""
     model = randomise(build_model(cfg(theme_enc=kind), SPEC, TABLES))
     x0, cond = prepare_batch({k: v[:2] for k, v in batch.items()})
     t = torch.tensor([300, 300])
@@ -223,8 +237,11 @@ def test_theme_and_lighting_reach_the_output(kind, batch):
         other[key] = (
             (cond[key] + 1) % n if n else torch.where(cond[key] == 255, 255, (cond[key] + 1) % 5)
         )
-        assert not torch.allclose(model(x0, t, other), out), (
-            f"{kind}: changing {key} changes nothing"
+        passed = key == "material" or bool(
+            model.encoder.layout[key] or getattr(model.encoder, f"{key}_proj") is not None
+        )
+        assert torch.allclose(model(x0, t, other), out) != passed, (
+            f"{kind}: changing {key} changes {'nothing' if passed else 'the output'}"
         )
 
 
@@ -586,8 +603,8 @@ def test_bench_paths_run_on_cpu(diffusers):
 
 
 def test_defaults_live_in_the_config():
-    """Diffusion(), build_model() and Encodings() are what a default config builds (Diffusion() was
-    ε-prediction, the config says v)."""
+    """Diffusion() and build_model() are what a default config builds (Diffusion() was
+    ε-prediction, the config says v), and hold the config's enums, not strings."""
     from qmind_render.core.config import load_config
 
     m = load_config().model
@@ -595,17 +612,15 @@ def test_defaults_live_in_the_config():
         repr(Diffusion()) == repr(Diffusion.from_config(m)) == repr(Diffusion.from_config())
         and Diffusion().prediction == "v"
     )
-    assert Encodings() == Encodings.from_config(m) and all(
-        type(v) is str
-        for v in (Encodings.from_config(m).material, Diffusion.from_config(m).schedule)
-    )
     a, b = build_model(None, SPEC, TABLES), build_model(m, SPEC, TABLES)
-    assert (a.size_name, a.enc, a.channels_last, n_params(a)) == (
+    assert (a.size_name, a.cfg, a.channels_last, n_params(a)) == (
         b.size_name,
-        b.enc,
+        b.cfg,
         b.channels_last,
         n_params(b),
     )
+    assert type(Diffusion.from_config(m).schedule) is Schedule
+    assert type(b.cfg.theme_enc) is ThemeEnc and type(model_config(theme_enc="id").theme_enc) is str
     with pytest.raises(ValueError, match="model.prediction='x0' is not one of eps, v"):
         Diffusion.from_config(model_config(prediction="x0"))
 
@@ -620,8 +635,8 @@ def test_the_model_module_is_the_network():
     inputs = {
         "ModelInputError",
         "check_tensor",
-        "choice",
-        "Encodings",
+        "ENCODINGS",
+        "register",
         "condition_tables",
         "ConditionEncoder",
         "COND_KEYS",
@@ -629,7 +644,6 @@ def test_the_model_module_is_the_network():
         "synthetic_batch",
     }
     process = {
-        "SCHEDULES",
         "make_schedule",
         "Diffusion",
         "draw_noise",

@@ -11,9 +11,9 @@ a training step never makes the host wait for the device."""
 import pytest
 import torch
 
-from qmind_render.core.config import load_config
+from qmind_render.core.config import ThemeEnc, load_config
 from qmind_render.core.diffusion import Diffusion, ddim_sample
-from qmind_render.core.encodings import prepare_batch, synthetic_batch
+from qmind_render.core.encodings import ENCODINGS, prepare_batch, synthetic_batch
 from qmind_render.core.model import build_model
 from qmind_render.core.sampler import GraphSampler, SamplerError
 from qmind_render.world.grid import load_grid
@@ -37,7 +37,7 @@ def inputs(n, device="cpu", seed=0):
 
 
 @pytest.mark.parametrize(
-    "enc,pred", [("planes", "v"), ("id", "v"), ("param_vector", "v"), ("planes", "edm")]
+    "enc,pred", [(e.value, "v") for e in ENCODINGS[ThemeEnc]] + [("planes", "edm")]
 )
 def test_fixed_buffers_equal_the_reference_on_cpu(enc, pred):
     "edm: the network's input is scaled by c_in on both paths (a path that forgot it would differ)."

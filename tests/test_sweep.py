@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from qmind_render.sweeps.cloud import Backend, load_menu
-from qmind_render.core.config import load_config
+from qmind_render.core.config import MaterialEnc, Prediction, Schedule, ThemeEnc, load_config
 from qmind_render.sweeps.cost import deck_sizing, measure_model, plan_cost
 from qmind_render.sweeps.sweep import LocalBackend, expand_sweep
 from qmind_render.sweeps.sweep_cli import sweep_main
@@ -67,7 +67,9 @@ def test_measure_model_counts_the_step_of_the_configs_diffusion(monkeypatch):
     cfg = load_config(None, ["model.prediction=eps", "model.schedule=linear", "model.timesteps=50"])
     measure_model(cfg.model)
     # not Diffusion()'s defaults
-    assert [(str(d.prediction), str(d.schedule), d.T) for d in seen] == [("eps", "linear", 50)]
+    assert [(d.prediction, d.schedule, d.T) for d in seen] == [
+        (Prediction.eps, Schedule.linear, 50)
+    ]
 
 
 def test_plan_numbers_and_budget(monkeypatch):
@@ -114,8 +116,9 @@ def test_expand_coverage_and_encoding(monkeypatch):
     }
     assert all(r.config["name"] == r.name for r in cov)
     enc = expand_sweep("sweeps/encoding.yaml")
+    # every theme encoding against every material encoding
     assert {(r.config["model"]["theme_enc"], r.config["model"]["material_enc"]) for r in enc} == {
-        (t, m) for t in ("planes", "id", "param_vector") for m in ("one_hot", "embedding")
+        (t.value, m.value) for t in ThemeEnc for m in MaterialEnc
     }
 
 

@@ -12,16 +12,17 @@ import hashlib
 import random
 import re
 import sys
+from dataclasses import fields
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from omegaconf import OmegaConf
-
-from .config import ExperimentConfig, config_from_dict, config_to_dict
+from .config import ExperimentConfig, ModelConfig, config_from_dict, config_to_dict
 from ..contracts import UserError, check_spec_version, contract_versions
 from .diffusion import Diffusion
+from .encodings import model_config
 from .model import ConditionalUNet, build_model
 from ..util import atomic_write
 from ..world.grid import load_grid
@@ -440,24 +441,22 @@ def ema_weights(ck: dict) -> dict:
     return {k.removeprefix("module."): v for k, v in ck["ema"].items() if k.startswith("module.")}
 
 # %% ../../nbs/core/48_checkpoint.ipynb #dc7b9b5f
-# how the network runs, not what it is: a loader may choose
-RUNTIME_MODEL_KEYS = ("channels_last",)
+# how the network runs, not what it is (`runtime` in the field's metadata): a loader may choose
+RUNTIME_MODEL_KEYS = tuple(f.name for f in fields(ModelConfig) if f.metadata.get("runtime"))
 
 
 def check_model_config(asked, trained, what: str = "the checkpoint") -> None:
     """Refuse a model config (`asked`) whose encodings, network or objective differ from the one
-    `what` was trained with."""
-    # a dataclass, a dict or a DictConfig
-    a, t = (config_to_dict(OmegaConf.create(c)) for c in (asked, trained))
-    diff = [k for k in t if k not in RUNTIME_MODEL_KEYS and a.get(k) != t[k]]
-    if diff:
-        k = diff[0]
-        raise CheckpointError(
-            f"{what} was trained with model.{k}={t[k]!r}, not {a.get(k)!r}: its weights "
-            "only fit the encodings "
-            f"and objective it was trained with; drop the model.{k} override (or train a "
-            "run with it)"
-        )
+    `what` was trained with; each a `ModelConfig` or OmegaConf's typed view of one."""
+    a, t = model_config(asked), model_config(trained)
+    plain = lambda v: v.value if isinstance(v, Enum) else v
+    for k in (f.name for f in fields(ModelConfig) if f.name not in RUNTIME_MODEL_KEYS):
+        if getattr(a, k) != getattr(t, k):
+            raise CheckpointError(
+                f"{what} was trained with model.{k}={plain(getattr(t, k))!r}, not "
+                f"{plain(getattr(a, k))!r}: its weights only fit the encodings and objective it "
+                f"was trained with; drop the model.{k} override (or train a run with it)"
+            )
 
 # %% ../../nbs/core/48_checkpoint.ipynb #db8f5b7f
 def load_model(

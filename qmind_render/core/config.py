@@ -8,26 +8,27 @@ Docs: https://qmind.github.io/qmind-render/core/config.html.md"""
 from __future__ import annotations
 
 import difflib
+import operator
 import os
 import re
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import Field, dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional, get_type_hints
+from typing import Any, Optional, TypeVar, get_type_hints
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..contracts import UserError, project_dirs
-from ..data.recipe import DataConfig
+from ..data.recipe import FOLDER_NAME, DataConfig
 from ..util import atomic_write
 
 # %% auto #0
-__all__ = ['RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Loss', 'Tracker', 'NonFinite',
-           'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'find_config', 'check_config',
-           'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args',
-           'config_from_args', 'config_main']
+__all__ = ['DEVICE', 'E', 'RULES', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Loss', 'Tracker',
+           'NonFinite', 'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError', 'as_choice',
+           'find_config', 'config_fields', 'field_rule', 'check_config', 'load_config', 'config_to_dict',
+           'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args', 'config_main']
 
 # %% ../../nbs/core/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -43,6 +44,7 @@ class ThemeEnc(str, Enum):
     planes = "planes"
     id = "id"
     param_vector = "param_vector"
+    none = "none"  # the factor does not reach the model: what conditioning on it is worth
 
 # %% ../../nbs/core/01_config.ipynb #a5191abd
 class Precision(str, Enum):
@@ -85,6 +87,10 @@ class NonFinite(str, Enum):
     stop = "stop"
     skip = "skip"
 
+# %% ../../nbs/core/01_config.ipynb #b4f59abb
+# check_config's rule for a key that names a device
+DEVICE = {"pattern": r"auto|cpu|mps|cuda(:\d+)?", "means": "auto, cpu, mps, cuda or cuda:N"}
+
 # %% ../../nbs/core/01_config.ipynb #151b0594
 @dataclass
 class ModelConfig:
@@ -93,80 +99,81 @@ class ModelConfig:
     # a name in the model registry: tiny | small | base
     size: str = "tiny"
     material_enc: MaterialEnc = MaterialEnc.one_hot
-    theme_enc: ThemeEnc = ThemeEnc.param_vector
+    theme_enc: ThemeEnc = field(default=ThemeEnc.param_vector, metadata={"switch": True})
     lighting_enc: Optional[ThemeEnc] = None  # None: the same choice as theme_enc
     # width of the learned material embedding (material_enc=embedding)
-    material_dim: int = 4
+    material_dim: int = field(default=4, metadata={"ge": 1})
     # v: stable few-step DDIM (eps divides by sqrt(alpha_bar) ~ 5e-5 at t=T-1); edm: EDM's
     # c_in/c_skip/c_out
     prediction: Prediction = Prediction.v
     schedule: Schedule = Schedule.cosine
-    timesteps: int = 1000
-    dropout: float = 0.0
+    timesteps: int = field(default=1000, metadata={"ge": 2})
+    dropout: float = field(default=0.0, metadata={"ge": 0, "lt": 1})
     # NHWC: faster on CPU, what tensor cores want
-    channels_last: bool = True
+    channels_last: bool = field(default=True, metadata={"runtime": True})
     # uv as sin/cos(2π f u) per f (textures repeat up to 12 times a cell)
-    uv_freqs: list[int] = field(default_factory=lambda: [1])
+    uv_freqs: list[int] = field(default_factory=lambda: [1], metadata={"ge": 1, "switch": True})
     # depth as sin/cos(π f d) per f, beside depth itself
-    depth_freqs: list[int] = field(default_factory=list)
+    depth_freqs: list[int] = field(default_factory=list, metadata={"switch": True})
     # width of a per-pixel MLP beside the U-Net's output (0: none)
-    pixel_head: int = 0
+    pixel_head: int = field(default=0, metadata={"ge": 0, "switch": True})
     # width of a per-pixel MLP from the lighting planes to a gain and offset on the output (0: none)
-    lit_head: int = 0
+    lit_head: int = field(default=0, metadata={"ge": 0, "switch": True})
 
 # %% ../../nbs/core/01_config.ipynb #0488c609
 @dataclass
 class TrainConfig:
     "The training loop."
 
-    steps: int = 2000
-    batch: int = 64
-    lr: float = 2e-4
-    warmup: int = 100
-    grad_clip: float = 1.0
-    grad_accum: int = 1
-    ema: float = 0.999
+    steps: int = field(default=2000, metadata={"ge": 1, "switch": True})
+    batch: int = field(default=64, metadata={"ge": 1, "switch": True})
+    lr: float = field(default=2e-4, metadata={"gt": 0})
+    warmup: int = field(default=100, metadata={"ge": 0})
+    grad_clip: float = field(default=1.0, metadata={"gt": 0})
+    grad_accum: int = field(default=1, metadata={"ge": 1})
+    ema: float = field(default=0.999, metadata={"ge": 0, "lt": 1})
     precision: Precision = Precision.fp32
     # None: on for CUDA (Inductor fuses norms and activations), off on CPU
     compile: Optional[bool] = None
-    ckpt_every_min: float = 15.0
-    ckpt_every_steps: int = 0  # 0: time-based only
-    keep_last: int = 3
+    ckpt_every_min: float = field(default=15.0, metadata={"gt": 0})
+    # 0: time-based only
+    ckpt_every_steps: int = field(default=0, metadata={"ge": 0})
+    keep_last: int = field(default=3, metadata={"ge": 0})
     nonfinite: NonFinite = NonFinite.stop
-    workers: int = 0  # DataLoader worker processes
-    device: str = "auto"  # auto | cpu | cuda | cuda:1 ...
+    workers: int = field(default=0, metadata={"ge": 0})  # DataLoader worker processes
+    device: str = field(default="auto", metadata=DEVICE)  # auto | cpu | cuda | cuda:1 ...
     resume: str = "latest"  # latest | never | a checkpoint path
-    log_every: int = 50
-    sample_every: int = 500
+    log_every: int = field(default=50, metadata={"ge": 1})
+    sample_every: int = field(default=500, metadata={"ge": 0})
     # share of each batch at the timesteps eval.ddim_steps' samplers visit
-    sampler_share: float = 0.0
+    sampler_share: float = field(default=0.0, metadata={"ge": 0, "le": 1, "switch": True})
     # target: MSE on ε or v | x0: on the clean frame | min_snr: min-SNR-5
-    loss: Loss = Loss.target
+    loss: Loss = field(default=Loss.target, metadata={"switch": True})
     # the run's last N steps: one step from pure noise (t = T-1), x0 loss
-    finetune_steps: int = 0
+    finetune_steps: int = field(default=0, metadata={"ge": 0, "switch": True})
 
 # %% ../../nbs/core/01_config.ipynb #3c1de04a
 @dataclass
 class EvalConfig:
     "Evaluation on held-out and training cells."
 
-    ddim_steps: list[int] = field(default_factory=lambda: [1, 2, 4])
-    frames_per_cell: int = 8
+    ddim_steps: list[int] = field(default_factory=lambda: [1, 2, 4], metadata={"ge": 1})
+    frames_per_cell: int = field(default=8, metadata={"ge": 1})
     # auto (the GPU when there is one) | cpu | cuda | cuda:1 ...
-    device: str = "auto"
+    device: str = field(default="auto", metadata=DEVICE)
     # AdamW steps of the factor classifiers (fitted on training frames)
-    classifier_steps: int = 300
+    classifier_steps: int = field(default=300, metadata={"ge": 1})
     # the temporal figure: unseen walks per part (0: none) of this many frames each (58_temporal)
-    temporal_walks: int = 2
-    temporal_frames: int = 16
+    temporal_walks: int = field(default=2, metadata={"ge": 0})
+    temporal_frames: int = field(default=16, metadata={"ge": 2})
 
 # %% ../../nbs/core/01_config.ipynb #0c76491d
 @dataclass
 class ExperimentConfig:
     "Everything that changes a run."
 
-    name: str = "quickstart"
-    seed: int = 0
+    name: str = field(default="quickstart", metadata=FOLDER_NAME)
+    seed: int = field(default=0, metadata={"ge": 0})
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -177,6 +184,20 @@ class ExperimentConfig:
 # %% ../../nbs/core/01_config.ipynb #16392fe2
 class ConfigError(UserError, ValueError):
     "A config could not be loaded: the message names the key, the source and the fix."
+
+
+E = TypeVar("E", bound=Enum)
+
+# %% ../../nbs/core/01_config.ipynb #d97179b7
+def as_choice(enum: type[E], value, key: str) -> E:
+    """`value` (a member of `enum`, its plain string, or OmegaConf's copy of it) as `enum`'s member;
+    anything else is a `ConfigError` naming `key` and the valid values. Every enum a config holds is
+    converted here."""
+    try:
+        return enum(value)
+    except ValueError:
+        valid = ", ".join(e.value for e in enum)
+        raise ConfigError(f"{key}={value!r} is not one of {valid}") from None
 
 # %% ../../nbs/core/01_config.ipynb #ffcf55a5
 def _section_type(key: str):
@@ -265,68 +286,47 @@ def _override(cfg: DictConfig, item: str) -> DictConfig:
     return _merge(cfg, dot, f"override '{item}'")
 
 # %% ../../nbs/core/01_config.ipynb #391b0b01
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=-]*")
-_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
-
-
-def _at_least(n):
-    return (lambda v: v >= n), f"must be at least {n}"
+def config_fields(cls: type = ExperimentConfig, prefix: str = "") -> dict[str, Field]:
+    "Every key of the config (`train.lr`) and its dataclass field, section by section, in order."
+    out, hints = {}, get_type_hints(cls)
+    for f in fields(cls):
+        if is_dataclass(hints[f.name]):
+            out |= config_fields(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            out[prefix + f.name] = f
+    return out
 
 # %% ../../nbs/core/01_config.ipynb #59afad1d
-def _above(n):
-    return (lambda v: v > n), f"must be above {n}"
+_BOUNDS = {
+    "ge": (operator.ge, "at least"),
+    "gt": (operator.gt, "above"),
+    "le": (operator.le, "at most"),
+    "lt": (operator.lt, "below"),
+}
 
-# %% ../../nbs/core/01_config.ipynb #eb547f1b
-def _fraction():
-    return (lambda v: 0 <= v < 1), "must be in [0, 1)"
 
-# %% ../../nbs/core/01_config.ipynb #ea8fb50f
-def _in_unit():
-    return (lambda v: 0 <= v <= 1), "must be in [0, 1]"
+def field_rule(meta) -> tuple | None:
+    """A field's rule from its `metadata`: (a test of one value, what a value must be), or None
+    when it has none."""
+    if "pattern" in meta:
+        p = re.compile(meta["pattern"])
+        return (lambda v: bool(p.fullmatch(v))), f"must be {meta['means']}"
+    b = {k: meta[k] for k in _BOUNDS if k in meta}
+    if not b:
+        return None
+    ok = lambda v: all(_BOUNDS[k][0](v, n) for k, n in b.items())
+    if len(b) == 1:
+        ((k, n),) = b.items()
+        return ok, f"must be {_BOUNDS[k][1]} {n}"
+    lo, hi = (
+        ("[", b["ge"]) if "ge" in b else ("(", b["gt"]),
+        ("]", b["le"]) if "le" in b else (")", b["lt"]),
+    )
+    return ok, f"must be in {lo[0]}{lo[1]}, {hi[1]}{hi[0]}"
 
 # %% ../../nbs/core/01_config.ipynb #18372593
-_NAME = (
-    lambda v: bool(_FOLDER_NAME.fullmatch(v)),
-    "must be one folder name: letters, digits and . _ + = -, no / or leading .",
-)
-_DEV = (lambda v: bool(_DEVICE.fullmatch(v)), "must be auto, cpu, mps, cuda or cuda:N")
-
 RULES: dict[str, tuple] = {
-    "name": _NAME,
-    "seed": _at_least(0),
-    "data.dataset": _NAME,
-    "data.seed_start": _at_least(0),
-    "data.episodes": _at_least(1),
-    "data.frames_per_episode": _at_least(1),
-    "data.shard_size": _at_least(1),
-    "model.timesteps": _at_least(2),
-    "model.material_dim": _at_least(1),
-    "model.dropout": _fraction(),
-    "train.steps": _at_least(1),
-    "train.batch": _at_least(1),
-    "train.lr": _above(0),
-    "train.warmup": _at_least(0),
-    "train.grad_clip": _above(0),
-    "train.grad_accum": _at_least(1),
-    "train.ema": _fraction(),
-    "train.ckpt_every_min": _above(0),
-    "train.ckpt_every_steps": _at_least(0),
-    "train.keep_last": _at_least(0),
-    "train.workers": _at_least(0),
-    "train.log_every": _at_least(1),
-    "train.sample_every": _at_least(0),
-    "train.device": _DEV,
-    "train.sampler_share": _in_unit(),
-    "train.finetune_steps": _at_least(0),
-    "model.uv_freqs": _at_least(1),
-    "model.pixel_head": _at_least(0),
-    "model.lit_head": _at_least(0),
-    "eval.ddim_steps": _at_least(1),
-    "eval.frames_per_cell": _at_least(1),
-    "eval.classifier_steps": _at_least(1),
-    "eval.temporal_walks": _at_least(0),
-    "eval.temporal_frames": _at_least(2),
-    "eval.device": _DEV,
+    k: r for k, f in config_fields().items() if (r := field_rule(f.metadata)) is not None
 }
 
 

@@ -15,37 +15,40 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 
-from .config import Loss, ModelConfig, Prediction, Schedule, TrainConfig
-from .encodings import choice
+from qmind_render.core.config import (
+    Loss,
+    ModelConfig,
+    Prediction,
+    Schedule,
+    TrainConfig,
+    as_choice,
+)
 from .model import ConditionalUNet
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'PREDICTIONS', 'SIGMA_DATA', 'make_schedule', 'Diffusion', 'draw_noise', 'min_snr_weight',
-           'diffusion_loss', 'ddim_sample', 'to_uint8']
+__all__ = ['SIGMA_DATA', 'make_schedule', 'Diffusion', 'draw_noise', 'min_snr_weight', 'diffusion_loss', 'ddim_sample',
+           'to_uint8']
 
 # %% ../../nbs/core/41_diffusion.ipynb #65453c8f
-SCHEDULES = tuple(e.value for e in Schedule)
-PREDICTIONS = tuple(e.value for e in Prediction)
 # EDM's and DIAMOND's σ_data (the quickstart frames: std 0.33 about a mean of -0.64, RMS 0.72)
 SIGMA_DATA = 0.5
-_DEFAULT = ModelConfig()  # the defaults: one place, the config dataclass
 
 
-def make_schedule(kind: str, timesteps: int) -> torch.Tensor:
+def make_schedule(kind: Schedule | str, timesteps: int) -> torch.Tensor:
     "ᾱ_t for t = 0..T-1 (float64) of schedule `kind` (`Diffusion` builds it from the config)."
-    T = int(timesteps)
+    kind, T = as_choice(Schedule, kind, "model.schedule"), int(timesteps)
     if T < 1:
         raise ValueError(f"model.timesteps must be >= 1, got {T}")
     # as DDPM (and diffusers) define it
-    if kind == "linear":
+    if kind is Schedule.linear:
         betas = torch.linspace(1e-4, 0.02, T, dtype=torch.float32).double()
-    elif kind == "cosine":
+    elif kind is Schedule.cosine:
         f = lambda t: math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
         betas = torch.tensor(
             [min(1 - f((i + 1) / T) / f(i / T), 0.999) for i in range(T)], dtype=torch.float64
         )
     else:
-        raise ValueError(f"model.schedule={kind!r} is not one of {', '.join(SCHEDULES)}")
+        raise NotImplementedError(f"model.schedule={kind.value}: make_schedule has no betas for it")
     return torch.cumprod(1 - betas, 0)
 
 # %% ../../nbs/core/41_diffusion.ipynb #0c4bc030
@@ -54,21 +57,21 @@ class Diffusion:
 
     def __init__(
         self,
-        schedule: str | None = None,
+        schedule: Schedule | str | None = None,
         timesteps: int | None = None,
-        prediction: str | None = None,
+        prediction: Prediction | str | None = None,
     ):
         """Unset arguments take `ModelConfig`'s defaults, so `Diffusion()` is what training builds
-        from a default config."""
-        self.schedule = choice(
-            _DEFAULT.schedule if schedule is None else schedule, Schedule, "model.schedule"
+        from a default config; a plain string is its enum's value."""
+        self.schedule = as_choice(
+            Schedule, ModelConfig.schedule if schedule is None else schedule, "model.schedule"
         )
-        self.prediction = choice(
-            _DEFAULT.prediction if prediction is None else prediction,
+        self.prediction = as_choice(
             Prediction,
+            ModelConfig.prediction if prediction is None else prediction,
             "model.prediction",
         )
-        self.T = int(_DEFAULT.timesteps if timesteps is None else timesteps)
+        self.T = int(ModelConfig.timesteps if timesteps is None else timesteps)
         self.alphas_cumprod = make_schedule(self.schedule, self.T).float()
         self.sigma_data = SIGMA_DATA
         self._dev = {}
@@ -80,7 +83,8 @@ class Diffusion:
         return cls(cfg.schedule, cfg.timesteps, cfg.prediction)
 
     def __repr__(self):
-        return f"Diffusion({self.schedule!r}, T={self.T}, prediction={self.prediction!r})"
+        s, p = self.schedule.value, self.prediction.value
+        return f"Diffusion({s!r}, T={self.T}, prediction={p!r})"
 
     def coefs(self, t: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         "(√ᾱ_t, √(1-ᾱ_t)) for timesteps `t` [B], shaped to broadcast against `like`."
@@ -102,7 +106,7 @@ class Diffusion:
     def net_input(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """What the network sees of x_t: x_t itself (ε, v), or EDM's c_in·x_t (unit variance at
         every t)."""
-        if self.prediction != "edm":
+        if self.prediction is not Prediction.edm:
             return x_t
         return x_t * self.precond(t, x_t)[0]
 
@@ -118,9 +122,9 @@ def q_sample(self: Diffusion, x0, t, noise):
 def target(self: Diffusion, x0, t, noise):
     """What the network learns to output: ε, v = √ᾱ_t ε - √(1-ᾱ_t) x0, or EDM's F = (x0 -
     c_skip·x_t) / c_out."""
-    if self.prediction == "eps":
+    if self.prediction is Prediction.eps:
         return noise
-    if self.prediction == "edm":
+    if self.prediction is Prediction.edm:
         _, c_skip, c_out = self.precond(t, x0)
         return (x0 - c_skip * self.q_sample(x0, t, noise)) / c_out
     a, s = self.coefs(t, x0)
@@ -131,9 +135,9 @@ def target(self: Diffusion, x0, t, noise):
 def split(self: Diffusion, out, x_t, t):
     "The network's output at (x_t, t) -> (predicted x0, predicted ε)."
     a, s = self.coefs(t, x_t)
-    if self.prediction == "eps":
+    if self.prediction is Prediction.eps:
         return (x_t - s * out) / a, out
-    if self.prediction == "edm":
+    if self.prediction is Prediction.edm:
         _, c_skip, c_out = self.precond(t, x_t)
         x0 = c_skip * x_t + c_out * out
         return x0, (x_t - a * x0) / s
@@ -151,9 +155,11 @@ def min_snr_weight(diffusion: Diffusion, t: torch.Tensor, gamma: float = 5.0) ->
     min(SNR, γ) x0 errors."""
     ab = diffusion.coefs(t, t)[0].double() ** 2
     snr = ab / (1 - ab)
-    if diffusion.prediction == "edm":
+    if diffusion.prediction is Prediction.edm:
         return (snr.clamp(max=gamma) * diffusion.precond(t, t)[2].double() ** 2).float()
-    return (snr.clamp(max=gamma) / (snr if diffusion.prediction == "eps" else snr + 1)).float()
+    return (
+        snr.clamp(max=gamma) / (snr if diffusion.prediction is Prediction.eps else snr + 1)
+    ).float()
 
 # %% ../../nbs/core/41_diffusion.ipynb #b4c40152
 def diffusion_loss(
@@ -164,7 +170,7 @@ def diffusion_loss(
     generator: torch.Generator | None = None,
     t: torch.Tensor | None = None,
     noise: torch.Tensor | None = None,
-    loss: str | None = None,
+    loss: Loss | str | None = None,
 ) -> torch.Tensor:
     """MSE at a random t (or `t`) of the output against ε or v (`train.loss=target`), of the clean
     frame it implies (x0), or min-SNR-5's."""
@@ -177,10 +183,10 @@ def diffusion_loss(
         noise = draw_noise(x0.shape, generator, dev)
     x_t = diffusion.q_sample(x0, t, noise)
     out = model(diffusion.net_input(x_t, t), t, cond).float()
-    kind = choice(TrainConfig.loss if loss is None else loss, Loss, "train.loss")
-    if kind == "x0":
+    kind = as_choice(Loss, TrainConfig.loss if loss is None else loss, "train.loss")
+    if kind is Loss.x0:
         return F.mse_loss(diffusion.split(out, x_t, t)[0], x0)
-    if kind == "target":
+    if kind is Loss.target:
         return F.mse_loss(out, diffusion.target(x0, t, noise))
     err = (out - diffusion.target(x0, t, noise)).square().mean((1, 2, 3))
     return (err * min_snr_weight(diffusion, t)).mean()

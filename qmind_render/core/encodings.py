@@ -11,14 +11,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 from fastcore.basics import patch
 
-from .config import MaterialEnc, ModelConfig, ThemeEnc
+from .config import ConfigError, MaterialEnc, ModelConfig, ThemeEnc, as_choice
 from qmind_render.contracts import (
     UserError,
     ChannelSpec,
@@ -29,8 +29,10 @@ from qmind_render.contracts import (
 )
 
 # %% auto #0
-__all__ = ['MATERIAL_ENCS', 'COND_ENCS', 'COND_KEYS', 'ModelInputError', 'check_tensor', 'choice', 'Encodings', 'model_config',
-           'condition_tables', 'Encoded', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch']
+__all__ = ['ENCODINGS', 'THEME', 'LIGHTING', 'COND_KEYS', 'ModelInputError', 'check_tensor', 'register', 'encoding_class',
+           'model_config', 'condition_tables', 'Encoded', 'Factor', 'Encoding', 'keep_tables', 'MaterialEncoding',
+           'MaterialOneHot', 'MaterialEmbedding', 'CondEncoding', 'PixelPlanes', 'IdEmbedding', 'ParamVector',
+           'NoCondition', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch']
 
 # %% ../../nbs/core/39_encodings.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -71,55 +73,29 @@ def check_tensor(
     return x
 
 # %% ../../nbs/core/39_encodings.ipynb #28731f26
-def choice(value, enum: type[Enum], key: str) -> str:
-    """`value` (a config's str enum, or a plain string) as the plain string it names; not one of
-    `enum`'s is a `ValueError` naming `key`."""
-    try:
-        return enum(value).value
-    except ValueError:
-        raise ValueError(
-            f"{key}={value!r} is not one of {', '.join(e.value for e in enum)}"
-        ) from None
-
-# %% ../../nbs/core/39_encodings.ipynb #6cdd758c
-MATERIAL_ENCS = tuple(e.value for e in MaterialEnc)
-COND_ENCS = tuple(e.value for e in ThemeEnc)  # theme and lighting
-_DEFAULT = ModelConfig()  # the defaults: one place, the config dataclass
+ENCODINGS: dict[type[Enum], dict[Enum, type]] = {MaterialEnc: {}, ThemeEnc: {}}
 
 
-@dataclass(frozen=True)
-class Encodings:
-    """How each input reaches the network (resolved from a `ModelConfig`; the defaults are its
-    defaults)."""
+def register(value: MaterialEnc | ThemeEnc):
+    "Class decorator: the class that encodes config choice `value` (a `MaterialEnc` or `ThemeEnc`)."
 
-    # one_hot | embedding
-    material: str = choice(_DEFAULT.material_enc, MaterialEnc, "model.material_enc")
-    # width of the learned material embedding
-    material_dim: int = _DEFAULT.material_dim
-    # planes | id | param_vector
-    theme: str = choice(_DEFAULT.theme_enc, ThemeEnc, "model.theme_enc")
-    lighting: str = choice(
-        _DEFAULT.lighting_enc or _DEFAULT.theme_enc, ThemeEnc, "model.lighting_enc"
-    )
-    # uv as sin/cos(2π f u), per f
-    uv_freqs: tuple[int, ...] = tuple(_DEFAULT.uv_freqs)
-    # depth as sin/cos(π f d) too, per f
-    depth_freqs: tuple[int, ...] = tuple(_DEFAULT.depth_freqs)
+    def add(cls):
+        ENCODINGS[type(value)][value] = cls
+        return cls
 
-    @classmethod
-    def from_config(cls, cfg: ModelConfig | None = None) -> Encodings:
-        """The encodings `cfg` (default: `ModelConfig()`) chooses; an unset `lighting_enc` follows
-        `theme_enc`."""
-        cfg = cfg if cfg is not None else ModelConfig()
-        theme = choice(cfg.theme_enc, ThemeEnc, "model.theme_enc")
-        return cls(
-            choice(cfg.material_enc, MaterialEnc, "model.material_enc"),
-            int(cfg.material_dim),
-            theme,
-            choice(cfg.lighting_enc or theme, ThemeEnc, "model.lighting_enc"),
-            tuple(int(f) for f in cfg.uv_freqs),
-            tuple(int(f) for f in cfg.depth_freqs),
+    return add
+
+
+def encoding_class(enum: type[Enum], value, key: str) -> type:
+    """The class registered for config `key`'s `value` (a member of `enum`, or its plain string); a
+    value not in `enum` is a `ConfigError` naming the key and the valid values."""
+    choice = as_choice(enum, value, key)
+    if choice not in ENCODINGS[enum]:
+        raise ConfigError(
+            f"{key}={choice.value} has no encoding class: add one with "
+            f"@register({enum.__name__}.{choice.name}) (nbs/core/39_encodings)"
         )
+    return ENCODINGS[enum][choice]
 
 # %% ../../nbs/core/39_encodings.ipynb #40cb0a61
 def model_config(cfg: ModelConfig | None = None, **changes) -> ModelConfig:
@@ -178,104 +154,265 @@ class Encoded(NamedTuple):
     vec: torch.Tensor | None
 
 # %% ../../nbs/core/39_encodings.ipynb #2992aadc
-def _global_encoder(kind: str, n: int, dim: int, emb_dim: int) -> nn.Module | None:
-    if kind == "id":
-        return nn.Embedding(n, emb_dim)
-    if kind == "param_vector":
-        return nn.Sequential(nn.Linear(dim, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
-    return None
+@dataclass(frozen=True)
+class Factor:
+    """A condition every frame has one of, by id: the theme or the lighting setup. `name` is its
+    `cond` key and names what an encoding keeps for it (`vec_table`, the `condition_tables` entry of
+    its parameter vectors; `proj`, the module of its global vector); `tables`, `plane_names` and
+    `planes` are its own per-pixel planes: the tables they read, their names, and the tensor
+    [B, H, W, c] in [-1, 1] a `ConditionEncoder` makes of a `cond`."""
+
+    name: str
+    tables: tuple[str, ...]
+    plane_names: Callable[[dict], list[str]]
+    planes: Callable[[ConditionEncoder, dict], torch.Tensor]
+
+    @property
+    def vec_table(self) -> str:
+        return f"{self.name}_vec"
+
+    @property
+    def proj(self) -> str:
+        return f"{self.name}_proj"
+
+
+def _theme_planes(e: ConditionEncoder, cond: dict) -> torch.Tensor:
+    """The (base, accent) colours the theme gives each pixel's surface (its material's on walls),
+    then the theme's pattern numbers, constant."""
+    surf, mat, theme = cond["surface"].long(), cond["material"].long(), cond["theme"].long()
+    # material id, or M + class
+    slot = torch.where(mat == e.spec.material_none, e.M + surf, mat.clamp(0, e.M))
+    B, H, W = surf.shape
+    palette = e.theme_palette[theme[:, None, None], slot]
+    pattern = e.theme_pattern[theme][:, None, None].expand(B, H, W, -1)
+    return torch.cat([palette * 2 - 1, pattern * 2 - 1], -1)
+
+
+def _lighting_planes(e: ConditionEncoder, cond: dict) -> torch.Tensor:
+    "The lighting setup's vector, constant over the frame."
+    B, H, W = cond["surface"].shape
+    return e.lighting_vec[cond["lighting"].long()][:, None, None].expand(B, H, W, -1) * 2 - 1
+
+
+THEME = Factor(
+    "theme",
+    ("theme_palette", "theme_pattern"),
+    lambda t: (
+        [f"theme {w} {c}" for w in ("base", "accent") for c in "RGB"]
+        + [f"theme pattern {i}" for i in range(t["theme_pattern"].shape[1])]
+    ),
+    _theme_planes,
+)
+LIGHTING = Factor(
+    "lighting",
+    ("lighting_vec",),
+    lambda t: [f"lighting {i}" for i in range(t["lighting_vec"].shape[1])],
+    _lighting_planes,
+)
+
+# %% ../../nbs/core/39_encodings.ipynb #62ab906d
+class Encoding:
+    """One way an input reaches the network, registered under its config value with `@register`. It
+    keeps what it needs on the `ConditionEncoder` (`install`: buffers and modules, under the names
+    checkpoints hold), names its per-pixel planes (`plane_names`) and makes them (`planes`, each
+    [B, H, W, c]) and its global vector (`vec`, [B, E] or None) from a `cond`. The base class keeps
+    nothing and makes nothing."""
+
+    plane_names: list[str] = []
+
+    def install(self, e: ConditionEncoder, tables: dict) -> None:
+        pass
+
+    def planes(self, e: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
+        return []
+
+    def vec(self, e: ConditionEncoder, cond: dict) -> torch.Tensor | None:
+        return None
+
+
+def keep_tables(e: ConditionEncoder, tables: dict, names: tuple[str, ...]) -> None:
+    "Register `tables`' `names` on `e` as float32 buffers, saved with the weights."
+    for k in names:
+        e.register_buffer(k, torch.as_tensor(np.asarray(tables[k]), dtype=torch.float32))
+
+# %% ../../nbs/core/39_encodings.ipynb #3860e73d
+class MaterialEncoding(Encoding):
+    """How the material id reaches each pixel: a `MaterialEnc` choice. Its lookups have a row per
+    material and one more, at M, for none (not a wall): zeros."""
+
+    def __init__(self, spec: ChannelSpec, cfg: ModelConfig):
+        self.M = spec.n_materials
+
+
+@register(MaterialEnc.one_hot)
+class MaterialOneHot(MaterialEncoding):
+    "One plane per material id: 1 at the pixel's material; none: all zero."
+
+    def __init__(self, spec: ChannelSpec, cfg: ModelConfig):
+        super().__init__(spec, cfg)
+        self.plane_names = [f"material {i}" for i in range(self.M)]
+
+    def install(self, e, tables):
+        table = torch.cat([torch.eye(self.M), torch.zeros(1, self.M)])
+        e.register_buffer("material_table", table, persistent=False)
+
+    def planes(self, e, cond):
+        return [e.material_table[e.material_index(cond)]]
+
+
+@register(MaterialEnc.embedding)
+class MaterialEmbedding(MaterialEncoding):
+    "A learned vector of `model.material_dim` numbers per material id; none: zeros, never learned."
+
+    def __init__(self, spec: ChannelSpec, cfg: ModelConfig):
+        super().__init__(spec, cfg)
+        self.dim = int(cfg.material_dim)
+        self.plane_names = [f"material emb {i}" for i in range(self.dim)]
+
+    def install(self, e, tables):
+        e.material_emb = nn.Embedding(self.M + 1, self.dim, padding_idx=self.M)
+
+    def planes(self, e, cond):
+        return [e.material_emb(e.material_index(cond))]
+
+# %% ../../nbs/core/39_encodings.ipynb #37c138a3
+class CondEncoding(Encoding):
+    """How a `Factor` (the theme, the lighting setup) reaches the network: a `ThemeEnc` choice. It
+    sees the factor's `n` ids and their parameter vectors of `dim` numbers, and `emb_dim`, the width
+    of a global vector; it keeps the tables `keeps` names as buffers, and `module()` (None: no
+    global vector) as the encoder's `{factor}_proj`."""
+
+    keeps: tuple[str, ...] = ()
+
+    def __init__(self, factor: Factor, tables: dict, emb_dim: int):
+        self.factor, self.emb_dim = factor, emb_dim
+        self.n, self.dim = tables[factor.vec_table].shape
+
+    def module(self) -> nn.Module | None:
+        return None
+
+    def install(self, e, tables):
+        keep_tables(e, tables, self.keeps)
+        setattr(e, self.factor.proj, self.module())
+
+
+@register(ThemeEnc.planes)
+class PixelPlanes(CondEncoding):
+    """The factor's own per-pixel planes: for the theme, the palette colours of each pixel's surface
+    and the pattern numbers; for the lighting, its vector, constant. No global vector."""
+
+    def __init__(self, factor: Factor, tables: dict, emb_dim: int):
+        super().__init__(factor, tables, emb_dim)
+        self.keeps, self.plane_names = factor.tables, factor.plane_names(tables)
+
+    def planes(self, e, cond):
+        return [self.factor.planes(e, cond)]
+
+
+@register(ThemeEnc.id)
+class IdEmbedding(CondEncoding):
+    "A learned vector per id: the network is told which, not what."
+
+    def module(self):
+        return nn.Embedding(self.n, self.emb_dim)
+
+    def vec(self, e, cond):
+        return getattr(e, self.factor.proj)(cond[self.factor.name].long())
+
+
+@register(ThemeEnc.param_vector)
+class ParamVector(CondEncoding):
+    """An MLP of the factor's parameter vector (the theme schema's 43 numbers, the lighting's 10):
+    the network is told what, as one vector for the frame."""
+
+    def __init__(self, factor: Factor, tables: dict, emb_dim: int):
+        super().__init__(factor, tables, emb_dim)
+        self.keeps = (factor.vec_table,)
+
+    def module(self):
+        E = self.emb_dim
+        return nn.Sequential(nn.Linear(self.dim, E), nn.SiLU(), nn.Linear(E, E))
+
+    def vec(self, e, cond):
+        ids = cond[self.factor.name].long()
+        return getattr(e, self.factor.proj)(getattr(e, self.factor.vec_table)[ids])
+
+# %% ../../nbs/core/39_encodings.ipynb #b3edd979
+@register(ThemeEnc.none)
+class NoCondition(CondEncoding):
+    """Nothing: the factor does not reach the network (the ablation that says what conditioning on
+    it is worth)."""
 
 # %% ../../nbs/core/39_encodings.ipynb #88a8c36f
 class ConditionEncoder(nn.Module):
     """Raw channels + theme/lighting ids -> `Encoded` (planes for the input, a vector for the
-    embedding)."""
+    embedding): depth, surface, uv and light, and the encodings `cfg` chooses, composed."""
 
-    def __init__(self, spec: ChannelSpec, enc: Encodings, tables: dict, emb_dim: int):
+    def __init__(self, spec: ChannelSpec, cfg: ModelConfig, tables: dict, emb_dim: int):
         super().__init__()
-        self.spec, self.enc = spec, enc
+        self.spec, self.cfg = spec, model_config(cfg)
+        cfg = self.cfg
         self.M, self.C = spec.n_materials, len(spec.classes)
-        self.register_buffer("surface_table", torch.eye(self.C), persistent=False)
-        self.register_buffer(
-            "uv_freqs",
-            torch.tensor(enc.uv_freqs, dtype=torch.float32) * (2 * math.pi),
-            persistent=False,
-        )
-        self.register_buffer(
-            "depth_freqs",
-            torch.tensor(enc.depth_freqs, dtype=torch.float32) * math.pi,
-            persistent=False,
-        )
-        if enc.material == "one_hot":
-            self.register_buffer(
-                "material_table",
-                torch.cat([torch.eye(self.M), torch.zeros(1, self.M)]),
-                persistent=False,
-            )
-        # row M = none
-        else:
-            self.material_emb = nn.Embedding(self.M + 1, enc.material_dim, padding_idx=self.M)
-        need = {"planes": ("theme_palette", "theme_pattern"), "param_vector": ("theme_vec",)}.get(
-            enc.theme, ()
-        )
-        need += {"planes": ("lighting_vec",), "param_vector": ("lighting_vec",)}.get(
-            enc.lighting, ()
-        )
-        for k in need:
-            self.register_buffer(k, torch.as_tensor(np.asarray(tables[k]), dtype=torch.float32))
         self.n_themes, self.n_lightings = len(tables["theme_vec"]), len(tables["lighting_vec"])
-        self.theme_proj = _global_encoder(
-            enc.theme, self.n_themes, tables["theme_vec"].shape[1], emb_dim
+        self.register_buffer("surface_table", torch.eye(self.C), persistent=False)
+        uv, depth = [int(f) for f in cfg.uv_freqs], [int(f) for f in cfg.depth_freqs]
+        self.register_buffer(
+            "uv_freqs", torch.tensor(uv, dtype=torch.float32) * (2 * math.pi), persistent=False
         )
-        self.lighting_proj = _global_encoder(
-            enc.lighting, self.n_lightings, tables["lighting_vec"].shape[1], emb_dim
+        self.register_buffer(
+            "depth_freqs", torch.tensor(depth, dtype=torch.float32) * math.pi, persistent=False
         )
-        self.layout = self._layout(tables)
-
-    def _layout(self, tables) -> dict[str, int]:
-        "Input planes per source, in order; their sum is the number of conditioning channels."
-        theme = 6 + tables["theme_pattern"].shape[1] if self.enc.theme == "planes" else 0
-        lighting = tables["lighting_vec"].shape[1] if self.enc.lighting == "planes" else 0
-        mat = self.M if self.enc.material == "one_hot" else self.enc.material_dim
-        depth, uv = 1 + 2 * len(self.enc.depth_freqs), 4 * len(self.enc.uv_freqs)
-        return {
-            "depth": depth,
+        # an unset lighting_enc is the theme's choice
+        lighting = cfg.theme_enc if cfg.lighting_enc is None else cfg.lighting_enc
+        self.material_enc = encoding_class(MaterialEnc, cfg.material_enc, "model.material_enc")(
+            spec, cfg
+        )
+        self.theme_enc = encoding_class(ThemeEnc, cfg.theme_enc, "model.theme_enc")(
+            THEME, tables, emb_dim
+        )
+        self.lighting_enc = encoding_class(ThemeEnc, lighting, "model.lighting_enc")(
+            LIGHTING, tables, emb_dim
+        )
+        # in this order, so the parameters are made (and drawn) as they always were
+        for enc in (self.material_enc, self.theme_enc, self.lighting_enc):
+            enc.install(self, tables)
+        self.layout = {
+            "depth": 1 + 2 * len(depth),
             "surface": self.C,
-            "material": mat,
-            "uv": uv,
+            "material": len(self.material_enc.plane_names),
+            "uv": 4 * len(uv),
             "light": 1,
-            "theme": theme,
-            "lighting": lighting,
+            "theme": len(self.theme_enc.plane_names),
+            "lighting": len(self.lighting_enc.plane_names),
         }
 
     @property
     def channels(self) -> int:
+        "Conditioning planes in all: `layout` gives each input's, in order."
         return sum(self.layout.values())
 
     @property
     def plane_names(self) -> list[str]:
         "A name for every conditioning plane, in order."
-        mat = (
-            [f"material {i}" for i in range(self.M)]
-            if self.enc.material == "one_hot"
-            else [f"material emb {i}" for i in range(self.layout["material"])]
-        )
-        theme = [f"theme {w} {c}" for w in ("base", "accent") for c in "RGB"] + [
-            f"theme pattern {i}" for i in range(self.layout["theme"] - 6)
-        ]
         f = lambda k: "" if k == 1 else str(k)
         depth = ["depth"] + [
-            f"{fn} π{f(k)}d" for k in self.enc.depth_freqs for fn in ("sin", "cos")
+            f"{fn} π{f(k)}d" for k in self.cfg.depth_freqs for fn in ("sin", "cos")
         ]
-        uv = [f"{fn} 2π{f(k)}{c}" for c in "uv" for k in self.enc.uv_freqs for fn in ("sin", "cos")]
+        uv = [f"{fn} 2π{f(k)}{c}" for c in "uv" for k in self.cfg.uv_freqs for fn in ("sin", "cos")]
         return (
             depth
             + [f"surface {c}" for c in self.spec.classes]
-            + mat
+            + self.material_enc.plane_names
             + uv
             + ["light"]
-            + theme[: self.layout["theme"]]
-            + [f"lighting {i}" for i in range(self.layout["lighting"])]
+            + self.theme_enc.plane_names
+            + self.lighting_enc.plane_names
         )
+
+    def material_index(self, cond: dict) -> torch.Tensor:
+        "Each pixel's row in a material lookup: its material id, or M for none."
+        mat = cond["material"].long()
+        return torch.where(mat == self.spec.material_none, self.M, mat).clamp_(0, self.M)
 
     def forward(self, cond: dict) -> Encoded:
         """Check `cond`, then encode it: the planes in one [B, H, W, C] tensor, permuted
@@ -354,50 +491,31 @@ def check_ids(self: ConditionEncoder, cond: dict) -> None:
 
 # %% ../../nbs/core/39_encodings.ipynb #35f1455d
 def _planes(self: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
-    "The per-pixel planes, each [B, H, W, c]."
-    surf, mat = cond["surface"].long(), cond["material"].long()
-    m_idx = torch.where(mat == self.spec.material_none, self.M, mat).clamp_(0, self.M)
-    mat_planes = (
-        self.material_table[m_idx] if self.enc.material == "one_hot" else self.material_emb(m_idx)
-    )
+    "The per-pixel planes, each [B, H, W, c], in `layout`'s order."
     # [B, H, W, 2, F]: u's then v's
     uv = cond["uv"].float()[..., None] * self.uv_freqs
     d = cond["depth"].float()[..., None]
     # [B, H, W, F]; F = 0: no planes
     dk = d * self.depth_freqs
-    out = [
+    return [
         d * 2 - 1,
         torch.stack([dk.sin(), dk.cos()], -1).flatten(-2),
-        self.surface_table[surf],
-        mat_planes,
+        self.surface_table[cond["surface"].long()],
+        *self.material_enc.planes(self, cond),
         torch.stack([uv.sin(), uv.cos()], -1).flatten(-3),
         cond["light"].float()[..., None] * 2 - 1,
+        *self.theme_enc.planes(self, cond),
+        *self.lighting_enc.planes(self, cond),
     ]
-    B, H, W = surf.shape
-    if self.enc.theme == "planes":
-        theme = cond["theme"].long()
-        # material id, or M + class
-        slot = torch.where(mat == self.spec.material_none, self.M + surf, m_idx)
-        out += [
-            self.theme_palette[theme[:, None, None], slot] * 2 - 1,
-            self.theme_pattern[theme][:, None, None].expand(B, H, W, -1) * 2 - 1,
-        ]
-    if self.enc.lighting == "planes":
-        out.append(
-            self.lighting_vec[cond["lighting"].long()][:, None, None].expand(B, H, W, -1) * 2 - 1
-        )
-    return out
 
 # %% ../../nbs/core/39_encodings.ipynb #bec361aa
 def _vec(self: ConditionEncoder, cond: dict) -> torch.Tensor | None:
+    "The theme's and the lighting's global vectors, summed; None if neither has one."
     vs = []
-    for name, proj in (("theme", self.theme_proj), ("lighting", self.lighting_proj)):
-        if proj is None:
-            continue
-        ids = cond[name].long()
-        vs.append(
-            proj(ids) if isinstance(proj, nn.Embedding) else proj(getattr(self, f"{name}_vec")[ids])
-        )
+    for enc in (self.theme_enc, self.lighting_enc):
+        v = enc.vec(self, cond)
+        if v is not None:
+            vs.append(v)
     return sum(vs) if vs else None
 
 # %% ../../nbs/core/39_encodings.ipynb #60797be6

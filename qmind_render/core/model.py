@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 import torch.nn as nn
@@ -20,9 +21,9 @@ from ..contracts import ChannelSpec, load_spec
 from qmind_render.core.encodings import (
     ConditionEncoder,
     Encoded,
-    Encodings,
     check_tensor,
     condition_tables,
+    model_config,
 )
 
 # %% auto #0
@@ -240,22 +241,26 @@ class UNet(nn.Module):
         return self.out[2](h) + self.head(torch.cat([h, x], 1))
 
 # %% ../../nbs/core/40_model.ipynb #7fb27b941602401d91542211134fc71a
-# what lighting depends on in a frame: how far, how lit, and the lighting's own numbers
+# what lighting depends on in a frame, beside the lighting's own planes: how far (the depth plane,
+# not its frequencies) and how lit (the light), the first plane of each
 LIT_PLANES = ("depth", "light")
 
 
-def lit_split(names: list[str], lit_head: int) -> tuple[list[int], list[int]]:
-    """The conditioning planes the U-Net sees and those the lit head sees (`lit_head` > 0): the
-    lighting's planes and the light go to the head alone; depth to both."""
-    lit = [i for i, n in enumerate(names) if n in LIT_PLANES or n.startswith("lighting ")]
+def lit_split(layout: dict[str, int], lit_head: int) -> tuple[list[int], list[int]]:
+    """The conditioning planes the U-Net sees and those the lit head sees (`lit_head` > 0), from an
+    encoder's `layout`: the lighting's planes and the light go to the head alone; depth to both."""
+    n, at = sum(layout.values()), dict(zip(layout, accumulate([0, *layout.values()])))
     if not lit_head:
-        return list(range(len(names))), []
-    if not any(names[i].startswith("lighting ") for i in lit):
+        return list(range(n)), []
+    if not layout["lighting"]:
         raise ValueError(
             "model.lit_head needs the lighting as per-pixel planes: set model.lighting_enc=planes "
             "(or model.theme_enc=planes)"
         )
-    return [i for i, n in enumerate(names) if i not in lit or n == "depth"], lit
+    lit = [at[k] for k in LIT_PLANES] + list(
+        range(at["lighting"], at["lighting"] + layout["lighting"])
+    )
+    return [i for i in range(n) if i not in lit or i == at["depth"]], lit
 
 # %% ../../nbs/core/40_model.ipynb #acae54e37e7d407bbb7b55eff062a284
 def lit_mlp(n_in: int, width: int, out_ch: int) -> nn.Sequential:
@@ -274,21 +279,15 @@ class ConditionalUNet(nn.Module):
     "Noisy frame + encoded channels in, ε or v out."
 
     def __init__(
-        self,
-        spec: ChannelSpec,
-        enc: Encodings,
-        size: str | UNetSize,
-        tables: dict,
-        dropout: float = 0.0,
-        channels_last: bool = True,
-        pixel_head: int = 0,
-        lit_head: int = 0,
+        self, spec: ChannelSpec, cfg: ModelConfig, tables: dict, size: UNetSize | None = None
     ):
         super().__init__()
-        if isinstance(size, str) and size not in SIZES:
-            raise ValueError(f"model.size={size!r} is not one of {', '.join(SIZES)}")
-        self.spec, self.enc, self.size_name = spec, enc, size if isinstance(size, str) else "custom"
-        self.size = SIZES[size] if isinstance(size, str) else size
+        self.spec, self.cfg = spec, model_config(cfg)
+        cfg = self.cfg
+        if size is None and cfg.size not in SIZES:
+            raise ValueError(f"model.size={cfg.size!r} is not one of {', '.join(SIZES)}")
+        self.size_name = cfg.size if size is None else "custom"
+        self.size = SIZES[cfg.size] if size is None else size
         self.image_channels = 3
         H, W = spec.size
         if H % 2 ** (len(self.size.mults) - 1) or W % 2 ** (len(self.size.mults) - 1):
@@ -296,21 +295,21 @@ class ConditionalUNet(nn.Module):
                 f"frame size {spec.size} is not divisible by "
                 f"2**{len(self.size.mults) - 1} (size {self.size_name})"
             )
-        self.encoder = ConditionEncoder(spec, enc, tables, 4 * self.size.width)
-        keep, lit = lit_split(self.encoder.plane_names, lit_head)
+        self.encoder = ConditionEncoder(spec, cfg, tables, 4 * self.size.width)
+        keep, lit = lit_split(self.encoder.layout, int(cfg.lit_head))
         self.register_buffer("keep", torch.tensor(keep), persistent=False)
         self.register_buffer("lit_in", torch.tensor(lit, dtype=torch.long), persistent=False)
-        self.lit = lit_mlp(len(lit), lit_head, self.image_channels) if lit_head else None
+        self.lit = lit_mlp(len(lit), int(cfg.lit_head), self.image_channels) if lit else None
         self.net = UNet(
             self.image_channels + len(keep),
             self.image_channels,
             self.size,
             H,
-            dropout,
-            pixel_head,
+            float(cfg.dropout),
+            int(cfg.pixel_head),
         )
         self.channels_last = False
-        if channels_last:
+        if cfg.channels_last:
             self.set_channels_last(True)
 
     def set_channels_last(self, on: bool = True) -> ConditionalUNet:
@@ -360,18 +359,9 @@ def build_model(
 ) -> ConditionalUNet:
     """The conditional U-Net a `ModelConfig` (None: `ModelConfig()`) describes, conditioned on
     `grid`'s themes and lightings."""
-    cfg, spec = cfg if cfg is not None else ModelConfig(), spec or load_spec()
+    spec = spec or load_spec()
     tables = tables if tables is not None else condition_tables(grid, spec)
-    return ConditionalUNet(
-        spec,
-        Encodings.from_config(cfg),
-        cfg.size,
-        tables,
-        float(cfg.dropout),
-        bool(cfg.channels_last),
-        int(cfg.pixel_head),
-        int(cfg.lit_head),
-    )
+    return ConditionalUNet(spec, cfg, tables)
 
 # %% ../../nbs/core/40_model.ipynb #a9556c95
 def n_params(model: nn.Module) -> int:

@@ -7,22 +7,30 @@ Docs: https://qmind.github.io/qmind-render/data/recipe.html.md"""
 # %% ../../nbs/data/29_recipe.ipynb #9e4f6a57
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # %% auto #0
-__all__ = ['DataConfig']
+__all__ = ['FOLDER_NAME', 'DataConfig']
 
 # %% ../../nbs/data/29_recipe.ipynb #b9300cda
+# check_config's rule for a key that names a folder (a dataset ID, a run name)
+FOLDER_NAME = {
+    "pattern": r"[A-Za-z0-9_][A-Za-z0-9._+=-]*",
+    "means": "one folder name: letters, digits and . _ + = -, no / or leading .",
+}
+
+
 @dataclass
 class DataConfig:
     "Which dataset, where it lives, how it is made if missing, and which cells are held out."
 
-    dataset: str = "ds-quickstart"  # immutable dataset ID in the store
+    # immutable dataset ID in the store
+    dataset: str = field(default="ds-quickstart", metadata=FOLDER_NAME)
     store: str = "${oc.env:QMIND_STORE,qmind-store}"  # a path, file://..., or s3://bucket/prefix
     # split file: which factor cells training never sees
-    holdout: str = "random_15"
+    holdout: str = field(default="random_15", metadata={"switch": True})
     # episode seeds [seed_start, seed_start + episodes)
-    seed_start: int = 0
-    episodes: int = 64
-    frames_per_episode: int = 32
-    shard_size: int = 1000
+    seed_start: int = field(default=0, metadata={"ge": 0})
+    episodes: int = field(default=64, metadata={"ge": 1})
+    frames_per_episode: int = field(default=32, metadata={"ge": 1})
+    shard_size: int = field(default=1000, metadata={"ge": 1})

@@ -295,19 +295,10 @@ def read_results(dest: str | Path, sweep_root: str | Path | None = None) -> dict
     return {"sweep": s, "rows": rows, "by": by, "groups": aggregate(rows, by)}
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #cee07d75
-SWITCHES = (
-    "data.holdout",
-    "model.uv_freqs",
-    "model.depth_freqs",
-    "model.pixel_head",
-    "model.lit_head",
-    "model.theme_enc",
-    "train.batch",
-    "train.steps",
-    "train.loss",
-    "train.sampler_share",
-    "train.finetune_steps",
-)
+from ..core.config import config_fields
+
+# the keys marked `switch` in the config dataclasses' metadata, section by section
+SWITCHES = tuple(k for k, f in config_fields().items() if f.metadata.get("switch"))
 
 
 def switches(config: dict) -> dict:
