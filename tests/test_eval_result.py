@@ -1,8 +1,10 @@
 """The evaluation's typed result (issue 42): eval.json round-trips through `EvalResult`, every
 committed eval.json (schema 1, before the schema was written) reads and writes back unchanged but
 for what schema 2 adds, a newer schema is refused in one line, one rule picks the headline step
-count (the training cells' best PSNR, never the held-out cells')."""
+count (the training cells' best PSNR, never the held-out cells'), and the `ddim_K` spelling lives
+in `core/eval_result.py` alone."""
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -154,3 +156,44 @@ def test_the_shipped_summary_keeps_the_headline_and_an_old_one_gets_it_by_the_ru
     m = load_shipped()[2]["metrics"]
     assert "headline_steps" not in m and summary_headline(m) == 1
     assert summary_headline({"heldout": {"ddim_2": 30.0}}) is None
+
+
+def test_run_row_reads_at_the_headline(tmp_path):
+    from qmind_render.sweeps.sweep_report import run_row
+
+    made_up().write(tmp_path / "r" / "eval.json")
+    (tmp_path / "r" / "config.yaml").write_text("name: r\nseed: 3\n")
+    row = run_row(tmp_path / "r")
+    assert [row[f"held-out {k}"] for k in HELD] == ["24.00", "26.60", "26.10", "25.80"]
+    assert (row["train 4"], row["gap 4"], row["matched gap 4"], row["recall 4"]) == (
+        "28.20",
+        "2.10",
+        "0.40 ± 0.10",
+        "+1.00",
+    )
+    assert (row["SSIM 4"], row["theme agr."], row["lighting agr."]) == ("0.500", "0.90", "0.50")
+
+
+def _spellers(path: Path) -> list[str]:
+    "Functions in `path` with a string or f-string beginning `ddim_` that is not the field name."
+    out = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                head = node.values[0] if isinstance(node, ast.JoinedStr) and node.values else node
+                text = getattr(head, "value", None) if isinstance(head, ast.Constant) else None
+                if isinstance(text, str) and text.startswith("ddim_") and text != "ddim_steps":
+                    out.append(f"{path.name}:{fn.name}")
+                    break
+    return out
+
+
+def test_one_place_spells_and_parses_ddim_keys():
+    """eval.json's `ddim_K` keys are spelled and parsed in `core/eval_result.py` alone (`_key`,
+    `_by_steps`); the rest of the package and the tools read the file through the type."""
+    files = [p for p in (ROOT / "qmind_render").rglob("*.py") if p.name != "_modidx.py"]
+    files += sorted((ROOT / "tools").glob("*.py"))
+    found = [f for p in files if p.name != "code_stats.py" for f in _spellers(p)]
+    assert found == ["eval_result.py:_key", "eval_result.py:_by_steps"], found
+    # the counter catches a speller (a known answer)
+    assert _spellers(ROOT / "qmind_render" / "core" / "eval_result.py")
