@@ -42,8 +42,8 @@ from ..core.sampler import GraphSampler, InferenceNet, fast_dtype
 from ..util import atomic_write
 
 # %% auto #0
-__all__ = ['REPRODUCE', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'BACKENDS', 'AOT_MAX_BATCH', 'Served',
-           'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'ship_main', 'eager_net',
+__all__ = ['REPRODUCE', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'WARM_STEPS', 'BACKENDS', 'AOT_MAX_BATCH',
+           'Served', 'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'ship_main', 'eager_net',
            'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond',
            'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
 
@@ -249,10 +249,13 @@ def ship_main(argv: list[str]) -> int:
     return 0
 
 # %% ../../nbs/serve/71_renderer.ipynb #ba58faba
-# A server's defaults (`ServeSettings` holds them): DDIM steps when a request does not say, the
-# micro-batch size limit, and how long a batch's first request waits for company. Written once,
-# here, below every part that takes them.
+# A server's defaults (`ServeSettings` holds them): DDIM steps when a request does not say and the
+# model has no headline step count (`Served.headline_steps`, which `qmind serve` plays at when it
+# has one), the micro-batch size limit, and how long a batch's first request waits for company.
+# Written once, here, below every part that takes them.
 DEFAULT_STEPS, DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS = 2, 8, 2.0
+# the step counts a server captures CUDA graphs for before its first player (with its own default)
+WARM_STEPS = (1, 2, 4, 8)
 BACKENDS = ("eager", "bf16", "compile", "onnx")
 AOT_MAX_BATCH = 256  # the largest batch a compiled package accepts
 
@@ -493,7 +496,7 @@ class Renderer:
             stack_cond(items, dev), start_noise(items, self.served.spec).to(dev), steps
         )
 
-    def warm(self, steps=(1, 2, 4, 8), log=print) -> None:
+    def warm(self, steps=WARM_STEPS, log=print) -> None:
         """Capture every (batch size, step count) a server can be asked for, now rather than on a
         player's first frame (CUDA)."""
         if not self.sampler.graphs:
@@ -593,9 +596,11 @@ def pick_backend(
     return best, nets[best]
 
 # %% ../../nbs/serve/71_renderer.ipynb #52f8d048
-def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_000):
+def showcase(served: Served, frames: int = 3, steps=None, seed: int = 100_000):
     """A `Figure`: `frames` frames of unseen episodes in held-out cells, as surface and depth, the
-    ground truth, and the model at each K."""
+    ground truth, and the model at each K of `steps` (default: the step counts its run evaluates,
+    `eval.ddim_steps` of its config)."""
+    steps = served.cfg.eval.ddim_steps if steps is None else steps
     from qmind_render.world.episode import render_episode
     from qmind_render.world.skinner import skin
     from qmind_render.viz import colorize, grid_figure, mosaic

@@ -54,7 +54,9 @@ NOISES = ("world", "screen")
 class ServeSettings:
     "What the server allows and how it batches; every value is checked here, before anything slow."
 
-    steps: int = DEFAULT_STEPS  # DDIM steps when a request does not say (2)
+    # DDIM steps when a request does not say (2; `qmind serve` gives a model its headline step
+    # count, `Served.headline_steps`)
+    steps: int = DEFAULT_STEPS
     # eager | bf16 | compile | onnx | auto (the fastest, measured at startup; compile once cached)
     backend: str = "auto"
     max_batch: int = DEFAULT_MAX_BATCH  # micro-batch size limit (8)
