@@ -292,14 +292,15 @@ def run_recipe(root: Path, config: str = "gpu", overrides: list[str] = ()) -> di
     )
     if res["eval"] is None:
         return {"error": f"training stopped: {res['train']['status']}"}
-    h, t = res["eval"]["parts"]["heldout"], res["eval"]["parts"]["train"]
+    ev = res["eval"]
+    h, t = ev.parts["heldout"], ev.parts["train"]
     return {
         "minutes": round((time.monotonic() - t0) / 60, 2),
-        "heldout_psnr_2": round(h["ddim_2"]["psnr"], 2),
-        "train_psnr_2": round(t["ddim_2"]["psnr"], 2),
-        "gap_2": round(res["eval"]["gap"]["ddim_2"], 2),
-        "baseline_heldout_psnr": round(h["baseline"]["psnr"], 2),
-        "eval_seconds": res["eval"]["seconds"],
+        "heldout_psnr_2": round(h.psnr(2), 2),
+        "train_psnr_2": round(t.psnr(2), 2),
+        "gap_2": round(ev.gap[2], 2),
+        "baseline_heldout_psnr": round(h.baseline["psnr"], 2),
+        "eval_seconds": ev.seconds,
         "curve": psnr_curve(Path(res["train"]["run_dir"])),
     }
 

@@ -14,6 +14,7 @@ import torch
 from qmind_render.data.cache import fetch
 from qmind_render.data.stores import open_store
 from qmind_render.data.splits import apply_split, load_split
+from qmind_render.core.eval_result import SCHEMA, EvalResult
 from qmind_render.core.evaluate import (
     EvalError,
     accuracy,
@@ -84,42 +85,45 @@ def test_run_end_to_end_writes_the_report(work, ran):
         and "[3/3] evaluating" in out
     )
     ev = work / "runs" / "small" / "eval"
-    res = json.loads((ev / "eval.json").read_text())
+    # the file records its schema and its headline step count, chosen on the training cells
+    raw = json.loads((ev / "eval.json").read_text())
+    res = EvalResult.read(ev / "eval.json")
+    k = res.headline_steps
+    assert (raw["schema"], raw["headline_steps"], res.steps) == (SCHEMA, k, [1, 2])
+    train = {j: res.parts["train"].psnr(j) for j in res.steps}
+    assert train[k] == max(train.values())
+    assert f"PSNR held-out/training cells {res.headline_psnr('heldout'):.2f}/" in out
     # both parts on unseen walks: every cell of the split, the same 2 frames in each
-    assert res["frames"] == "walks"
-    assert (res["parts"]["heldout"]["frames"], res["parts"]["train"]["frames"]) == (30, 170)
+    assert res.frames == "walks"
+    assert (res.parts["heldout"].frames, res.parts["train"].frames) == (30, 170)
     for part in ("heldout", "train"):
-        r = res["parts"][part]
-        assert r["frames"] > 0 and {
-            "baseline",
-            "ddim_1",
-            "ddim_2",
-            "ground_truth_classifier",
-        } <= set(r)
-        assert 0 < r["ddim_2"]["psnr"] < 100 and 0 <= r["ddim_2"]["ssim"] <= 1
-        assert set(r["ddim_2"]["mae_by_surface"]) == {"ceiling", "wall", "floor", "enemy"}
+        r = res.parts[part]
+        assert r.baseline and r.ground_truth_classifier and set(r.at) == {1, 2}
+        assert 0 < r.psnr(2) < 100 and 0 <= r.at[2]["ssim"] <= 1
+        assert set(r.at[2]["mae_by_surface"]) == {"ceiling", "wall", "floor", "enemy"}
         # the temporal figure: unseen walks, the truth's warping error and the model's excess
-        t = r["temporal"]
-        assert t["walks"] == 2 and t["frames"] == 16 and 0.3 < t["coverage"] < 1
-        assert 0 < t["ground_truth"] < 60 and t["ddim_2"]["rms"] > 0
-        assert abs(t["ddim_2"]["excess"] - (t["ddim_2"]["rms"] - t["ground_truth"])) < 1e-9
-    assert res["temporal_seconds"] > 0
-    # recall: frames it trained on against as many new ones of the same kind
-    a, b = res["seen"]["trained"], res["seen"]["unseen"]
-    assert a["frames"] > 0 and b["frames"] > 0 and 0 < a["ddim_1"]["psnr"] < 100
-    assert res["memorised"]["ddim_1"] == pytest.approx(a["ddim_1"]["psnr"] - b["ddim_1"]["psnr"])
-    assert res["lpips"].startswith(("computed", "unavailable"))
-    assert set(res["gap"]) == {"ddim_1", "ddim_2"}
+        t = r.temporal
+        assert t.walks == 2 and t.frames == 16 and 0.3 < t.coverage < 1
+        assert 0 < t.ground_truth < 60 and t.at[2]["rms"] > 0
+        assert abs(t.at[2]["excess"] - (t.at[2]["rms"] - t.ground_truth)) < 1e-9
+    assert res.temporal_seconds > 0
+    # recall, at the headline: frames it trained on against as many new ones of the same kind
+    a, b = res.seen["trained"], res.seen["unseen"]
+    assert a.frames > 0 and b.frames > 0 and 0 < a.psnr(k) < 100
+    assert res.memorised == {k: pytest.approx(a.psnr(k) - b.psnr(k))}
+    assert res.lpips.startswith(("computed", "unavailable"))
+    assert set(res.gap) == {1, 2}
     # the matched gap: an additive fit over the training cells, each held-out cell against it
-    m = res["gap_matched"]["ddim_1"]
+    m = res.gap_matched[k]
     assert m["cells"] == 15 and m["se"] > 0 and abs(m["gap"]) < 30
     report = (ev / "report.md").read_text()
     assert f"{m['gap']:.2f} ± {m['se']:.2f}" in report
     assert "2 frames of unseen walks, the same in every cell" in report
-    assert f"{res['memorised']['ddim_1']:+.2f} dB remembered rather than rendered" in report
-    # the gap by factor level, at the fewest steps: every scored cell counted once per factor, and
+    assert f"the best training-cell PSNR: {k}." in report
+    assert f"{res.memorised[k]:+.2f} dB remembered rather than rendered" in report
+    # the gap by factor level, at the headline: every scored cell counted once per factor, and
     # the held-out cells' mean over one factor's levels agrees with the matched gap's cell gap
-    by = res["gap_by_level"]["ddim_1"]
+    by = res.gap_by_level[k]
     assert [r["level"] for r in by["lighting"]] == ["daylight", "torchlight", "moonlight", "toxic"]
     for rows in by.values():
         assert sum(r["heldout_cells"] for r in rows) == m["cells"]
@@ -130,7 +134,7 @@ def test_run_end_to_end_writes_the_report(work, ran):
         r["train_cells"] for r in train
     )
     assert abs((train_mean - held_mean) - m["cell_gap"]) < 1e-6
-    assert "### The gap by factor level (1 DDIM step; means over cells)" in report
+    assert f"### The gap by factor level ({k} DDIM step{'s' * (k > 1)}; means over cells)" in report
     assert "| lighting | daylight |" in report
     assert (
         "mean-colour baseline" in report
@@ -167,14 +171,15 @@ def test_rerun_reuses_everything(work, ran):
 
 
 def test_eval_is_reproducible(work, ran):
-    a = json.loads((work / "runs" / "small" / "eval" / "eval.json").read_text())
+    a = EvalResult.read(work / "runs" / "small" / "eval" / "eval.json")
     b = evaluate(
         work / "runs" / "small",
         ["eval.ddim_steps=[1,2]", "eval.frames_per_cell=2", "eval.classifier_steps=60"],
         out=work / "again",
         log=lambda *_: None,
     )
-    assert a["parts"]["heldout"]["ddim_2"]["psnr"] == b["parts"]["heldout"]["ddim_2"]["psnr"]
+    assert a.parts["heldout"].psnr(2) == b.parts["heldout"].psnr(2)
+    assert a.headline_steps == b.headline_steps
 
 
 def test_eval_errors(work, ran, tmp_path):

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from collect_sweep import report_from_results  # noqa: E402
 
+from qmind_render.core.eval_result import EvalResult  # noqa: E402
 from qmind_render.sweeps.cost import sweep_cost  # noqa: E402
 from qmind_render.sweeps.sweep import expand_sweep  # noqa: E402
 from qmind_render.sweeps.sweep_report import (  # noqa: E402
@@ -64,15 +65,14 @@ def test_each_committed_sweep_report_is_remade_from_its_runs(tmp_path):
 
 
 def _held_out_by_group(d: Path, by: list[str]) -> dict[tuple, list[float]]:
-    """Each run's held-out PSNR at its largest DDIM step count, read straight from its committed
-    files, by group."""
+    """Each run's held-out PSNR at its headline DDIM step count, read from its committed files, by
+    group."""
     groups: dict[tuple, list[float]] = {}
     for run in sorted((d / "runs").iterdir()):
         cfg = yaml.safe_load((run / "config.yaml").read_text())
-        ev = json.loads((run / "eval" / "eval.json").read_text())
+        ev = EvalResult.read(run / "eval" / "eval.json")
         key = tuple(cfg[k.split(".")[0]][k.split(".")[1]] for k in by)
-        psnr = ev["parts"]["heldout"][f"ddim_{max(ev['ddim_steps'])}"]["psnr"]
-        groups.setdefault(key, []).append(psnr)
+        groups.setdefault(key, []).append(ev.headline_psnr("heldout"))
     return groups
 
 

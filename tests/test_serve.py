@@ -27,6 +27,7 @@ from websockets.sync.client import connect
 
 from qmind_render.world.game import Game
 from qmind_render.serve.protocol import encode_array, render_request
+from qmind_render.core.eval_result import summary_psnr
 from qmind_render.serve.renderer import load_served
 from qmind_render.serve.serve_bench import load_test
 
@@ -960,21 +961,20 @@ def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it
     the page."""
     with qmind_serve("--backend", "bf16") as (url, log):
         info = httpx.get(f"{url}/info", timeout=10).json()
-        assert (
-            info["source"] == "shipped:small"
-            and info["heldout_psnr"]["ddim_2"] > info["heldout_psnr"]["baseline"]
-        )
+        held = summary_psnr({"heldout": info["heldout_psnr"]}, "heldout")
+        assert info["source"] == "shipped:small" and held[2] > info["heldout_psnr"]["baseline"]
+        # played at its headline step count, chosen on the training cells: one step
+        assert info["steps"] == 1
         with chromium_page() as page:
             page.goto(url + "/")
             page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
             about = page.locator("#about").inner_text()
             assert (
-                "shipped:small" in about
-                and "Held-out PSNR" in about
-                and f"{info['heldout_psnr']['ddim_2']:.2f}" in about
+                "shipped:small" in about and "Held-out PSNR" in about and f"{held[2]:.2f}" in about
             ), about
     # the port open first, then the model loaded and warmed, then ready
     out = log["out"]
+    assert "1 DDIM step(s) a frame, the model's headline step count" in out
     assert (
         out.index(f"listening on {url}/")
         < out.index("shipped:small (step")
@@ -1002,9 +1002,12 @@ def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
     blob = torch.load(out, weights_only=True)
     assert all(v.dtype == torch.bfloat16 for v in blob["ema"].values() if v.is_floating_point())
     assert (
-        blob["metrics"]["heldout"]["ddim_1"] == round(ev["parts"]["heldout"]["ddim_1"]["psnr"], 2)
+        summary_psnr(blob["metrics"], "heldout") == {1: round(ev.parts["heldout"].psnr(1), 2)}
         and blob["step"] == 3
     )
+    # the headline step count is kept with the model, and a server of the run plays at it
+    assert blob["metrics"]["headline_steps"] == ev.headline_steps == 1
+    assert load_served(run_dir).headline_steps == 1
     assert (
         blob["trained"]["on"] == "this test"
         and blob["dataset"] == "ds-serve"

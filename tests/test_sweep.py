@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from qmind_render.core.eval_result import EvalResult, Part
 from qmind_render.sweeps.cloud import Backend, load_menu
 from qmind_render.core.config import MaterialEnc, Prediction, Schedule, ThemeEnc, load_config
 from qmind_render.sweeps.cost import deck_sizing, measure_model, plan_cost
@@ -280,9 +281,9 @@ def test_local_sweep_end_to_end(tiny_sweep):
     assert list(table) == NAMES
     for name, cells in table.items():
         rd = tiny_sweep["dir"] / "runs" / name
-        ev = json.loads((rd / "eval" / "eval.json").read_text())
-        assert Path(ev["checkpoint"]).name == "0000008.pt"
-        h, t = ev["parts"]["heldout"]["ddim_1"]["psnr"], ev["parts"]["train"]["ddim_1"]["psnr"]
+        ev = EvalResult.of_run(rd)
+        assert Path(ev.checkpoint).name == "0000008.pt" and ev.headline_steps == 1
+        h, t = ev.headline_psnr("heldout"), ev.headline_psnr("train")
         assert cells == [
             "done",
             format_table([{"x": h}]).split()[1],
@@ -337,10 +338,49 @@ def test_status_reads_the_job_records(tiny_sweep, monkeypatch, capsys):
     monkeypatch.setenv("QMIND_RUNS", str(tiny_sweep["dir"] / "runs"))
     assert sweep_main([str(tiny_sweep["sweep"]), "--status"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    assert [(r[0], r[1], r[3]) for r in rows] == [
-        ("tiny-000-seed1", "local", "done"),
-        ("tiny-001-seed2", "local", "done"),
+    assert [(r[0], r[1], r[3], r[-1]) for r in rows] == [
+        ("tiny-000-seed1", "local", "done", "1"),
+        ("tiny-001-seed2", "local", "done", "1"),
     ]
+
+
+def test_status_and_report_show_each_runs_headline_figure(tmp_path, monkeypatch, capsys):
+    """A finished run whose step counts disagree (training cells best at 2 steps, held-out cells at
+    1, the largest 4): `--status`, the summary and the report show its PSNR at 2 steps, the
+    headline its evaluation chose on the training cells."""
+    from qmind_render.core.checkpoint import checkpoint_name
+    from qmind_render.sweeps.sweep_cli import sweep_summary
+    from qmind_render.sweeps.sweep_report import sweep_results
+
+    sweep = tiny_dir(tmp_path, monkeypatch, "hl", grid={"seed": [1]})
+    (run,) = expand_sweep(sweep)
+    rd, steps = tmp_path / "runs" / run.name, run.config["train"]["steps"]
+    part = lambda ps: Part(10, {k: {"psnr": v} for k, v in ps.items()}, {"psnr": 18.0})  # noqa: E731
+    held, train = part({1: 24.0, 2: 23.5, 4: 22.0}), part({1: 25.0, 2: 25.5, 4: 25.2})
+    ev = EvalResult([1, 2, 4], {"heldout": held, "train": train}, step=steps)
+    ev.checkpoint = str(rd / "checkpoints" / checkpoint_name(steps))
+    ev.write(rd / "eval" / "eval.json")
+    job = {"backend": "local", "run": run.name, "run_dir": str(rd), "steps": steps, "state": "done"}
+    (rd / "job.json").write_text(json.dumps(job))
+    assert sweep_main([str(sweep), "--status"]) == 0
+    (row,) = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert row[3:] == ["done", "23.5", "25.5", "2"], row
+    got = sweep_summary([run], [job], LocalBackend(tmp_path / "runs"))
+    assert [(r["heldout_psnr"], r["in_dist_psnr"], r["ddim_steps"]) for r in got] == [
+        (23.5, 25.5, 2)
+    ]
+    (r,) = sweep_results([run], {"seed": [1]}, tmp_path / "runs")
+    assert (r["heldout_psnr"], r["in_dist_psnr"], r["ddim_steps"]) == (23.5, 25.5, 2)
+    # an eval.json of a newer schema: one line naming the file and both versions, exit 2
+    from qmind_render.cli import main
+
+    (rd / "eval" / "eval.json").write_text(json.dumps(ev.to_json() | {"schema": 99}))
+    assert main(["sweep", str(sweep), "--status"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (
+        f"{rd / 'eval' / 'eval.json'}: eval.json schema 99, but this qmind-render reads schemas "
+        "1 to 2" in err
+    ), err
 
 
 def test_sweep_report_from_the_real_runs(tiny_sweep, monkeypatch, capsys):
@@ -351,10 +391,10 @@ def test_sweep_report_from_the_real_runs(tiny_sweep, monkeypatch, capsys):
     rep = tiny_sweep["dir"] / "runs" / "tiny-report"
     assert f"report: {rep / 'report.md'}" in out
     evs = [
-        json.loads((tiny_sweep["dir"] / "runs" / n / "eval" / "eval.json").read_text())
+        EvalResult.of_run(tiny_sweep["dir"] / "runs" / n)
         for n in ("tiny-000-seed1", "tiny-001-seed2")
     ]
-    h = [e["parts"]["heldout"]["ddim_1"]["psnr"] for e in evs]
+    h = [e.headline_psnr("heldout") for e in evs]
     res = json.loads((rep / "results.json").read_text())
     assert [r["heldout_psnr"] for r in res["runs"]] == pytest.approx(h)
     # grid is seeds only: one group of two
@@ -401,21 +441,15 @@ def test_report_files_are_written_whole_and_the_plot_is_a_figure(tmp_path, monke
     s = {"name": "two", "base": "quickstart", "grid": {"seed": [1, 2]}}
     # what evaluate leaves in a run dir, for its final checkpoint
     for r in expand_sweep(s, root=REPO):
-        part = {"baseline": {"psnr": 18.0}, "ddim_1": {"psnr": 20.0 + r.config["seed"]}}
+        part = Part(at={1: {"psnr": 20.0 + r.config["seed"]}}, baseline={"psnr": 18.0})
         ev = tmp_path / "runs" / r.name / "eval" / "eval.json"
-        ev.parent.mkdir(parents=True)
-        ev.write_text(
-            json.dumps(
-                {
-                    "checkpoint": str(
-                        ev.parents[1] / "checkpoints" / checkpoint_name(r.config["train"]["steps"])
-                    ),
-                    "step": r.config["train"]["steps"],
-                    "ddim_steps": [1],
-                    "parts": {"heldout": part, "train": part},
-                }
-            )
-        )
+        ck = ev.parents[1] / "checkpoints" / checkpoint_name(r.config["train"]["steps"])
+        EvalResult(
+            [1],
+            {"heldout": part, "train": part},
+            checkpoint=str(ck),
+            step=r.config["train"]["steps"],
+        ).write(ev)
     from qmind_render import util
 
     # report.md directly, psnr.png through util.save_figure

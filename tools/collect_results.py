@@ -9,10 +9,10 @@ no number typed by hand).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
+from qmind_render.core.eval_result import EvalResult
 from qmind_render.data.dataset import git_commit
 from qmind_render.sweeps.sweep_report import run_row
 from qmind_render.util import atomic_write, format_table
@@ -33,8 +33,7 @@ def main(argv=None) -> int:
         shutil.copy(run / "config.yaml", d / "config.yaml")
     commit = git_commit()
     rows = [run_row(dest / run.name) for run in a.runs]
-    first = json.loads((dest / a.runs[0].name / "eval.json").read_text())
-    base = first["parts"]["heldout"]["baseline"]
+    base = EvalResult.of_run(dest / a.runs[0].name).parts["heldout"].baseline
     text = (
         f"# {a.name}\n\n{a.note}\n\nCollected at commit `{commit}`; made with "
         f"`{a.command}`; each run's eval.json and "

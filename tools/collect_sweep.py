@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from qmind_render.data.dataset import git_commit
+from qmind_render.core.eval_result import EvalResult
 from qmind_render.sweeps.sweep import expand_sweep, load_sweep, read_json, run_finished, write_json
 from qmind_render.sweeps.sweep_report import write_report
 from qmind_render.util import atomic_write, cpu_name
@@ -46,8 +47,7 @@ def run_commit(run_dir: Path) -> str:
     "The commit a run trained at, from its final checkpoint (`+dirty`: with uncommitted changes)."
     import torch
 
-    ev = read_json(run_dir / "eval" / "eval.json")
-    ck = Path(ev["checkpoint"])
+    ck = Path(EvalResult.of_run(run_dir).checkpoint)
     ck = ck if ck.is_file() else run_dir / "checkpoints" / ck.name
     return torch.load(ck, weights_only=True, map_location="cpu")["git"]
 

@@ -7,7 +7,6 @@ Docs: https://qmind.github.io/qmind-render/core/evaluate.html.md"""
 # %% ../../nbs/core/60_evaluate.ipynb #4bdde6e5
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from .diffusion import Diffusion, to_uint8
 from .encodings import prepare_batch
 from .model import build_model
 from .sampler import GraphSampler
+from .eval_result import EvalResult, Part, Temporal
 from .gaps import cell_means, gap_by_level, level_names, matched_gaps
 from .walks import paired_batch, walk_batch, walk_frames
 from .temporal import change_images, pooled_error, reprojection
@@ -409,28 +409,23 @@ def temporal_cells(split, part: str, n: int) -> list[tuple[int, int, int]]:
 # %% ../../nbs/core/60_evaluate.ipynb #ab6ef9d7
 def temporal_part(
     ld: Loaded, sampler: GraphSampler, part: str, steps: list, seed: int
-) -> tuple[dict, tuple | None]:
+) -> tuple[Temporal | None, tuple | None]:
     """The warping error of the truth and of the model at each step count over the walks of
     `part`, from episode `seed` on; and the first walk's frames and reprojection, for a picture."""
     e = ld.cfg.eval
     cells = temporal_cells(ld.split, part, e.temporal_walks)
     walks = [walk_batch(seed + i, e.temporal_frames, c) for i, c in enumerate(cells)]
     if not walks:
-        return {}, None
+        return None, None
     reps = [reprojection(w) for _, w in walks]
     truth = [b["rgb"].numpy() for b, _ in walks]
     gt = pooled_error(truth, reps)
-    r = {
-        "walks": len(walks),
-        "frames": e.temporal_frames,
-        "coverage": float(np.mean([x.coverage for x in reps])),
-        "ground_truth": gt,
-    }
+    r = Temporal(len(walks), e.temporal_frames, float(np.mean([x.coverage for x in reps])), gt)
     first = {"truth": truth[0]}
     for k in steps:
         frames = [render_frames(sampler, b, k).cpu().numpy() for b, _ in walks]
         rms = pooled_error(frames, reps)
-        r[f"ddim_{k}"] = {"rms": rms, "excess": rms - gt}
+        r.at[k] = {"rms": rms, "excess": rms - gt}
         first[k] = frames[0]
     return r, (first, reps[0])
 
@@ -483,7 +478,7 @@ def _part(
     clf: FactorNet,
     log=print,
     name: str = "",
-) -> tuple[dict, dict]:
+) -> tuple[Part, dict]:
     """One part's numbers, and its frames as numpy for the pictures: rendering, scoring and
     classifying on the device."""
     labels = {
@@ -497,14 +492,14 @@ def _part(
             f"  {name}: {len(batch['rgb'])} frames rendered with {k} DDIM "
             f"step{'s' * (k > 1)} in {time.monotonic() - t0:.1f} s"
         )
-    r = {
-        "frames": len(batch["rgb"]),
-        "ground_truth_classifier": accuracy(clf, as_float(batch["rgb"], ld.device), labels),
-        "baseline": summarise(score(preds["baseline"], batch)),
-    }
+    r = Part(
+        len(batch["rgb"]),
+        baseline=summarise(score(preds["baseline"], batch)),
+        ground_truth_classifier=accuracy(clf, as_float(batch["rgb"], ld.device), labels),
+    )
     for k in steps:
         s = score(preds[k], batch)
-        r[f"ddim_{k}"] = {
+        r.at[k] = {
             **summarise(s),
             "classifier": accuracy(clf, as_float(preds[k]), labels),
             "per_frame_psnr": s["psnr"],
@@ -532,9 +527,10 @@ def unseen_samples(ld: Loaded, per_cell: int) -> dict:
     return {k: torch.from_numpy(v[pick]) for k, v in s.items() if k != "cells"}
 
 # %% ../../nbs/core/60_evaluate.ipynb #b0b22c3e
-def _seen(ld: Loaded, sampler: GraphSampler, k: int, shards=None) -> dict:
-    """The `seen` part: PSNR and SSIM at `k` DDIM steps on training-cell frames the model trained on
-    (`eval_indices`), and on frames picked alike from episodes it never saw (`unseen_samples`)."""
+def _seen(ld: Loaded, sampler: GraphSampler, k: int, shards=None) -> dict[str, Part]:
+    """The `seen` parts: PSNR and SSIM at `k` DDIM steps on training-cell frames the model trained
+    on (`eval_indices`), and on frames picked alike from episodes it never saw
+    (`unseen_samples`)."""
     idx = eval_indices(ld.ds, ld.split, "train", ld.cfg.eval.frames_per_cell)
     out = {}
     for name, batch in (
@@ -542,16 +538,13 @@ def _seen(ld: Loaded, sampler: GraphSampler, k: int, shards=None) -> dict:
         ("unseen", unseen_samples(ld, ld.cfg.eval.frames_per_cell)),
     ):
         s = summarise(score(render_frames(sampler, batch, k), batch))
-        out[name] = {
-            "frames": len(batch["rgb"]),
-            f"ddim_{k}": {"psnr": s["psnr"], "ssim": s["ssim"]},
-        }
+        out[name] = Part(len(batch["rgb"]), {k: {"psnr": s["psnr"], "ssim": s["ssim"]}})
     return out
 
 # %% ../../nbs/core/60_evaluate.ipynb #62ce806e
 def _walk_parts(
     ld: Loaded, sampler: GraphSampler, steps: list, base: MeanColour, clf: FactorNet, log=print
-) -> tuple[dict, dict, dict]:
+) -> tuple[dict[str, Part], dict, dict]:
     """The held-out and training parts scored on unseen walks (`eval_parts`): each part's numbers,
     the per-frame PSNR and cells at each step count (for `cell_means`), and each part's samples."""
     per = ld.cfg.eval.frames_per_cell
@@ -566,14 +559,35 @@ def _walk_parts(
         r, frames = _part(ld, sampler, batch, steps, base, clf, log, part)
         for k in steps:
             cells_psnr.setdefault(k, []).append(
-                (r[f"ddim_{k}"].pop("per_frame_psnr"), batch["cells"].numpy())
+                (r.at[k].pop("per_frame_psnr"), batch["cells"].numpy())
             )
         res[part], grids[part] = r, sample_grid(batch, frames, n=8)
         log(
-            f"  {part}: {r['frames']} frames scored and classified "
+            f"  {part}: {r.frames} frames scored and classified "
             f"({time.monotonic() - t1:.1f} s for the part)"
         )
     return res, cells_psnr, grids
+
+# %% ../../nbs/core/60_evaluate.ipynb #5e1d2c7a
+def _recall_and_gaps(
+    res: EvalResult, ld: Loaded, sampler: GraphSampler, shards, cells_psnr: dict, log=print
+) -> dict:
+    """Fill in `res`'s recall (`seen`, `memorised`) at its headline step count and its gaps (plain
+    and matched at each step count, by level at the headline); return the per-cell means."""
+    t1, k = time.monotonic(), res.headline_steps
+    res.seen = _seen(ld, sampler, k, shards)
+    res.memorised = {k: res.seen["trained"].psnr(k) - res.seen["unseen"].psnr(k)}
+    log(
+        f"  seen: {res.seen['trained'].frames} frames it trained on, "
+        f"{res.seen['unseen'].frames} new ones of the same kind, "
+        f"{k} DDIM step{'s' * (k > 1)} ({time.monotonic() - t1:.1f} s)"
+    )
+    res.gap = {j: res.parts["train"].psnr(j) - res.parts["heldout"].psnr(j) for j in res.steps}
+    means = cell_means(cells_psnr)
+    res.gap_matched = matched_gaps(means, ld.split)
+    g = ld.split.grid
+    res.gap_by_level = {k: gap_by_level(means[k], ld.split.mask(), g, level_names(g))}
+    return means
 
 # %% ../../nbs/core/60_evaluate.ipynb #c46edc82
 def evaluate(
@@ -582,9 +596,10 @@ def evaluate(
     out: str | Path | None = None,
     log=print,
     device: str | None = None,
-) -> dict:
+) -> EvalResult:
     """Evaluate a run dir or checkpoint on `device` (default `eval.device`); write eval.json,
-    report.md and pictures to `<run>/eval/` (or `out`)."""
+    report.md and pictures to `<run>/eval/` (or `out`). The recall and the gap by level are
+    measured at the result's headline step count (`choose_headline`: the training cells')."""
     t0 = time.monotonic()
     from qmind_render.data.loader import ShardBatches
 
@@ -598,59 +613,36 @@ def evaluate(
     train_idx = apply_split(ld.ds.cells, ld.split)["train"]
     base, (clf, _) = _fit_baseline(ld, train_idx, shards), _classifiers(ld, train_idx, shards)
     log(f"  baseline and factor classifiers fitted on {ld.device} ({time.monotonic() - t0:.1f} s)")
-    res = {
-        "checkpoint": str(ld.ckpt_path),
-        "step": ld.step,
-        "dataset": ld.ds.id,
-        "split": ld.split.name,
-        "device": str(ld.device),
-        "ddim_steps": steps,
-        "lpips": "computed" if lpips_available() else "unavailable (no local weights)",
-        # what the parts score: unseen walks, the same frames in every cell (core/57_walks)
-        "frames": "walks",
-    }
     sampler = ld.sampler()
-    res["parts"], cells_psnr, grids = _walk_parts(ld, sampler, steps, base, clf, log)
-    t1, k = time.monotonic(), min(steps)
-    res["seen"] = _seen(ld, sampler, k, shards)
-    res["memorised"] = {
-        f"ddim_{k}": res["seen"]["trained"][f"ddim_{k}"]["psnr"]
-        - res["seen"]["unseen"][f"ddim_{k}"]["psnr"]
-    }
-    log(
-        f"  seen: {res['seen']['trained']['frames']} frames it trained on, "
-        f"{res['seen']['unseen']['frames']} new ones of the same kind, "
-        f"{k} DDIM step{'s' * (k > 1)} ({time.monotonic() - t1:.1f} s)"
+    parts, cells_psnr, grids = _walk_parts(ld, sampler, steps, base, clf, log)
+    res = EvalResult(
+        steps,
+        parts,
+        checkpoint=str(ld.ckpt_path),
+        step=ld.step,
+        dataset=ld.ds.id,
+        split=ld.split.name,
+        device=str(ld.device),
+        lpips="computed" if lpips_available() else "unavailable (no local weights)",
+        # what the parts score: unseen walks, the same frames in every cell (core/57_walks)
+        frames="walks",
     )
-    res["gap"] = {
-        f"ddim_{k}": res["parts"]["train"][f"ddim_{k}"]["psnr"]
-        - res["parts"]["heldout"][f"ddim_{k}"]["psnr"]
-        for k in steps
-    }
-    means = cell_means(cells_psnr)
-    res["gap_matched"] = matched_gaps(means, ld.split)
-    res["gap_by_level"] = {
-        f"ddim_{k}": gap_by_level(
-            means[k], ld.split.mask(), ld.split.grid, level_names(ld.split.grid)
-        )
-    }
+    means = _recall_and_gaps(res, ld, sampler, shards, cells_psnr, log)
     t1, walks = time.monotonic(), {}
     for i, part in enumerate(("heldout", "train")):
         seed = int(ld.ds.manifest.seeds[1]) + 2000 + 100 * i
-        r, walks[part] = temporal_part(ld, sampler, part, steps, seed)
-        if r:
-            res["parts"][part]["temporal"] = r
-    res["temporal_seconds"] = round(time.monotonic() - t1, 1)
-    log(f"  temporal: warping error on unseen walks ({res['temporal_seconds']} s)")
+        res.parts[part].temporal, walks[part] = temporal_part(ld, sampler, part, steps, seed)
+    res.temporal_seconds = round(time.monotonic() - t1, 1)
+    log(f"  temporal: warping error on unseen walks ({res.temporal_seconds} s)")
     t1 = time.monotonic()
-    res["pictures"] = _pictures(ld, out, means, grids, max(steps), walks.get("heldout"))
+    res.pictures = _pictures(ld, out, means, grids, max(steps), walks.get("heldout"))
     log(
         "  pictures: the PSNR heatmap, sample grids and an episode video "
         f"({time.monotonic() - t1:.1f} s)"
     )
-    res["seconds"] = round(time.monotonic() - t0, 1)
-    # what `qmind run` and a sweep read back
-    atomic_write(out / "eval.json", json.dumps(res, indent=1, default=float))
+    res.seconds = round(time.monotonic() - t0, 1)
+    # what `qmind run`, a sweep, `qmind ship` and the reports read back
+    res.write(out / "eval.json")
     atomic_write(out / "report.md", report_md(res, ld))
     _to_tracker(ld, out, res)
     return res
@@ -682,7 +674,7 @@ def _pictures(
     return pics
 
 # %% ../../nbs/core/60_evaluate.ipynb #989858de
-def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
+def _to_tracker(ld: Loaded, out: Path, res: EvalResult) -> None:
     if ld.cfg.tracker != "wandb":
         return  # a str enum: != compares its value
     import wandb
@@ -706,7 +698,8 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
     )
     flat = {
         f"eval/{p}/{k}/{m}": v
-        for p, r in res["parts"].items()
+        # eval.json's own keys (`ddim_2`, `baseline`), as the file spells them
+        for p, r in res.to_json()["parts"].items()
         for k, d in r.items()
         if isinstance(d, dict)
         for m, v in d.items()
@@ -717,7 +710,7 @@ def _to_tracker(ld: Loaded, out: Path, res: dict) -> None:
             **flat,
             **{
                 f"eval/{n}": wandb.Image(str(out / f))
-                for n, f in res["pictures"].items()
+                for n, f in res.pictures.items()
                 if f.endswith(".png")
             },
         },
@@ -762,18 +755,17 @@ def _accuracy(name: str, part: str, a: dict) -> dict:
     }
 
 # %% ../../nbs/core/60_evaluate.ipynb #675cadbf
-def _gap_row(res: dict, k: int) -> dict:
-    m = res.get("gap_matched", {}).get(f"ddim_{k}")
-    row = {"DDIM steps": k, "gap dB": f"{res['gap'][f'ddim_{k}']:.2f}"}
+def _gap_row(res: EvalResult, k: int) -> dict:
+    m = res.gap_matched.get(k)
+    row = {"DDIM steps": k, "gap dB": f"{res.gap[k]:.2f}"}
     return row | ({"matched gap dB": f"{m['gap']:.2f} ± {m['se']:.2f}"} if m else {})
 
 
-def _level_md(res: dict) -> list[str]:
+def _level_md(res: EvalResult) -> list[str]:
     "The gap by factor level as a table (nothing for an eval.json from before it)."
-    if not res.get("gap_by_level"):
+    if not res.gap_by_level:
         return []
-    ((key, by),) = res["gap_by_level"].items()
-    k = int(key.split("_")[1])
+    ((k, by),) = res.gap_by_level.items()
     rows = [
         {
             "factor": factor,
@@ -796,23 +788,23 @@ def _level_md(res: dict) -> list[str]:
     ]
 
 # %% ../../nbs/core/60_evaluate.ipynb #289d89a5
-def _temporal_md(res: dict) -> list[str]:
+def _temporal_md(res: EvalResult) -> list[str]:
     """The report's temporal table: the truth's warping error, the model's at each step count and
     its excess."""
     rows = []
     for part in ("heldout", "train"):
-        r = res["parts"][part].get("temporal")
+        r = res.parts[part].temporal
         if r:
             rows.append(
                 {
                     "part": part,
-                    "walks x frames": f"{r['walks']} x {r['frames']}",
-                    "compared": f"{r['coverage']:.0%}",
-                    "ground truth": f"{r['ground_truth']:.2f}",
+                    "walks x frames": f"{r.walks} x {r.frames}",
+                    "compared": f"{r.coverage:.0%}",
+                    "ground truth": f"{r.ground_truth:.2f}",
                     **{
-                        f"model, {k} steps (excess)": f"{r[f'ddim_{k}']['rms']:.2f} "
-                        f"({r[f'ddim_{k}']['excess']:+.2f})"
-                        for k in res["ddim_steps"]
+                        f"model, {k} steps (excess)": f"{r.at[k]['rms']:.2f} "
+                        f"({r.at[k]['excess']:+.2f})"
+                        for k in res.steps
                     },
                 }
             )
@@ -823,48 +815,49 @@ def _temporal_md(res: dict) -> list[str]:
         "",
         "Each frame of an unseen walk against the frame before, reprojected through the engine's "
         "geometry, over the pixels both saw; the excess is the model's minus the ground truth's "
-        f"({res['temporal_seconds']} s).",
+        f"({res.temporal_seconds} s).",
         "",
         format_table(rows, markdown=True),
         "",
     ]
 
 # %% ../../nbs/core/60_evaluate.ipynb #99ec29b2
-def _seen_md(res: dict) -> list[str]:
+def _seen_md(res: EvalResult) -> list[str]:
     "Frames trained on against new frames of the same kind (nothing for an older eval.json)."
-    if "seen" not in res:
+    if not res.seen:
         return []
-    (key,) = res["memorised"]
-    k, (a, b) = int(key.split("_")[1]), (res["seen"][p] for p in ("trained", "unseen"))
+    ((k, m),) = res.memorised.items()
+    a, b = res.seen["trained"], res.seen["unseen"]
     return [
-        f"Recall: on {a['frames']} training-cell frames it trained on, {k} DDIM "
-        f"step{'s' * (k > 1)}, {a[key]['psnr']:.2f} dB; on {b['frames']} frames of the same kind "
-        f"(the dataset's generator, episodes it never saw) {b[key]['psnr']:.2f} dB: "
-        f"{res['memorised'][key]:+.2f} dB remembered rather than rendered.",
+        f"Recall: on {a.frames} training-cell frames it trained on, {k} DDIM "
+        f"step{'s' * (k > 1)}, {a.psnr(k):.2f} dB; on {b.frames} frames of the same kind "
+        f"(the dataset's generator, episodes it never saw) {b.psnr(k):.2f} dB: "
+        f"{m:+.2f} dB remembered rather than rendered.",
         "",
     ]
 
 # %% ../../nbs/core/60_evaluate.ipynb #810b321a
-def report_md(res: dict, ld: Loaded) -> str:
+def report_md(res: EvalResult, ld: Loaded) -> str:
     "The report as Markdown (tables, then the pictures)."
-    table, steps = (lambda rows: format_table(rows, markdown=True)), res["ddim_steps"]
+    table, steps = (lambda rows: format_table(rows, markdown=True)), res.steps
     L = [
         f"# Evaluation: {ld.cfg.name}",
         "",
-        f"Checkpoint `{Path(res['checkpoint']).name}` (step {res['step']}), dataset "
-        f"`{res['dataset']}`, split `{res['split']}`, "
-        f"LPIPS {res['lpips']}. {res['parts']['heldout']['frames']} held-out and "
-        f"{res['parts']['train']['frames']} training-cell frames: {ld.cfg.eval.frames_per_cell} "
-        "frames of unseen walks, the same in every cell.",
+        f"Checkpoint `{Path(res.checkpoint).name}` (step {res.step}), dataset "
+        f"`{res.dataset}`, split `{res.split}`, "
+        f"LPIPS {res.lpips}. {res.parts['heldout'].frames} held-out and "
+        f"{res.parts['train'].frames} training-cell frames: {ld.cfg.eval.frames_per_cell} "
+        "frames of unseen walks, the same in every cell. The headline step count, the one with "
+        f"the best training-cell PSNR: {res.headline_steps}.",
         "",
     ]
     for part, title in (
         ("heldout", "Held-out cells"),
         ("train", "Training cells (unseen frames)"),
     ):
-        r = res["parts"][part]
-        rows = [_scores("mean-colour baseline", r["baseline"])] + [
-            _scores(f"model, {k} DDIM steps", r[f"ddim_{k}"]) for k in steps
+        r = res.parts[part]
+        rows = [_scores("mean-colour baseline", r.baseline)] + [
+            _scores(f"model, {k} DDIM steps", r.at[k]) for k in steps
         ]
         L += [f"## {title}", "", table(rows), ""]
     L += _seen_md(res)
@@ -887,15 +880,12 @@ def report_md(res: dict, ld: Loaded) -> str:
             [
                 _accuracy(n, part, a)
                 for part in ("heldout", "train")
-                for n, a in [("ground truth", res["parts"][part]["ground_truth_classifier"])]
-                + [
-                    (f"model, {k} steps", res["parts"][part][f"ddim_{k}"]["classifier"])
-                    for k in steps
-                ]
+                for n, a in [("ground truth", res.parts[part].ground_truth_classifier)]
+                + [(f"model, {k} steps", res.parts[part].at[k]["classifier"]) for k in steps]
             ]
         ),
     ]
-    p = res["pictures"]
+    p = res.pictures
     L += [
         "",
         "## Pictures",
@@ -941,19 +931,19 @@ def eval_main(argv: list[str]) -> int:
     a = p.parse_intermixed_args(argv)  # options anywhere on the line
     res = evaluate(a.target, a.overrides)
     print(headline(res))
-    print(f"report: {run_dir_of(res['checkpoint']) / 'eval' / 'report.md'}")
+    print(f"report: {run_dir_of(res.checkpoint) / 'eval' / 'report.md'}")
     return 0
 
 # %% ../../nbs/core/60_evaluate.ipynb #34e2926f
-def headline(res: dict) -> str:
-    "One line: PSNR held-out/training cells at each DDIM step count, and the baseline's."
-    h, t = res["parts"]["heldout"], res["parts"]["train"]
-    ks = " ".join(
-        f"{k}:{h[f'ddim_{k}']['psnr']:.2f}/{t[f'ddim_{k}']['psnr']:.2f}" for k in res["ddim_steps"]
-    )
+def headline(res: EvalResult) -> str:
+    """One line: PSNR held-out/training cells at the headline step count, at each step count, and
+    the baseline's."""
+    h, t, k = res.parts["heldout"], res.parts["train"], res.headline_steps
+    ks = " ".join(f"{j}:{h.psnr(j):.2f}/{t.psnr(j):.2f}" for j in res.steps)
     return (
-        f"PSNR held-out/training cells by DDIM steps {ks} dB; baseline "
-        f"{h['baseline']['psnr']:.2f}/{t['baseline']['psnr']:.2f} dB"
+        f"PSNR held-out/training cells {h.psnr(k):.2f}/{t.psnr(k):.2f} dB at {k} DDIM "
+        f"step{'s' * (k > 1)} (the headline: best training-cell PSNR); by DDIM steps {ks} dB; "
+        f"baseline {h.baseline['psnr']:.2f}/{t.baseline['psnr']:.2f} dB"
     )
 
 # %% ../../nbs/core/60_evaluate.ipynb #7dd21a87

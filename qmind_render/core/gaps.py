@@ -69,12 +69,13 @@ def matched_gap(per: np.ndarray, held: np.ndarray, grid) -> dict:
 
 # %% ../../nbs/core/59_gaps.ipynb #4de9d3c7
 def matched_gaps(means: dict, split) -> dict:
-    "`matched_gap` at each step count, from `cell_means`' {k: per-cell values}."
+    """`matched_gap` at each step count, {k: its dict}, from `cell_means`' {k: per-cell values};
+    a step count where it claims nothing is left out."""
     out = {}
     for k, per in means.items():
         m = matched_gap(per, split.mask(), split.grid)
         if m:
-            out[f"ddim_{k}"] = m
+            out[k] = m
     return out
 
 # %% ../../nbs/core/59_gaps.ipynb #51c26105

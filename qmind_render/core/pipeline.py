@@ -7,12 +7,12 @@ Docs: https://qmind.github.io/qmind-render/core/pipeline.html.md"""
 # %% ../../nbs/core/65_pipeline.ipynb #bddc1486
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from .config import load_config
 from ..data.dataset import list_datasets
+from .eval_result import EvalResult
 from .evaluate import evaluate, headline
 from ..data.generate import check_workers, generate
 from ..data.stores import open_store
@@ -29,7 +29,8 @@ def run(
     workers: int | None = None,
     log=print,
 ) -> dict:
-    "The main job: dataset (if missing) -> train -> eval -> report."
+    """The main job: dataset (if missing) -> train -> eval -> report; {"train": what `train`
+    returns, "eval": the `EvalResult` (None when training stopped early)}."""
     t0, cfg = time.monotonic(), load_config(config, list(overrides))
     # a bad --runs or --workers: one line before anything is made
     make_runs_root(root)
@@ -55,9 +56,9 @@ def run(
     if not tr["status"].startswith("finished"):
         return {"train": tr, "eval": None}
     ev_path = runs_root(root) / cfg.name / "eval" / "eval.json"
-    if ev_path.is_file() and json.loads(ev_path.read_text())["checkpoint"] == tr["last_checkpoint"]:
+    ev = EvalResult.read(ev_path, missing_ok=True)
+    if ev is not None and ev.checkpoint == tr["last_checkpoint"]:
         log(f"[3/3] evaluation of {Path(tr['last_checkpoint']).name}: done earlier")
-        ev = json.loads(ev_path.read_text())
     else:
         log("[3/3] evaluating")
         ev = evaluate(tr["last_checkpoint"], log=log)

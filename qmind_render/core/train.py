@@ -53,8 +53,8 @@ from ..util import save_image
 from ..world.grid import load_grid
 
 # %% auto #0
-__all__ = ['RunsError', 'runs_root', 'make_runs_root', 'Dist', 'dist_from_env', 'step_seed', 'seed_step', 'lr_factor',
-           'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'pin_precision', 'resume',
+__all__ = ['SAMPLE_STEPS', 'RunsError', 'runs_root', 'make_runs_root', 'Dist', 'dist_from_env', 'step_seed', 'seed_step',
+           'lr_factor', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'pin_precision', 'resume',
            'NonFiniteError', 'draw_timesteps', 'sampler_timesteps', 'objective', 'train_step', 'batches', 'Meter',
            'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main',
            'overfit_one_batch', 'quick_train', 'bench_train']
@@ -479,7 +479,12 @@ def save(run: Run) -> Path:
     return run.last_ckpt
 
 # %% ../../nbs/core/50_train.ipynb #57448365
-def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = 4) -> Path:
+# DDIM steps of the sample grid a run writes every `train.sample_every` steps (a run has no
+# headline step count until it is evaluated)
+SAMPLE_STEPS = 4
+
+
+def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = SAMPLE_STEPS) -> Path:
     "Render the fixed samples with the EMA model; write samples/{step}.png (and to the tracker)."
     _, cond = prepare_batch(fixed, run.device)
     pred = to_uint8(

@@ -35,7 +35,7 @@ from qmind_render.serve.protocol import (
     parse_play_query,
     parse_render,
 )
-from .renderer import Renderer, Served, make_net, pick_backend
+from .renderer import WARM_STEPS, Renderer, Served, make_net, pick_backend
 from .settings import AccessGuard, ServeSettings
 
 # %% auto #0
@@ -166,7 +166,7 @@ class _State:
             name, net = s.backend, make_net(self.served, s.backend, log)
         self.renderer = Renderer(self.served, name, net, s.max_batch, log)
         # a GPU's CUDA graphs, before the first player
-        self.renderer.warm(sorted({1, 2, 4, 8, s.steps}), log)
+        self.renderer.warm(sorted({*WARM_STEPS, s.steps}), log)
         self.batcher = MicroBatcher(
             self.renderer.render,
             s.max_batch,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-import json
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from qmind_render.core.checkpoint import (
     shipped_path,
 )
 from ..core.config import ExperimentConfig, config_from_dict, load_config
+from ..core.eval_result import EvalResult, summary_headline, summary_psnr
 from ..contracts import UserError, ChannelSpec
 from ..core.diffusion import Diffusion, to_uint8
 from ..core.model import build_model
@@ -43,8 +43,8 @@ from ..util import atomic_write
 from ..world.grid import load_grid
 
 # %% auto #0
-__all__ = ['REPRODUCE', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'BACKENDS', 'AOT_MAX_BATCH', 'Served',
-           'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'ship_main', 'eager_net',
+__all__ = ['REPRODUCE', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'WARM_STEPS', 'BACKENDS', 'AOT_MAX_BATCH',
+           'Served', 'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'ship_main', 'eager_net',
            'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond',
            'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
 
@@ -67,12 +67,10 @@ class Served:
         return self.model.spec
 
     @property
-    def best_steps(self) -> int | None:
-        """The DDIM step count with the best held-out PSNR in this model's evaluation; None when it
-        has none."""
-        held = self.about.get("metrics", {}).get("heldout", {})
-        scored = {int(k[5:]): v for k, v in held.items() if k.startswith("ddim_")}
-        return max(scored, key=scored.get) if scored else None
+    def headline_steps(self) -> int | None:
+        """The headline DDIM step count of this model's evaluation (its best training-cell PSNR,
+        `eval_result.summary_headline`): what `qmind serve` plays at; None when it has none."""
+        return summary_headline(self.about.get("metrics", {}))
 
     @property
     def device(self) -> torch.device:
@@ -108,7 +106,7 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
     except CheckpointError as e:
         raise ServeError(str(e)) from None
     ev = find_run_eval(path)
-    about = {"metrics": _metrics(ev)} if ev else {}
+    about = {"metrics": ev.summary()} if ev else {}
     return Served(
         model,
         diffusion,
@@ -120,14 +118,10 @@ def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Se
     )
 
 # %% ../../nbs/serve/71_renderer.ipynb #aa4658b6
-def find_run_eval(path: Path) -> dict | None:
-    "The eval.json of the run a checkpoint belongs to, if it evaluates this checkpoint; else None."
-    ev_path = run_dir_of(path) / "eval" / "eval.json"
-    try:
-        ev = json.loads(ev_path.read_text())
-    except (OSError, ValueError):
-        return None
-    return ev if Path(ev.get("checkpoint", "")).name == Path(path).name else None
+def find_run_eval(path: Path) -> EvalResult | None:
+    "The evaluation of the run a checkpoint belongs to, if it evaluates this checkpoint; else None."
+    ev = EvalResult.read(run_dir_of(path) / "eval" / "eval.json", missing_ok=True)
+    return ev if ev and Path(ev.checkpoint or "").name == Path(path).name else None
 
 # %% ../../nbs/serve/71_renderer.ipynb #e63c1e72
 def _shipped_served(device: str = "cpu") -> Served:
@@ -172,22 +166,6 @@ def random_served(
 # %% ../../nbs/serve/71_renderer.ipynb #5b472663
 REPRODUCE = "qmind run shipped && qmind ship runs/shipped"
 
-
-def _metrics(ev: dict) -> dict:
-    """Held-out and training-cell PSNR (dB) per DDIM step count and the baseline's, and the gap,
-    from an eval.json."""
-    out = {
-        p: {
-            **{
-                f"ddim_{k}": round(ev["parts"][p][f"ddim_{k}"]["psnr"], 2) for k in ev["ddim_steps"]
-            },
-            "baseline": round(ev["parts"][p]["baseline"]["psnr"], 2),
-            "frames": ev["parts"][p]["frames"],
-        }
-        for p in ("heldout", "train")
-    }
-    return out | {"gap": {k: round(v, 2) for k, v in ev["gap"].items()}}
-
 # %% ../../nbs/serve/71_renderer.ipynb #90de35b7
 def ship(
     run_dir: str | Path,
@@ -204,9 +182,8 @@ def ship(
         ck = load_checkpoint(path)
     except CheckpointError as e:
         raise ServeError(str(e)) from None
-    ev_path = Path(run_dir) / "eval" / "eval.json"
-    ev = json.loads(ev_path.read_text()) if ev_path.is_file() else None
-    if not ev or Path(ev["checkpoint"]).name != path.name:
+    ev = EvalResult.read(Path(run_dir) / "eval" / "eval.json", missing_ok=True)
+    if not ev or Path(ev.checkpoint or "").name != path.name:
         raise ServeError(
             f"{run_dir}: no evaluation of {path.name} (eval/eval.json); run `qmind eval "
             f"{run_dir}` first"
@@ -222,7 +199,8 @@ def ship(
         "git": ck["git"],
         "dataset": ck["dataset"],
         "held_out": [list(c) for c in load_split(cfg.data.holdout).held_out],
-        "metrics": _metrics(ev),
+        # held-out and training-cell PSNR by step count, the gap, the headline step count
+        "metrics": ev.summary(),
         "reproduce": reproduce,
         "trained": {
             "minutes": round(float(ck.get("elapsed_s", 0.0)) / 60, 1),
@@ -255,20 +233,25 @@ def ship_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     out = ship(a.run_dir, a.out, a.trained_on)
     _, _, about = load_shipped(out)  # read back as qmind serve reads it
-    h = about["metrics"]["heldout"]
+    m = about["metrics"]
+    h = summary_psnr(m, "heldout")
     print(
         f"shipped {a.run_dir} (step {about['step']}, {out.stat().st_size / 1e6:.1f} MB) "
         f"to {out}: held-out PSNR "
-        + " / ".join(f"{h[k]:.2f}" for k in sorted(h) if k.startswith("ddim_"))
-        + f" dB (baseline {h['baseline']:.2f})"
+        + " / ".join(f"{h[k]:.2f}" for k in sorted(h))
+        + f" dB at {' / '.join(map(str, sorted(h)))} DDIM steps (baseline "
+        f"{m['heldout']['baseline']:.2f}); served at {summary_headline(m)} by default"
     )
     return 0
 
 # %% ../../nbs/serve/71_renderer.ipynb #ba58faba
-# A server's defaults (`ServeSettings` holds them): DDIM steps when a request does not say, the
-# micro-batch size limit, and how long a batch's first request waits for company. Written once,
-# here, below every part that takes them.
+# A server's defaults (`ServeSettings` holds them): DDIM steps when a request does not say and the
+# model has no headline step count (`Served.headline_steps`, which `qmind serve` plays at when it
+# has one), the micro-batch size limit, and how long a batch's first request waits for company.
+# Written once, here, below every part that takes them.
 DEFAULT_STEPS, DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS = 2, 8, 2.0
+# the step counts a server captures CUDA graphs for before its first player (with its own default)
+WARM_STEPS = (1, 2, 4, 8)
 BACKENDS = ("eager", "bf16", "compile", "onnx")
 AOT_MAX_BATCH = 256  # the largest batch a compiled package accepts
 
@@ -509,7 +492,7 @@ class Renderer:
             stack_cond(items, dev), start_noise(items, self.served.spec).to(dev), steps
         )
 
-    def warm(self, steps=(1, 2, 4, 8), log=print) -> None:
+    def warm(self, steps=WARM_STEPS, log=print) -> None:
         """Capture every (batch size, step count) a server can be asked for, now rather than on a
         player's first frame (CUDA)."""
         if not self.sampler.graphs:
@@ -609,9 +592,11 @@ def pick_backend(
     return best, nets[best]
 
 # %% ../../nbs/serve/71_renderer.ipynb #52f8d048
-def showcase(served: Served, frames: int = 3, steps=(1, 2, 4), seed: int = 100_000):
+def showcase(served: Served, frames: int = 3, steps=None, seed: int = 100_000):
     """A `Figure`: `frames` frames of unseen episodes in held-out cells, as surface and depth, the
-    ground truth, and the model at each K."""
+    ground truth, and the model at each K of `steps` (default: the step counts its run evaluates,
+    `eval.ddim_steps` of its config)."""
+    steps = served.cfg.eval.ddim_steps if steps is None else steps
     from qmind_render.world.episode import render_episode
     from qmind_render.world.skinner import skin
     from qmind_render.viz import colorize, grid_figure, mosaic

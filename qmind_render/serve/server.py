@@ -201,8 +201,8 @@ def serve_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help="DDIM steps when a request does not say (default: the step count the "
-        f"model's evaluation scores best, else {d.steps})",
+        help="DDIM steps when a request does not say (default: the model's headline step "
+        f"count, the one its evaluation chose on the training cells, else {d.steps})",
     )
     settings_options(p)
     p.add_argument(
@@ -233,11 +233,11 @@ def serve_main(argv: list[str]) -> int:
     except BaseException:
         sock.close()
         raise
-    if a.steps is None and served.best_steps is not None:
-        settings = replace(settings, steps=served.best_steps)
+    if a.steps is None and served.headline_steps is not None:
+        settings = replace(settings, steps=served.headline_steps)
         print(
-            f"qmind serve: {served.best_steps} DDIM step(s) a frame, the model's best "
-            "held-out PSNR (--steps to change)",
+            f"qmind serve: {served.headline_steps} DDIM step(s) a frame, the model's headline "
+            "step count (--steps to change)",
             flush=True,
         )
     serve(served, settings, a.host, a.port, sock)

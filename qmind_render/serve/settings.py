@@ -63,7 +63,9 @@ class ServeSettings:
     """What the server allows and how it batches; every value is checked here, before anything slow.
     A field made with `option` is a `qmind serve` option too, documented by its `help`."""
 
-    steps: int = DEFAULT_STEPS  # DDIM steps when a request does not say (2)
+    # DDIM steps when a request does not say (2; `qmind serve` gives a model its headline step
+    # count, `Served.headline_steps`)
+    steps: int = DEFAULT_STEPS
     backend: str = option(
         "auto",
         "how the network runs (auto: the fastest of eager, bf16, onnx and, once its package is "

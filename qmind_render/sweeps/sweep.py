@@ -23,6 +23,7 @@ from fastcore.basics import patch
 
 from ..core.checkpoint import checkpoint_name
 from .cloud import Backend, RunSpec
+from ..core.eval_result import EvalResult
 from qmind_render.core.config import (
     config_from_dict,
     config_to_dict,
@@ -136,18 +137,13 @@ def expand_sweep(
 # %% ../../nbs/sweeps/86_sweep.ipynb #22516196
 def run_finished(run_dir: Path, steps: int) -> bool:
     "True when `run_dir/eval/eval.json` evaluates the checkpoint of the final step."
-    p = Path(run_dir) / "eval" / "eval.json"
-    if not p.is_file():
-        return False
-    try:
-        return Path(json.loads(p.read_text())["checkpoint"]).name == checkpoint_name(steps)
-    except (ValueError, KeyError):
-        return False
+    ev = EvalResult.read(Path(run_dir) / "eval" / "eval.json", missing_ok=True)
+    return ev is not None and Path(ev.checkpoint or "").name == checkpoint_name(steps)
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #1001684f
 def read_json(p: str | Path) -> dict | None:
-    """A run dir's JSON record (`job.json`, `eval/eval.json`) as a dict; None when it is missing or
-    half-written."""
+    """A run dir's JSON record (`job.json`; an evaluation is read as an `EvalResult`) as a dict;
+    None when it is missing or half-written."""
     try:
         return json.loads(Path(p).read_text()) if Path(p).is_file() else None
     except ValueError:
@@ -159,13 +155,10 @@ def write_json(path: str | Path, d: dict) -> None:
     atomic_write(path, json.dumps(d, indent=1))
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #4a5bd8be
-def eval_psnr(ev: dict | None, part: str) -> float | None:
-    """PSNR of one part (`heldout`, `train`) of an eval.json at its largest DDIM step count; None
-    without an eval."""
-    if not ev:
-        return None
-    k = max(ev["ddim_steps"])
-    return ev["parts"][part][f"ddim_{k}"]["psnr"]
+def eval_psnr(ev: EvalResult | None, part: str) -> float | None:
+    """PSNR of one part (`heldout`, `train`) of an evaluation at its headline step count (the one
+    it chose on the training cells); None without an evaluation."""
+    return None if ev is None else ev.headline_psnr(part)
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #bd7766c0
 def job_record(backend: str, run: RunSpec, runs: Path, cwd: Path) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .cloud import RunSpec
 from ..core.config import config_from_dict
+from ..core.eval_result import EvalResult
 from .cost import estimate_wall, plan_cost, sweep_cost
 from qmind_render.sweeps.sweep import (
     SLURM_RESOURCES,
@@ -225,7 +226,7 @@ def watch(
                 t_start[r.name] = now
                 log(f"{r.name}: started in {rec[r.name]['run_dir']}{_point(r)}")
             if st in ("done", "failed"):
-                ev = read_json(Path(rec[r.name]["run_dir"]) / "eval" / "eval.json")
+                ev = EvalResult.of_run(rec[r.name]["run_dir"])
                 how = (
                     f", held-out PSNR {eval_psnr(ev, 'heldout'):.2f} dB"
                     if ev and be.status(rec[r.name]) == "done"
@@ -270,18 +271,17 @@ def read_metrics_tail(run_dir: Path) -> dict | None:
 
 # %% ../../nbs/sweeps/88_sweep_cli.ipynb #a52282e3
 def sweep_summary(runs: list[RunSpec], jobs: list[dict], backend) -> list[dict]:
-    "One row per run: status, held-out and in-distribution PSNR at the largest DDIM step count."
+    "One row per run: status, held-out and in-distribution PSNR at its headline DDIM step count."
     rows = []
     for r, j in zip(runs, jobs):
-        p = Path(j.get("run_dir", "")) / "eval" / "eval.json"
-        ev = json.loads(p.read_text()) if j.get("run_dir") and p.is_file() else None
+        ev = EvalResult.of_run(j["run_dir"]) if j.get("run_dir") else None
         rows.append(
             {
                 "run": r.name,
                 "status": backend.status(j),
                 "heldout_psnr": eval_psnr(ev, "heldout"),
                 "in_dist_psnr": eval_psnr(ev, "train"),
-                "ddim_steps": max(ev["ddim_steps"]) if ev else None,
+                "ddim_steps": ev.headline_steps if ev else None,
             }
         )
     return rows
@@ -314,7 +314,7 @@ def _status(runs: list[RunSpec], root) -> int:
     rows = []
     for r, j in zip(runs, recs):
         st = "unsubmitted" if j.get("backend") is None else record_backend(j, root).status(j)
-        ev = read_json(runs_root(root) / r.name / "eval" / "eval.json") if st == "done" else None
+        ev = EvalResult.of_run(runs_root(root) / r.name) if st == "done" else None
         rows.append(
             {
                 "run": r.name,
@@ -323,6 +323,7 @@ def _status(runs: list[RunSpec], root) -> int:
                 "status": st,
                 "heldout_psnr": eval_psnr(ev, "heldout"),
                 "in_dist_psnr": eval_psnr(ev, "train"),
+                "ddim_steps": ev.headline_steps if ev else None,
             }
         )
     print(format_table(rows))

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from .cloud import RunSpec
+from ..core.eval_result import EvalResult
 from qmind_render.sweeps.sweep import (
     eval_psnr,
     expand_sweep,
@@ -39,14 +40,14 @@ def sweep_results(
     runs: list[RunSpec], grid: dict | list, root: str | Path | None = None
 ) -> list[dict]:
     """One row per run from its run dir: status, the grid values, PSNR held-out / in-distribution /
-    baseline, step."""
+    baseline at the headline step count (`ddim_steps`), step."""
     from qmind_render.core.train import runs_root
 
     rows = []
     for r in runs:
         rd = runs_root(root) / r.name
         ev, job, done = (
-            read_json(rd / "eval" / "eval.json"),
+            EvalResult.read(rd / "eval" / "eval.json", missing_ok=True),
             read_json(rd / "job.json"),
             run_finished(rd, r.config["train"]["steps"]),
         )
@@ -60,9 +61,9 @@ def sweep_results(
             row |= {
                 "heldout_psnr": eval_psnr(ev, "heldout"),
                 "in_dist_psnr": eval_psnr(ev, "train"),
-                "baseline_psnr": ev["parts"]["heldout"]["baseline"]["psnr"],
-                "ddim_steps": max(ev["ddim_steps"]),
-                "step": ev.get("step"),
+                "baseline_psnr": ev.parts["heldout"].baseline["psnr"],
+                "ddim_steps": ev.headline_steps,
+                "step": ev.step,
             }
         rows.append(row)
     return rows
@@ -311,33 +312,31 @@ def switches(config: dict) -> dict:
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #4c77fba5
 def run_row(run: str | Path) -> dict:
-    """One table row from a committed run: its `SWITCHES`, seed, and at the fewest DDIM steps its
-    held-out and training-cell PSNR, the gap, the matched gap, the recall, SSIM and the factor
-    classifiers' agreement on held-out frames (the model's accuracy over the ground truth's)."""
+    """One table row from a committed run: its `SWITCHES`, seed, held-out PSNR at each DDIM step
+    count, and at its headline step count its training-cell PSNR, the gap, the matched gap, the
+    recall, SSIM and the factor classifiers' agreement on held-out frames (the model's accuracy over
+    the ground truth's)."""
     import yaml
 
     from qmind_render.core.config import config_from_dict
 
     run = Path(run)
-    ev = read_json(run / "eval.json") or read_json(run / "eval" / "eval.json")
+    ev = EvalResult.of_run(run)
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     out = {"run": run.name, "seed": config_from_dict(cfg).seed}
-    out |= {k.split(".")[1]: v for k, v in switches(cfg).items()} | {
-        "frames": ev.get("frames", "dataset")
-    }
-    h, t = ev["parts"]["heldout"], ev["parts"]["train"]
-    for k in ev["ddim_steps"]:
-        out[f"held-out {k}"] = f"{h[f'ddim_{k}']['psnr']:.2f}"
-    k = min(ev["ddim_steps"])
-    out[f"train {k}"] = f"{t[f'ddim_{k}']['psnr']:.2f}"
-    out[f"gap {k}"] = f"{t[f'ddim_{k}']['psnr'] - h[f'ddim_{k}']['psnr']:.2f}"
-    m, r = ev.get("gap_matched", {}).get(f"ddim_{k}"), ev.get("memorised", {}).get(f"ddim_{k}")
+    out |= {k.split(".")[1]: v for k, v in switches(cfg).items()} | {"frames": ev.frames}
+    h, t, k = ev.parts["heldout"], ev.parts["train"], ev.headline_steps
+    for j in ev.steps:
+        out[f"held-out {j}"] = f"{h.psnr(j):.2f}"
+    out[f"train {k}"] = f"{t.psnr(k):.2f}"
+    out[f"gap {k}"] = f"{t.psnr(k) - h.psnr(k):.2f}"
+    m, r = ev.gap_matched.get(k), ev.memorised.get(k)
     out[f"matched gap {k}"] = f"{m['gap']:.2f} ± {m['se']:.2f}" if m else "–"
     out[f"recall {k}"] = "–" if r is None else f"{r:+.2f}"
-    out[f"SSIM {k}"] = f"{h[f'ddim_{k}']['ssim']:.3f}"
-    gt = h["ground_truth_classifier"]
+    out[f"SSIM {k}"] = f"{h.at[k]['ssim']:.3f}"
+    gt = h.ground_truth_classifier
     for f in ("theme", "lighting"):
-        out[f"{f} agr."] = f"{h[f'ddim_{k}']['classifier'][f] / gt[f]:.2f}"
+        out[f"{f} agr."] = f"{h.at[k]['classifier'][f] / gt[f]:.2f}"
     return out
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #13371da6
