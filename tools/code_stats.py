@@ -228,8 +228,9 @@ def name_comparisons(mods, names: set[str]) -> dict[str, int]:
 
 
 def ddim_parsers(mods) -> dict[str, list[str]]:
-    """Per module, the functions that spell or parse an eval.json `ddim_K` key (a literal or an
-    f-string starting `ddim_`)."""
+    """Per module, the functions that spell or parse an eval.json `ddim_K` key: a literal `ddim_K`
+    or `ddim_` (a prefix to test or strip), or an f-string starting `ddim_` (not the config field
+    `ddim_steps`)."""
     out = {}
     for m, p in mods.items():
         tree = ast.parse(p.read_text())
@@ -242,7 +243,7 @@ def ddim_parsers(mods) -> dict[str, list[str]]:
                 if isinstance(node, ast.JoinedStr) and node.values:
                     head = node.values[0]
                     text = head.value if isinstance(head, ast.Constant) else None
-                if isinstance(text, str) and text.startswith("ddim_"):
+                if isinstance(text, str) and re.match(r"ddim_(\d|$)", text):
                     out.setdefault(m, []).append(fn.name)
                     break
     return {m: sorted(set(fs)) for m, fs in out.items()}
