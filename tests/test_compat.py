@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmind_render.core.config import load_config
+from qmind_render.core.config import config_from_dict
 from qmind_render.data.cache import fetch, verify_dataset
 from qmind_render.data.stores import open_store
 from qmind_render.core.checkpoint import checkpoints, load_checkpoint
@@ -38,19 +38,9 @@ def test_a_dataset_and_checkpoint_from_before_still_load_and_resume(tmp_path, mo
     run = tmp_path / "compat" / "runs" / "compat"
     old = load_checkpoint(checkpoints(run)[-1])
     assert old["step"] == 2 and old["dataset"] == "ds-compat"
-    cfg = load_config(
-        None,
-        [
-            f"data.store={tmp_path / 'compat' / 'store'}",
-            "data.dataset=ds-compat",
-            "name=compat",
-            "train.steps=3",
-            "train.batch=2",
-            "train.warmup=1",
-            "tracker=none",
-            "train.sample_every=0",
-            "train.keep_last=1",
-        ],
+    # the run's own config (from before today's defaults), one step longer
+    cfg = config_from_dict(
+        old["config"], [f"data.store={tmp_path / 'compat' / 'store'}", "train.steps=3"]
     )
     res = train(cfg, tmp_path / "compat" / "runs", progress=False)
     assert res["status"] == "finished" and res["step"] == 3

@@ -1,4 +1,8 @@
-"""Defaults in one home (issue 42): what every config that was run resolves to stays what it was.
+"""Defaults in one home (issue 42): the config dataclasses' defaults are the main job's recipe, and
+what every config that was run resolves to stays what it was.
+
+`sweeps/exp/quickstart.yaml` (the main job, `qmind run quickstart`) names only keys it would change
+for time; everything else it gets from the defaults.
 
 tests/golden/configs.json holds, as `config_to_dict` gives them, every experiment config
 (`sweeps/exp/*.yaml`, by `load_config(name)`), every run of every sweep file (`sweeps/*.yaml`, by
@@ -42,6 +46,45 @@ def resolved() -> dict[str, dict]:
         ck = torch.load(p, weights_only=False, map_location="cpu")
         out["saved"][str(p.relative_to(ROOT))] = config_to_dict(config_from_dict(ck["config"]))
     return out
+
+
+# The keys the main job may set apart from the defaults: each trades time (of a run on 2 CPU cores)
+# against quality or a figure's detail, never what the model is or how it learns.
+FOR_TIME = {
+    "train.steps",  # how long it trains
+    "train.finetune_steps",  # a share of those steps (the last quarter)
+    "train.sample_every",  # sample grids take seconds each
+    "train.log_every",
+    "data.episodes",  # how many frames it renders and reads
+    "data.frames_per_episode",
+    "eval.frames_per_cell",  # how many frames the evaluation renders
+    "eval.ddim_steps",
+    "eval.classifier_steps",
+    "eval.temporal_walks",
+    "eval.temporal_frames",
+}
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    return {
+        k2: v2
+        for k, v in d.items()
+        for k2, v2 in (
+            _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+        ).items()
+    }
+
+
+def test_the_main_job_is_the_defaults_but_for_time():
+    from qmind_render.core.config import config_to_dict, load_config
+
+    named = set(_flat(yaml.safe_load((ROOT / "sweeps" / "exp" / "quickstart.yaml").read_text())))
+    assert named - {"name"} <= FOR_TIME, (
+        f"quickstart.yaml sets {sorted(named - {'name'} - FOR_TIME)}, which are not for time: "
+        "make them the defaults (nbs/core/01_config.ipynb) instead"
+    )
+    main, dflt = (_flat(config_to_dict(load_config(c, root=ROOT))) for c in ("quickstart", None))
+    assert {k for k in dflt if main[k] != dflt[k]} <= named
 
 
 @pytest.fixture(scope="module")

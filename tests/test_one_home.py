@@ -137,12 +137,17 @@ def _config_defaults() -> dict[str, list]:
     return out
 
 
-# Benchmarks' measurement points, which are theirs to choose (a changed train.batch must not move
-# the GPU targets).
+# Benchmarks' measurement points and the toy loops' own settings, which are theirs to choose (a
+# changed train.batch must not move the GPU targets, nor a changed train.lr the one-batch overfit);
+# some equal the main job's defaults, which are not what they mean.
 BENCH_POINTS = {
     ("gpu.py", "loop_config", "batch"),
     ("model_bench.py", "bench_throughput", "batch"),
+    ("model_bench.py", "bench_cpu", "batch"),
     ("train.py", "bench_train", "size"),
+    ("train.py", "bench_train", "precision"),
+    ("train.py", "overfit_one_batch", "lr"),
+    ("train.py", "quick_train", "batch"),
     ("data_cli.py", "bench_data", "batch"),
 }
 

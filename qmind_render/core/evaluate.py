@@ -23,7 +23,7 @@ from qmind_render.core.checkpoint import (
     load_model,
     run_dir_of,
 )
-from .config import load_config
+from .config import config_from_dict, load_config
 from .device import pick_device, precision_dtype
 from ..data.cache import fetch
 from ..data.dataset import DatasetError
@@ -170,7 +170,7 @@ def load_for_eval(
     except CheckpointError as e:
         raise EvalError(str(e)) from None
     ck = load_checkpoint(path, use="evaluate it with qmind eval {path}")
-    cfg = load_config(dict(ck["config"]), list(overrides))
+    cfg = config_from_dict(ck["config"], overrides)
     dev = pick_device(device or cfg.eval.device, key="eval.device")
     try:
         ds = fetch(open_store(cfg.data.store), cfg.data.dataset)

@@ -105,7 +105,8 @@ def _cpu_variants(size: str, batch: int, compile: bool):
     """(ours, diffusers' twin) in fp32, channels-last, bf16 autocast, and ours compiled: {name:
     (model, autocast)}."""
     torch.manual_seed(0)
-    ours = build_model(model_config(size=size, channels_last=False))
+    # the main job's encodings, but no per-pixel head: the twin has none, so both are one U-Net
+    ours = build_model(model_config(size=size, channels_last=False, pixel_head=0))
     theirs = _DiffusersAdapter(ours, diffusers_twin(ours))
     cl = lambda m: (setattr(m, "channels_last", True), m.to(memory_format=torch.channels_last))[1]
     v = {

@@ -672,19 +672,21 @@ def overfit_one_batch(
     steps: int = 300,
     lr: float = 2e-3,
     seed: int = 0,
+    loss: str | None = None,
 ) -> list[float]:
-    "Train on one fixed (batch, t, noise) draw; the loss after each step."
+    """Train on one fixed (batch, t, noise) draw; the loss (`train.loss`'s kind, None: its
+    default) after each step."""
     g = torch.Generator(x0.device).manual_seed(seed)
     t = torch.randint(0, diffusion.T, (x0.shape[0],), generator=g, device=x0.device)
     noise = torch.randn(x0.shape, generator=g, device=x0.device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     losses = []
     for _ in range(steps):
-        loss = diffusion_loss(model, diffusion, x0, cond, t=t, noise=noise)
+        value = diffusion_loss(model, diffusion, x0, cond, t=t, noise=noise, loss=loss)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        value.backward()
         opt.step()
-        losses.append(loss.item())
+        losses.append(value.item())
     return losses
 
 # %% ../../nbs/core/50_train.ipynb #74a2d691
