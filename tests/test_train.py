@@ -65,6 +65,9 @@ def args(data, name, steps=12, *extra):
         "tracker=none",
         "train.lr=1e-3",
         "train.ckpt_every_steps=2",
+        # the one-step fine-tune in the last 2 steps: a run of 12 has both phases (the main job's
+        # 700 would make every step of these runs one)
+        "train.finetune_steps=2",
         *extra,
     ]
 

@@ -380,7 +380,7 @@ def check_resume(
     """Refuse a checkpoint from an incompatible config or contract version, or (given this run's
     dataset's `dataset_sha256`) one trained on other content under the same dataset name, naming
     what differs."""
-    # keys added since: their defaults
+    # keys added since: their values from before they existed (config_from_dict)
     now, then = config_to_dict(cfg), config_to_dict(config_from_dict(ckpt["config"]))
     diff = [k for k in RESUME_FIXED if _get(now, k) != _get(then, k)]
     if diff:

@@ -303,8 +303,8 @@ SWITCHES = tuple(k for k, f in config_fields().items() if f.metadata.get("switch
 
 
 def switches(config: dict) -> dict:
-    """The `SWITCHES` a run's config sets, keys added since it ran taking their defaults (as a
-    checkpoint's do)."""
+    """The `SWITCHES` a run's config sets, keys added since it ran taking their values from before
+    they existed (as a checkpoint's do: `config_from_dict`)."""
     from qmind_render.core.config import config_from_dict, config_to_dict
 
     sw = config_to_dict(config_from_dict(config))
