@@ -165,7 +165,8 @@ class Factor:
     name: str
     tables: tuple[str, ...]
     plane_names: Callable[[dict], list[str]]
-    planes: Callable[[ConditionEncoder, dict], torch.Tensor]
+    # (the ConditionEncoder, a cond) -> planes; its class is defined below, so typed as a Module
+    planes: Callable[[nn.Module, dict], torch.Tensor]
 
     @property
     def vec_table(self) -> str:
