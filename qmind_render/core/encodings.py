@@ -165,7 +165,6 @@ class Factor:
     name: str
     tables: tuple[str, ...]
     plane_names: Callable[[dict], list[str]]
-    # (the ConditionEncoder, a cond) -> planes; its class is defined below, so typed as a Module
     planes: Callable[[nn.Module, dict], torch.Tensor]
 
     @property
@@ -177,7 +176,7 @@ class Factor:
         return f"{self.name}_proj"
 
 
-def _theme_planes(e: ConditionEncoder, cond: dict) -> torch.Tensor:
+def _theme_planes(e: nn.Module, cond: dict) -> torch.Tensor:
     """The (base, accent) colours the theme gives each pixel's surface (its material's on walls),
     then the theme's pattern numbers, constant."""
     surf, mat, theme = cond["surface"].long(), cond["material"].long(), cond["theme"].long()
@@ -189,7 +188,7 @@ def _theme_planes(e: ConditionEncoder, cond: dict) -> torch.Tensor:
     return torch.cat([palette * 2 - 1, pattern * 2 - 1], -1)
 
 
-def _lighting_planes(e: ConditionEncoder, cond: dict) -> torch.Tensor:
+def _lighting_planes(e: nn.Module, cond: dict) -> torch.Tensor:
     "The lighting setup's vector, constant over the frame."
     B, H, W = cond["surface"].shape
     return e.lighting_vec[cond["lighting"].long()][:, None, None].expand(B, H, W, -1) * 2 - 1
@@ -217,21 +216,22 @@ class Encoding:
     keeps what it needs on the `ConditionEncoder` (`install`: buffers and modules, under the names
     checkpoints hold), names its per-pixel planes (`plane_names`) and makes them (`planes`, each
     [B, H, W, c]) and its global vector (`vec`, [B, E] or None) from a `cond`. The base class keeps
-    nothing and makes nothing."""
+    nothing and makes nothing. (`e` is the `ConditionEncoder`, typed as the `nn.Module` it is
+    because its class comes after the encodings.)"""
 
     plane_names: list[str] = []
 
-    def install(self, e: ConditionEncoder, tables: dict) -> None:
+    def install(self, e: nn.Module, tables: dict) -> None:
         pass
 
-    def planes(self, e: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
+    def planes(self, e: nn.Module, cond: dict) -> list[torch.Tensor]:
         return []
 
-    def vec(self, e: ConditionEncoder, cond: dict) -> torch.Tensor | None:
+    def vec(self, e: nn.Module, cond: dict) -> torch.Tensor | None:
         return None
 
 
-def keep_tables(e: ConditionEncoder, tables: dict, names: tuple[str, ...]) -> None:
+def keep_tables(e: nn.Module, tables: dict, names: tuple[str, ...]) -> None:
     "Register `tables`' `names` on `e` as float32 buffers, saved with the weights."
     for k in names:
         e.register_buffer(k, torch.as_tensor(np.asarray(tables[k]), dtype=torch.float32))
