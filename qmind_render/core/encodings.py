@@ -27,6 +27,7 @@ from qmind_render.contracts import (
     theme_parts,
     theme_vector,
 )
+from ..world.grid import lighting_vector, load_grid
 
 # %% auto #0
 __all__ = ['ENCODINGS', 'THEME', 'LIGHTING', 'COND_KEYS', 'ModelInputError', 'check_tensor', 'register', 'encoding_class',
@@ -131,8 +132,6 @@ def _palette(parts: dict, spec: ChannelSpec) -> np.ndarray:
 # %% ../../nbs/core/39_encodings.ipynb #09c3f5e5
 def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
     "Per-theme and per-lighting numbers the encoders look up by id (float32, all in [0, 1])."
-    from qmind_render.world.grid import lighting_vector, load_grid
-
     grid, spec, schema = grid or load_grid(), spec or load_spec(), load_theme_schema()
     parts = [theme_parts(t, schema) for t in grid.themes]
     pattern = [p for p in schema.param_paths if p.startswith("pattern.")]
