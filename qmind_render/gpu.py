@@ -79,8 +79,9 @@ def _data(cfg) -> None:
 # %% ../nbs/77_gpu.ipynb #aa0bfcc3
 def loop_throughput(overrides: list[str], root: Path) -> dict:
     """Train the run `overrides` describe with `train`; its samples/s (median of the log lines after
-    the first) and step time."""
-    cfg = load_config(None, overrides)
+    the first) and step time. The run is the GPU recipe's model and objective
+    (`sweeps/exp/gpu.yaml`, what the targets were set on), not the CPU main job's."""
+    cfg = load_config("gpu", overrides)
     _data(cfg)
     res = train(cfg, root / "runs")
     m = read_metrics(Path(res["run_dir"]))[1:] or read_metrics(Path(res["run_dir"]))
@@ -111,7 +112,9 @@ def profile_steps(
     device busy fraction, top ops."""
     from torch.profiler import ProfilerActivity, profile
 
-    cfg = load_config(None, overrides + ["name=bench-gpu-profile", f"train.steps={warmup + steps}"])
+    cfg = load_config(
+        "gpu", overrides + ["name=bench-gpu-profile", f"train.steps={warmup + steps}"]
+    )
     _data(cfg)
     r = setup(cfg, root / "runs")
     cuda = r.device.type == "cuda"

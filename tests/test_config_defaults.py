@@ -43,7 +43,7 @@ def resolved() -> dict[str, dict]:
         cfg = config_from_dict(yaml.safe_load(p.read_text()))
         out["saved"][str(p.relative_to(ROOT))] = config_to_dict(cfg)
     for p in [SHIPPED, *sorted(GOLDEN.parent.rglob("*.pt"))]:
-        ck = torch.load(p, weights_only=False, map_location="cpu")
+        ck = torch.load(p, weights_only=True, map_location="cpu")
         out["saved"][str(p.relative_to(ROOT))] = config_to_dict(config_from_dict(ck["config"]))
     return out
 
