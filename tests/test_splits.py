@@ -27,7 +27,7 @@ from qmind_render.data.splits import (
 ROOT = Path(__file__).resolve().parents[1]
 G = Grid(5, 5, 4)
 SCHEMES = ["random_15", "balanced_20", "coverage_50", "novelty0_75", "novelty1_75"]
-SCHEMES += ["novelty2_75", "novelty3_50", "theme_2"]
+SCHEMES += ["novelty2_75", "novelty3_50", "theme_2", "nested_50"]
 
 # The held-out cells (grid indices) of the committed split files before they had validation
 # cells (version 1, commit 1cc55dd): the committed models were trained without exactly these.
@@ -195,3 +195,12 @@ def test_apply_split_gives_validation_and_test_frames_and_the_leak_check_holds()
     for row in (0, 1, 3):  # a validation cell, a test cell, either beside a training cell
         with pytest.raises(LeakError, match="sample 0 shows held-out cell"):
             assert_no_leak(cells[[row]], s)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_nested_draws_nest_for_one_seed_and_keep_every_level(seed):
+    train = [set(make_split(f"nested_{p}", G, seed=seed).cells("train")) for p in (10, 25, 50, 75)]
+    assert train[0] < train[1] < train[2] < train[3]
+    assert [len(t) for t in train] == [10, 25, 50, 75]
+    t = np.array(sorted(train[0]))
+    assert [len(set(t[:, f])) for f in range(3)] == [5, 5, 4]

@@ -88,7 +88,7 @@ def _data_parser():
     s = sub.add_parser(
         "split",
         help="write sweeps/splits/NAME.yaml: its validation and test cells (random_K, balanced_K, "
-        "coverage_P, novelty{N}_P or theme_T)",
+        "coverage_P, nested_P, novelty{N}_P or theme_T)",
     )
     s.add_argument("name", help="e.g. balanced_20, novelty1_75, theme_castle, coverage_75-s2")
     s.add_argument(

@@ -20,9 +20,9 @@ from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['PARTS', 'Cell', 'EXTRAPOLATION', 'NOVELTY_NAMES', 'SPLIT_VERSION', 'SPLIT_SCHEMA', 'Split', 'cell_novelty', 'novelty',
-           'novelty_counts', 'pairs_seen', 'balanced_cells', 'novelty_cells', 'SplitName', 'partition_cells',
-           'seeded_name', 'make_split', 'split_path', 'save_split', 'find_split', 'SplitError', 'split_problem',
-           'load_split', 'split_figure', 'LeakError', 'assert_no_leak', 'apply_split']
+           'novelty_counts', 'pairs_seen', 'balanced_cells', 'novelty_cells', 'nested_cells', 'SplitName',
+           'partition_cells', 'seeded_name', 'make_split', 'split_path', 'save_split', 'find_split', 'SplitError',
+           'split_problem', 'load_split', 'split_figure', 'LeakError', 'assert_no_leak', 'apply_split']
 
 # %% ../../nbs/data/33_splits.ipynb #b699474b
 PARTS = ("heldout", "validation", "test", "train")
@@ -98,7 +98,7 @@ def _counts(held, sizes: tuple) -> list[np.ndarray]:
     keys, n = _keys(held, sizes)
     return [np.bincount(key, minlength=m) for key, m in zip(keys, n)]
 
-# %% ../../nbs/data/33_splits.ipynb #a49c72e5
+# %% ../../nbs/data/33_splits.ipynb #a8f9af87
 EXTRAPOLATION = 4
 NOVELTY_NAMES = {0: "novelty 0", 1: "novelty 1", 2: "novelty 2", 3: "novelty 3", 4: "new level"}
 
@@ -172,7 +172,7 @@ def balanced_cells(grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
             return cells[sorted(held)]
     raise ValueError(f"balanced_{k}: no balanced set of {k} cells keeps every pair of levels seen")
 
-# %% ../../nbs/data/33_splits.ipynb #aab9cded
+# %% ../../nbs/data/33_splits.ipynb #46efb05a
 def _unit(grid: Grid, centre: Cell, free) -> np.ndarray:
     """Cell indices of the lines through `centre` along each factor in `free`: a line is every cell
     that shares `centre`'s levels of the two other factors (4 or 5 cells)."""
@@ -230,12 +230,36 @@ def novelty_cells(grid: Grid, level: int, k: int, rng: np.random.Generator) -> n
         raise ValueError(f"no unit of novelty {level} fits in {k} cells with every level seen")
     return cells[best]
 
+# %% ../../nbs/data/33_splits.ipynb #c15216a0
+def nested_cells(grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
+    """`k` held-out cells (rows of indices, sorted): the first `k` of one random order of the cells
+    that leave every level a training cell (a cell that would take a level's last one is passed
+    over). The order does not depend on `k`, so for one seed the draws nest: `nested_75`'s training
+    cells hold `nested_50`'s, which hold `nested_25`'s (a coverage curve compares like with
+    like)."""
+    sizes = (grid.theme, grid.material, grid.light)
+    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
+    left = [np.bincount(cells[:, f], minlength=n) for f, n in enumerate(sizes)]
+    held = []
+    for i in rng.permutation(grid.n_cells):
+        if len(held) == k:
+            break
+        if all(left[f][cells[i, f]] > 1 for f in range(3)):
+            held.append(i)
+            for f in range(3):
+                left[f][cells[i, f]] -= 1
+    if len(held) < k:
+        raise ValueError(
+            f"at most {len(held)} cells can be held out with every level seen, not {k}"
+        )
+    return cells[sorted(held)]
+
 # %% ../../nbs/data/33_splits.ipynb #fd3a1db5
-_SCHEMES = ("random", "balanced", "coverage", "novelty", "theme")
 _GRAMMAR = (
     "use random_K (K cells held out), balanced_K (K cells, every level held out equally often), "
     "coverage_P (P% seen in training), novelty{N}_P (held-out cells of novelty N, 0..3, P% seen) "
-    "or theme_T (leave theme T out: its index or name), optionally ending -s{S} (draw seed S)"
+    "theme_T (leave theme T out: its index or name) or nested_P (P% seen, nested in P), optionally "
+    "ending -s{S} (draw seed S)"
 )
 
 
@@ -253,7 +277,7 @@ class SplitName:
         base, s = name, None
         if re.fullmatch(r".+-s\d+", name):
             base, _, s = name.rpartition("-s")
-        m = re.fullmatch(r"(random|balanced|coverage|theme|novelty([0-3]))_(\w+)", base)
+        m = re.fullmatch(r"(random|balanced|coverage|nested|theme|novelty([0-3]))_(\w+)", base)
         if not m or (m[1] != "theme" and not m[3].isdigit()):
             raise ValueError(f"unknown split scheme {name!r}: {_GRAMMAR}")
         scheme, level = ("novelty", int(m[2])) if m[2] else (m[1], None)
@@ -261,13 +285,13 @@ class SplitName:
 
 
 def _n_held_out(name: str, sn: SplitName, grid: Grid) -> int:
-    share = sn.scheme in ("coverage", "novelty")
+    share = sn.scheme in ("coverage", "nested", "novelty")
     k = grid.n_cells - round(grid.n_cells * int(sn.num) / 100) if share else int(sn.num)
     if not 0 < k < grid.n_cells:
         raise ValueError(f"split {name!r} would hold out {k} of {grid.n_cells} cells")
     return k
 
-# %% ../../nbs/data/33_splits.ipynb #9c0277f1
+# %% ../../nbs/data/33_splits.ipynb #5f02a8aa
 def partition_cells(
     grid: Grid, held: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -363,6 +387,8 @@ def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
                 held = balanced_cells(grid, k, rng)
             elif sn.scheme == "novelty":
                 held = novelty_cells(grid, sn.level, k, rng)
+            elif sn.scheme == "nested":
+                held = nested_cells(grid, k, np.random.default_rng([seed, grid.n_cells, 2]))
             else:
                 held = _random_cells(name, grid, k, rng)
         except ValueError as e:  # novelty_cells' reasons do not name the split
@@ -540,7 +566,7 @@ def load_split(name: str, root: Path | str | None = None) -> Split:
         d.get("version", 1),
     )
 
-# %% ../../nbs/data/33_splits.ipynb #3820d1f2
+# %% ../../nbs/data/33_splits.ipynb #b9ad81ce
 def split_figure(split: Split, names: tuple | None = None):
     """The split drawn on the factor grid (`viz.heatmap`: a row per theme and lighting, a column per
     material): training cells light, validation cells blue, test cells orange, each held-out cell's
