@@ -56,7 +56,9 @@ def test_gen_ls_verify_show(work):
     )
     assert s.returncode == 0, s.stderr
     facts = json.loads(s.stdout[: s.stdout.rindex("}") + 1])
-    assert facts["samples"] == 60 and sum(facts["split random_15"].values()) == 60
+    kept = facts["split random_15"]
+    assert facts["samples"] == 60 and sum(kept[k] for k in ("train", "heldout", "dropped")) == 60
+    assert kept["validation"] + kept["test"] <= kept["heldout"]
     assert (work / "sheet.png").stat().st_size > 1000
     again = qmind("data", "gen", *TINY, cwd=work, env=env)
     assert (
@@ -143,11 +145,16 @@ def test_split_files_are_versioned_not_overwritten(work, tmp_path):
     d = tmp_path / "elsewhere"
     d.mkdir()
     assert qmind("data", "split", "random_30", cwd=d).returncode == 0
-    assert "held_out" in (d / "sweeps" / "splits" / "random_30.yaml").read_text()
+    text = (d / "sweeps" / "splits" / "random_30.yaml").read_text()
+    assert "\nvalidation:\n" in text and "\ntest:\n" in text and "held_out" not in text
     r = qmind("data", "split", "random_30", cwd=d)
     assert r.returncode == 2 and "--force" in r.stderr
+    seeded = qmind("data", "split", "random_30", "--seed", "2", cwd=d)
+    assert seeded.stdout.strip() == "sweeps/splits/random_30-s2.yaml", seeded.stderr
+    assert "seed: 2\n" in (d / "sweeps" / "splits" / "random_30-s2.yaml").read_text()
     bad = qmind("data", "split", "half_and_half", cwd=d)
-    assert bad.returncode == 2 and "random_K" in bad.stderr
+    assert bad.returncode == 2 and "random_K" in bad.stderr and "novelty{N}_P" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
 @pytest.mark.parametrize("workers", ["-3", "0"])

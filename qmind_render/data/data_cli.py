@@ -28,7 +28,14 @@ from qmind_render.data.generate import (
     summary,
 )
 from .loader import make_loader
-from .splits import apply_split, load_split, make_split, save_split, split_path
+from qmind_render.data.splits import (
+    apply_split,
+    load_split,
+    make_split,
+    save_split,
+    seeded_name,
+    split_path,
+)
 from .stores import Store, open_store
 from ..util import save_image
 from ..world.grid import load_grid
@@ -78,9 +85,15 @@ def _data_parser():
     sub.choices["show"].add_argument(
         "--out", default=None, help="sample sheet PNG (default: <dataset>-samples.png)"
     )
-    s = sub.add_parser("split", help="write sweeps/splits/NAME.yaml (random_K or coverage_P)")
-    s.add_argument("name")
-    s.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser(
+        "split",
+        help="write sweeps/splits/NAME.yaml: its validation and test cells (random_K, balanced_K, "
+        "coverage_P, nested_P, novelty{N}_P or theme_T)",
+    )
+    s.add_argument("name", help="e.g. balanced_20, novelty1_75, theme_castle, coverage_75-s2")
+    s.add_argument(
+        "--seed", type=int, default=0, help="draw seed S (other than 0: writes NAME-s{S}.yaml)"
+    )
     s.add_argument("--force", action="store_true")
     return p
 
@@ -143,12 +156,13 @@ def data_main(argv: list[str]) -> int:
         print(f"dataset {m.id}: {m.n_samples} samples in {len(m.shards)} shards, id {m.content_id}")
         return 0
     if a.cmd == "split":
-        if split_path(a.name).exists() and not a.force:
+        name = seeded_name(a.name, a.seed)
+        if split_path(name).exists() and not a.force:
             raise ValueError(
-                f"{split_path(a.name)} exists (splits are versioned with experiments; "
+                f"{split_path(name)} exists (splits are versioned with experiments; "
                 "--force to rewrite)"
             )
-        print(save_split(make_split(a.name, seed=a.seed)))
+        print(save_split(make_split(name)))
         return 0
     store = open_store(a.store)
     if a.cmd == "ls":

@@ -7,6 +7,7 @@ Docs: https://qmind.github.io/qmind-render/data/splits.html.md"""
 # %% ../../nbs/data/33_splits.ipynb #81acee18
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -15,43 +16,70 @@ import numpy as np
 from ..contracts import UserError, project_dirs
 from .dataset import Grid
 from ..util import atomic_write
+from ..world.grid import load_grid
 
 # %% auto #0
-__all__ = ['SPLIT_SCHEMA', 'Split', 'pairs_seen', 'balanced_cells', 'make_split', 'split_path', 'save_split', 'find_split',
-           'SplitError', 'split_problem', 'load_split', 'LeakError', 'assert_no_leak', 'apply_split']
+__all__ = ['PARTS', 'Cell', 'EXTRAPOLATION', 'NOVELTY_NAMES', 'SPLIT_VERSION', 'SPLIT_SCHEMA', 'Split', 'cell_novelty', 'novelty',
+           'novelty_counts', 'pairs_seen', 'balanced_cells', 'novelty_cells', 'nested_cells', 'SplitName',
+           'partition_cells', 'seeded_name', 'make_split', 'split_path', 'save_split', 'find_split', 'SplitError',
+           'split_problem', 'load_split', 'split_figure', 'LeakError', 'assert_no_leak', 'apply_split']
 
 # %% ../../nbs/data/33_splits.ipynb #b699474b
+PARTS = ("heldout", "validation", "test", "train")
+Cell = tuple[int, int, int]
+
+
+def _cells(cells) -> tuple[Cell, ...]:
+    "Cells as a sorted tuple of (t, m, l) int tuples."
+    return tuple(sorted(tuple(int(v) for v in c) for c in cells))
+
+
 @dataclass(frozen=True)
 class Split:
-    "A holdout scheme: the held-out cells of a grid."
+    """A holdout scheme on a grid: the held-out cells, as `validation` cells (every choice is made
+    on them) and `test` cells (scored once, reported); every other cell is a training cell. Version
+    1 files named only the held-out cells: read back, they are all test cells (`has_validation` is
+    False)."""
 
     name: str
     grid: Grid
-    held_out: tuple[tuple[int, int, int], ...]
+    validation: tuple[Cell, ...]
+    test: tuple[Cell, ...]
     seed: int = 0
-    version: int = 1
+    version: int = 2
 
-    def mask(self) -> np.ndarray:
-        "Boolean [n_cells]: True for held-out cells."
+    def __post_init__(self):
+        object.__setattr__(self, "validation", _cells(self.validation))
+        object.__setattr__(self, "test", _cells(self.test))
+        both = sorted(set(self.validation) & set(self.test))
+        if both:
+            raise ValueError(f"split {self.name}: cell {both[0]} is both validation and test")
+
+    @property
+    def held_out(self) -> tuple[Cell, ...]:
+        "Every held-out cell, validation and test, sorted."
+        return tuple(sorted(self.validation + self.test))
+
+    @property
+    def has_validation(self) -> bool:
+        "False for a version-1 split: its held-out cells are all test cells."
+        return bool(self.validation)
+
+    def cells(self, part: str = "heldout") -> tuple[Cell, ...]:
+        "The cells of `part` ('heldout' | 'validation' | 'test' | 'train'), sorted."
+        if part not in PARTS:
+            raise ValueError(f"unknown split part {part!r}: use one of {', '.join(PARTS)}")
+        if part == "train":
+            held = set(self.held_out)
+            n = self.grid.n_cells
+            return tuple(c for c in map(self.grid.cell, range(n)) if c not in held)
+        return {"heldout": self.held_out, "validation": self.validation, "test": self.test}[part]
+
+    def mask(self, part: str = "heldout") -> np.ndarray:
+        "Boolean [n_cells]: True for the cells of `part` (default: every held-out cell)."
         m = np.zeros(self.grid.n_cells, bool)
-        m[[self.grid.index(*c) for c in self.held_out]] = True
+        m[[self.grid.index(*c) for c in self.cells(part)]] = True
         return m
-
-# %% ../../nbs/data/33_splits.ipynb #fd3a1db5
-_SCHEMES = ("random", "balanced", "coverage")
-
-
-def _n_held_out(name: str, grid: Grid) -> int:
-    scheme, _, num = name.rpartition("_")
-    if not num.isdigit() or scheme not in _SCHEMES:
-        raise ValueError(
-            f"unknown split scheme {name!r}: use random_K (K cells held out), balanced_K (K cells, "
-            "every level held out equally often) or coverage_P (P% seen in training)"
-        )
-    k = grid.n_cells - round(grid.n_cells * int(num) / 100) if scheme == "coverage" else int(num)
-    if not 0 < k < grid.n_cells:
-        raise ValueError(f"split {name!r} would hold out {k} of {grid.n_cells} cells")
-    return k
 
 # %% ../../nbs/data/33_splits.ipynb #9321a7f5
 _PAIRS = ((0, 1, 2), (0, 2, 1), (1, 2, 0))  # two factors, and the third
@@ -69,6 +97,38 @@ def _counts(held, sizes: tuple) -> list[np.ndarray]:
     "How often each level, then each pair of levels, is held out: one array per factor and pair."
     keys, n = _keys(held, sizes)
     return [np.bincount(key, minlength=m) for key, m in zip(keys, n)]
+
+# %% ../../nbs/data/33_splits.ipynb #a8f9af87
+EXTRAPOLATION = 4
+NOVELTY_NAMES = {0: "novelty 0", 1: "novelty 1", 2: "novelty 2", 3: "novelty 3", 4: "new level"}
+
+
+def cell_novelty(grid: Grid, held: np.ndarray) -> np.ndarray:
+    """Int [n_cells] for the held-out mask `held` (bool [n_cells]): for a held-out cell, how many of
+    its three pairs of levels (theme and material, theme and lighting, material and lighting) no
+    training cell shows, 0..3, or `EXTRAPOLATION` (4) when one of its levels is in no training
+    cell at all; -1 for a training cell."""
+    sizes = (grid.theme, grid.material, grid.light)
+    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
+    keys, n = _keys(cells, sizes)
+    seen = [np.bincount(key[~held], minlength=m) > 0 for key, m in zip(keys, n)]
+    new_level = np.any([~s[key] for key, s in zip(keys[:3], seen[:3])], 0)
+    new_pairs = np.sum([~s[key] for key, s in zip(keys[3:], seen[3:])], 0)
+    return np.where(held, np.where(new_level, EXTRAPOLATION, new_pairs), -1)
+
+
+def novelty(split: Split) -> np.ndarray:
+    """Int [n_cells]: each held-out cell's novelty given the split's training cells (`cell_novelty`:
+    0..3 pairs of levels never trained on, 4 a level never trained on), -1 for training cells.
+    `NOVELTY_NAMES` names the levels for tables ("new level": a theme, material or lighting that no
+    training cell shows, as in leave-one-theme-out)."""
+    return cell_novelty(split.grid, split.mask())
+
+
+def novelty_counts(split: Split, part: str = "heldout") -> dict[int, int]:
+    "How many cells of `part` ('heldout' | 'validation' | 'test') each novelty level has."
+    nov = novelty(split)[split.mask(part)]
+    return {int(v): int((nov == v).sum()) for v in np.unique(nov)}
 
 # %% ../../nbs/data/33_splits.ipynb #8e465f65
 def pairs_seen(held: np.ndarray, grid: Grid) -> bool:
@@ -112,24 +172,229 @@ def balanced_cells(grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
             return cells[sorted(held)]
     raise ValueError(f"balanced_{k}: no balanced set of {k} cells keeps every pair of levels seen")
 
+# %% ../../nbs/data/33_splits.ipynb #46efb05a
+def _unit(grid: Grid, centre: Cell, free) -> np.ndarray:
+    """Cell indices of the lines through `centre` along each factor in `free`: a line is every cell
+    that shares `centre`'s levels of the two other factors (4 or 5 cells)."""
+    sizes = (grid.theme, grid.material, grid.light)
+    out = {
+        grid.index(*(v if f == g else centre[g] for g in range(3)))
+        for f in free
+        for v in range(sizes[f])
+    }
+    return np.array(sorted(out))
+
+
+def novelty_cells(grid: Grid, level: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Up to `k` held-out cells (rows of indices, sorted) built to have novelty `level`. Level 0:
+    exactly `k` cells at random, drawn again until every pair of levels keeps a training cell (so
+    every held-out cell is novelty 0; `balanced_K` is the evenly spread design of it). Level N of
+    1..3 is made of units of N lines through one cell (1: a line, 4-5 cells; 2: two crossing lines,
+    8-9 cells; 3: a star of three lines, 12 cells): a line holds out a pair of levels whole, so its
+    cells are novelty 1 at least and the centre of N lines novelty N. Units are drawn at random,
+    never overlapping, and kept only where every held-out cell stays at novelty N or below (so
+    every level keeps training cells), until no unit fits in `k`; of up to 20 such draws the first
+    that reaches `k`, else the largest, is kept. It guarantees at least one novelty-N cell per unit
+    (every held-out cell at level 1) and no cell above N; the units' other cells keep their own
+    lower novelty; a draw stops when less than the smallest unit is left to fill (or after 500
+    tries)."""
+    cells, n = np.array([grid.cell(i) for i in range(grid.n_cells)]), grid.n_cells
+    if level == 0:
+        for _ in range(10_000):
+            held = cells[np.sort(rng.choice(n, size=k, replace=False))]
+            if pairs_seen(held, grid):
+                return held
+        raise ValueError(f"no draw of {k} cells kept every pair of levels seen (try balanced_{k})")
+    smallest = 4 * level if level < 3 else 12
+    if k < smallest:
+        raise ValueError(f"novelty {level} needs at least {smallest} held-out cells, not {k}")
+    best = np.zeros(n, bool)
+    for _ in range(20):
+        held = np.zeros(n, bool)
+        for _ in range(500):
+            if k - held.sum() < smallest:
+                break
+            centre = grid.cell(int(rng.integers(n)))
+            unit = _unit(grid, centre, sorted(rng.choice(3, level, replace=False).tolist()))
+            if held[unit].any() or held.sum() + len(unit) > k:
+                continue
+            trial = held.copy()
+            trial[unit] = True
+            if cell_novelty(grid, trial).max() <= level:
+                held = trial
+        if held.sum() > best.sum():
+            best = held
+        if best.sum() == k:
+            break
+    if not best.any():
+        raise ValueError(f"no unit of novelty {level} fits in {k} cells with every level seen")
+    return cells[best]
+
+# %% ../../nbs/data/33_splits.ipynb #c15216a0
+def nested_cells(grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
+    """`k` held-out cells (rows of indices, sorted): the first `k` of one random order of the cells
+    that leave every level a training cell (a cell that would take a level's last one is passed
+    over). The order does not depend on `k`, so for one seed the draws nest: `nested_75`'s training
+    cells hold `nested_50`'s, which hold `nested_25`'s (a coverage curve compares like with
+    like)."""
+    sizes = (grid.theme, grid.material, grid.light)
+    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
+    left = [np.bincount(cells[:, f], minlength=n) for f, n in enumerate(sizes)]
+    held = []
+    for i in rng.permutation(grid.n_cells):
+        if len(held) == k:
+            break
+        if all(left[f][cells[i, f]] > 1 for f in range(3)):
+            held.append(i)
+            for f in range(3):
+                left[f][cells[i, f]] -= 1
+    if len(held) < k:
+        raise ValueError(
+            f"at most {len(held)} cells can be held out with every level seen, not {k}"
+        )
+    return cells[sorted(held)]
+
+# %% ../../nbs/data/33_splits.ipynb #fd3a1db5
+_GRAMMAR = (
+    "use random_K (K cells held out), balanced_K (K cells, every level held out equally often), "
+    "coverage_P (P% seen in training), novelty{N}_P (held-out cells of novelty N, 0..3, P% seen) "
+    "theme_T (leave theme T out: its index or name) or nested_P (P% seen, nested in P), optionally "
+    "ending -s{S} (draw seed S)"
+)
+
+
+@dataclass(frozen=True)
+class SplitName:
+    "A split's name read: its scheme, the scheme's number, the novelty level, the draw seed."
+
+    scheme: str
+    num: str
+    level: int | None = None
+    seed: int | None = None
+
+    @classmethod
+    def parse(cls, name: str) -> SplitName:
+        base, s = name, None
+        if re.fullmatch(r".+-s\d+", name):
+            base, _, s = name.rpartition("-s")
+        m = re.fullmatch(r"(random|balanced|coverage|nested|theme|novelty([0-3]))_(\w+)", base)
+        if not m or (m[1] != "theme" and not m[3].isdigit()):
+            raise ValueError(f"unknown split scheme {name!r}: {_GRAMMAR}")
+        scheme, level = ("novelty", int(m[2])) if m[2] else (m[1], None)
+        return cls(scheme, m[3], level, int(s) if s is not None else None)
+
+
+def _n_held_out(name: str, sn: SplitName, grid: Grid) -> int:
+    share = sn.scheme in ("coverage", "nested", "novelty")
+    k = grid.n_cells - round(grid.n_cells * int(sn.num) / 100) if share else int(sn.num)
+    if not 0 < k < grid.n_cells:
+        raise ValueError(f"split {name!r} would hold out {k} of {grid.n_cells} cells")
+    return k
+
+# %% ../../nbs/data/33_splits.ipynb #5f02a8aa
+def partition_cells(
+    grid: Grid, held: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out cells `held` (rows of indices) split into validation and test cells: within each
+    novelty level (`cell_novelty` of the held-out set), half of the cells (rounded down) go to
+    validation at random and the rest to test; then a validation and a test cell of one level swap
+    while the swap evens out how every theme, material and lighting divides between the two, until
+    none does (each level's two counts then differ by as little as the levels allow)."""
+    held = np.asarray(held, np.int64).reshape(-1, 3)
+    mask = np.zeros(grid.n_cells, bool)
+    mask[[grid.index(*c) for c in held]] = True
+    level = cell_novelty(grid, mask)[[grid.index(*c) for c in held]]
+    val = np.zeros(len(held), bool)
+    for v in np.unique(level):
+        members = np.flatnonzero(level == v)
+        val[rng.permutation(members)[: len(members) // 2]] = True
+    sizes = (grid.theme, grid.material, grid.light)
+    whole = [np.bincount(held[:, f], minlength=n) for f, n in enumerate(sizes)]
+
+    def uneven(v):
+        return sum(
+            np.abs(2 * np.bincount(held[v, f], minlength=n) - w).sum()
+            for f, (n, w) in enumerate(zip(sizes, whole))
+        )
+
+    order, cost, swapped = rng.permutation(len(held)), uneven(val), True
+    while swapped:
+        swapped = False
+        for i, j in ((i, j) for i in order if val[i] for j in order if not val[j]):
+            if level[i] == level[j]:
+                val[[i, j]] = False, True
+                if uneven(val) < cost:
+                    cost, swapped = uneven(val), True
+                    break
+                val[[i, j]] = True, False
+    return held[val], held[~val]
+
 # %% ../../nbs/data/33_splits.ipynb #a8ed9eb3
-def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
-    """Draw the held-out cells of `name` (on the grid file's shape, `Grid.of()`, unless `grid` is
-    given), keeping every factor value present in training."""
-    grid = grid or Grid.of()
-    k, rng = _n_held_out(name, grid), np.random.default_rng([seed, grid.n_cells])
-    if name.startswith("balanced_"):
-        held = balanced_cells(grid, k, rng)
-        return Split(name, grid, tuple(tuple(int(v) for v in c) for c in held), seed)
+def seeded_name(name: str, seed: int = 0) -> str:
+    """`name` with draw seed `seed` in it: `name-s{seed}` for a seed other than 0 (a name that
+    already ends in `-s{S}` keeps it; a different `seed` is refused)."""
+    sn = SplitName.parse(name)
+    if sn.seed is not None:
+        if seed not in (0, sn.seed):
+            raise ValueError(
+                f"split {name!r} names draw seed {sn.seed}; seed {seed} contradicts it"
+            )
+        return name
+    return f"{name}-s{seed}" if seed else name
+
+
+def _theme(sn: SplitName, grid: Grid) -> int:
+    "The theme index that `theme_T` names, by index or by the grid file's theme name."
+    names = load_grid().theme_names if not sn.num.isdigit() else []
+    t = int(sn.num) if sn.num.isdigit() else names.index(sn.num) if sn.num in names else -1
+    if not 0 <= t < grid.theme:
+        raise ValueError(
+            f"split theme_{sn.num}: no such theme; use an index 0..{grid.theme - 1} or a name "
+            f"({', '.join(load_grid().theme_names)})"
+        )
+    return t
+
+
+def _random_cells(name: str, grid: Grid, k: int, rng: np.random.Generator) -> np.ndarray:
+    "`k` cells at random, drawn again until every level keeps a training cell."
+    cells = np.array([grid.cell(i) for i in range(grid.n_cells)])
     for _ in range(10_000):
         held = np.sort(rng.choice(grid.n_cells, size=k, replace=False))
-        train = np.array([grid.cell(i) for i in range(grid.n_cells) if i not in set(held.tolist())])
-        if all(
-            len(np.unique(train[:, j])) == n
-            for j, n in enumerate((grid.theme, grid.material, grid.light))
-        ):
-            return Split(name, grid, tuple(grid.cell(int(i)) for i in held), seed)
+        train = np.delete(cells, held, axis=0)
+        sizes = (grid.theme, grid.material, grid.light)
+        if all(len(np.unique(train[:, j])) == n for j, n in enumerate(sizes)):
+            return cells[held]
     raise ValueError(f"split {name!r}: could not keep every factor value in training")
+
+
+def make_split(name: str, grid: Grid | None = None, seed: int = 0) -> Split:
+    """Draw split `name` (on the grid file's shape, `Grid.of()`, unless `grid` is given) with draw
+    seed `seed` (or the name's `-s{S}`; a seed other than 0 is added to the name): its held-out
+    cells (every level keeps training cells, except in `theme_T`), then their division into
+    validation and test (`partition_cells`, from a random stream of its own, so the held-out cells
+    are the ones the scheme drew before splits had validation cells)."""
+    grid, name = grid or Grid.of(), seeded_name(name, seed)
+    sn = SplitName.parse(name)
+    seed = sn.seed or 0
+    rng = np.random.default_rng([seed, grid.n_cells])
+    if sn.scheme == "theme":
+        t = _theme(sn, grid)
+        held = np.array([grid.cell(i) for i in range(grid.n_cells) if grid.cell(i)[0] == t])
+    else:
+        k = _n_held_out(name, sn, grid)
+        try:
+            if sn.scheme == "balanced":
+                held = balanced_cells(grid, k, rng)
+            elif sn.scheme == "novelty":
+                held = novelty_cells(grid, sn.level, k, rng)
+            elif sn.scheme == "nested":
+                held = nested_cells(grid, k, np.random.default_rng([seed, grid.n_cells, 2]))
+            else:
+                held = _random_cells(name, grid, k, rng)
+        except ValueError as e:  # novelty_cells' reasons do not name the split
+            raise ValueError(f"split {name!r}: {e}" if sn.scheme == "novelty" else str(e)) from None
+    val, test = partition_cells(grid, held, np.random.default_rng([seed, grid.n_cells, 1]))
+    return Split(name, grid, val, test, seed)
 
 # %% ../../nbs/data/33_splits.ipynb #ba587a08
 def split_path(name: str, root: Path | str = ".") -> Path:
@@ -137,20 +402,28 @@ def split_path(name: str, root: Path | str = ".") -> Path:
 
 # %% ../../nbs/data/33_splits.ipynb #ce076be1
 def save_split(split: Split, root: Path | str = ".") -> Path:
+    """Write `split` to `sweeps/splits/<name>.yaml` under `root`: version 2 lists its `validation`
+    and `test` cells (a version-1 split, read from an old file, is written back as it was)."""
     import yaml
 
+    cells = (
+        {"validation": split.validation, "test": split.test}
+        if split.version >= 2
+        else {"held_out": split.held_out}
+    )
     d = {
         "name": split.name,
         "version": split.version,
         "seed": split.seed,
         "grid": asdict(split.grid),
-        "held_out": [list(c) for c in split.held_out],
+        **{k: [list(c) for c in v] for k, v in cells.items()},
     }
     path = split_path(split.name, root)
     atomic_write(
         path,
         (
-            "# held-out (theme, material, light) cells; made by `qmind data split`\n"
+            "# held-out (theme, material, light) cells, validation and test; "
+            "made by `qmind data split`\n"
             + yaml.safe_dump(d, sort_keys=False, default_flow_style=None)
         ).encode(),
     )
@@ -174,9 +447,19 @@ class SplitError(UserError, ValueError):
 
 # %% ../../nbs/data/33_splits.ipynb #3e187029
 _CELLS = ("theme", "material", "light")
+_CELL_LIST = {
+    "type": "array",
+    "items": {
+        "type": "array",
+        "minItems": 3,
+        "maxItems": 3,
+        "items": {"type": "integer", "minimum": 0},
+    },
+}
+SPLIT_VERSION = 2
 SPLIT_SCHEMA = {
     "type": "object",
-    "required": ["name", "grid", "held_out"],
+    "required": ["name", "grid"],
     "properties": {
         "name": {"type": "string", "minLength": 1},
         "version": {"type": "integer", "minimum": 1},
@@ -187,22 +470,41 @@ SPLIT_SCHEMA = {
             "additionalProperties": False,
             "properties": {k: {"type": "integer", "minimum": 1} for k in _CELLS},
         },
-        "held_out": {
-            "type": "array",
-            "items": {
-                "type": "array",
-                "minItems": 3,
-                "maxItems": 3,
-                "items": {"type": "integer", "minimum": 0},
-            },
-        },
+        "held_out": _CELL_LIST,
+        "validation": _CELL_LIST,
+        "test": _CELL_LIST,
     },
 }
 
 
+def _lists_problem(d) -> str | None:
+    "Which lists of cells `d` must have for its version, and which it must not."
+    v = d.get("version", 1)
+    if v > SPLIT_VERSION:
+        return f"version {v} is newer than this code reads ({SPLIT_VERSION}): update qmind-render"
+    want, not_want = (
+        (["held_out"], ["validation", "test"])
+        if v == 1
+        else (
+            ["validation", "test"],
+            ["held_out"],
+        )
+    )
+    missing = [k for k in want if k not in d]
+    extra = [k for k in not_want if k in d]
+    if missing or extra:
+        return (
+            f"a version-{v} split lists {' and '.join(want)}"
+            + (f"; {', '.join(missing)} missing" if missing else "")
+            + (f"; {', '.join(extra)} belongs to version {2 if v == 1 else 1}" if extra else "")
+        )
+    return None
+
+
 def split_problem(d) -> str | None:
-    """What makes `d` (a split file's YAML) not a split: its shape (`SPLIT_SCHEMA`), or a held-out
-    cell outside its grid; None: nothing."""
+    """What makes `d` (a split file's YAML) not a split: its shape (`SPLIT_SCHEMA`), the lists its
+    version needs (1: `held_out`; 2: `validation` and `test`), a cell outside its grid, or a cell
+    listed twice (validation and test are disjoint); None: nothing."""
     from qmind_render.contracts import jsonschema
 
     if not isinstance(d, dict):
@@ -212,15 +514,16 @@ def split_problem(d) -> str | None:
     )
     if err is not None:
         return f"{'.'.join(map(str, err.absolute_path)) or 'the file'}: {err.message[:120]}"
-    sizes = [d["grid"][k] for k in _CELLS]
-    bad = next(
-        (i for i, c in enumerate(d["held_out"]) if any(v >= n for v, n in zip(c, sizes))), None
-    )
-    if bad is not None:
-        return (
-            f"held_out.{bad}: cell {d['held_out'][bad]} is outside the grid "
-            f"{dict(zip(_CELLS, sizes))}"
-        )
+    if why := _lists_problem(d):
+        return why
+    sizes, seen = [d["grid"][k] for k in _CELLS], {}
+    for key in ("held_out", "validation", "test"):
+        for i, c in enumerate(d.get(key, [])):
+            if any(v >= n for v, n in zip(c, sizes)):
+                return f"{key}.{i}: cell {c} is outside the grid {dict(zip(_CELLS, sizes))}"
+            if tuple(c) in seen:
+                return f"{key}.{i}: cell {c} is listed twice (also {seen[tuple(c)]})"
+            seen[tuple(c)] = f"{key}.{i}"
     return None
 
 # %% ../../nbs/data/33_splits.ipynb #0803ab72
@@ -249,17 +552,44 @@ def load_split(name: str, root: Path | str | None = None) -> Split:
         why = split_problem(d)
     if why:
         raise SplitError(
-            f"split file {path} is not a split: {why}. A split is name, grid "
-            f"{{theme, material, light}} and "
-            f"held_out [[t, m, l], ...]; `qmind data split NAME` writes one"
+            f"split file {path} is not a split: {why}. A split is name, version, grid "
+            f"{{theme, material, light}}, and validation and test [[t, m, l], ...] (version 1: "
+            f"held_out); `qmind data split NAME` writes one"
         )
+    v1 = d.get("version", 1) == 1
     return Split(
         d["name"],
         Grid(**d["grid"]),
-        tuple(tuple(int(v) for v in c) for c in d["held_out"]),
+        () if v1 else d["validation"],
+        d["held_out"] if v1 else d["test"],
         d.get("seed", 0),
         d.get("version", 1),
     )
+
+# %% ../../nbs/data/33_splits.ipynb #b9ad81ce
+def split_figure(split: Split, names: tuple | None = None):
+    """The split drawn on the factor grid (`viz.heatmap`: a row per theme and lighting, a column per
+    material): training cells light, validation cells blue, test cells orange, each held-out cell's
+    novelty written in it (4: a level no training cell shows). `names`: the grid's level names
+    (default: the grid file's). A `Figure`."""
+    from matplotlib.colors import ListedColormap
+
+    from qmind_render.viz import heatmap
+
+    if names is None:
+        fg = load_grid()
+        names = (fg.theme_names, list(fg.materials), fg.lighting_names)
+    part = split.mask("validation") + 2 * split.mask("test")
+    cmap = ListedColormap(["#eeeeee", "#4c78a8", "#f58518"])
+    fig = heatmap(part, names, (), f"{split.name}: train, validation, test", "part", cmap)
+    ax, bar, L = fig.axes[0], fig.axes[1], split.grid.light
+    ax.images[0].set_clim(-0.5, 2.5)
+    bar.set_yticks([0, 1, 2], ["train", "validation", "test"])
+    for i, v in enumerate(novelty(split)):
+        if v >= 0:
+            t, m, l = split.grid.cell(i)
+            ax.text(m, t * L + l, str(v), ha="center", va="center", fontsize=6, color="white")
+    return fig
 
 # %% ../../nbs/data/33_splits.ipynb #8c3613d1
 class LeakError(UserError, AssertionError):
@@ -276,12 +606,17 @@ def assert_no_leak(cells: np.ndarray, split: Split, where: str = "training data"
 
 # %% ../../nbs/data/33_splits.ipynb #94eb01c2
 def apply_split(cells: np.ndarray, split: Split) -> dict[str, np.ndarray]:
-    "Indices of samples for training, held-out evaluation, and the mixed ones dropped."
+    """Indices of samples for training (no held-out cell), held-out evaluation (only held-out
+    cells), and within it `validation` and `test` (only validation cells, only test cells; a frame
+    showing both is in neither), and the mixed ones `dropped` (held-out and training cells)."""
     held = cells[:, split.mask()].any(axis=1)
     seen = cells[:, ~split.mask()].any(axis=1)
+    val, test = (cells[:, split.mask(p)].any(axis=1) for p in ("validation", "test"))
     parts = {
         "train": np.flatnonzero(~held),
         "heldout": np.flatnonzero(held & ~seen),
+        "validation": np.flatnonzero(held & ~seen & ~test),
+        "test": np.flatnonzero(held & ~seen & ~val),
         "dropped": np.flatnonzero(held & seen),
     }
     assert_no_leak(cells[parts["train"]], split)
