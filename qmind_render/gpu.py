@@ -296,7 +296,7 @@ def run_recipe(root: Path, config: str = "gpu", overrides: list[str] = ()) -> di
     if res["eval"] is None:
         return {"error": f"training stopped: {res['train']['status']}"}
     ev = res["eval"]
-    h, t = ev.parts["heldout"], ev.parts["train"]
+    h, t = ev.part("heldout"), ev.part("train")
     return {
         "minutes": round((time.monotonic() - t0) / 60, 2),
         "heldout_psnr_2": round(h.psnr(2), 2),

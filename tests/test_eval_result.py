@@ -99,7 +99,12 @@ def test_every_committed_eval_json_reads_and_writes_back_unchanged(path):
     d = json.loads(path.read_text())
     ev = EvalResult.read(path)
     assert "schema" not in d and ev.headline_steps == 1
-    assert ev.to_json() == d | {"schema": SCHEMA, "headline_steps": 1, "frames": ev.frames}
+    assert ev.to_json() == d | {
+        "schema": SCHEMA,
+        "headline_steps": 1,
+        "headline_from": "train",
+        "frames": ev.frames,
+    }
     assert ev.frames == d.get("frames", "dataset")
 
 
@@ -133,7 +138,7 @@ def test_a_file_that_is_not_a_result_is_one_line(tmp_path):
         (
             {k: v for k, v in d.items() if k != "headline_steps"}
             | {"parts": d["parts"] | {"train": {"frames": 4}}},
-            "no training-cell PSNR at each",
+            "no train-cell PSNR at each",
         ),
     ]:
         p.write_text(json.dumps(bad))

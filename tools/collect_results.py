@@ -33,7 +33,7 @@ def main(argv=None) -> int:
         shutil.copy(run / "config.yaml", d / "config.yaml")
     commit = git_commit()
     rows = [run_row(dest / run.name) for run in a.runs]
-    base = EvalResult.of_run(dest / a.runs[0].name).parts["heldout"].baseline
+    base = EvalResult.of_run(dest / a.runs[0].name).part("heldout").baseline
     text = (
         f"# {a.name}\n\n{a.note}\n\nCollected at commit `{commit}`; made with "
         f"`{a.command}`; each run's eval.json and "

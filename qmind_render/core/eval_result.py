@@ -20,17 +20,19 @@ from ..util import atomic_write
 __all__ = ['SCHEMA', 'choose_headline', 'EvalResultError', 'Temporal', 'Part', 'EvalResult', 'summary_psnr', 'summary_headline']
 
 # %% ../../nbs/core/56_eval_result.ipynb #e1a0c008
-def choose_headline(train_psnr: dict[int, float]) -> int:
-    """The headline DDIM step count from `{K: PSNR}` on the training cells' unseen walks: the best,
-    ties to fewer steps. Never the held-out cells' own figures: choosing on them would tune them."""
-    if not train_psnr:
+def choose_headline(psnr: dict[int, float]) -> int:
+    """The headline DDIM step count from `{K: PSNR}` on the cells choices are made on (the split's
+    validation cells; the training cells for a split without them): the best, ties to fewer steps.
+    Never the test cells' own figures: choosing on them would tune them."""
+    if not psnr:
         raise ValueError("no step count to choose from: the result scores none")
-    return max(sorted(train_psnr), key=train_psnr.__getitem__)
+    return max(sorted(psnr), key=psnr.__getitem__)
 
 # %% ../../nbs/core/56_eval_result.ipynb #e1a0c011
-# eval.json's schema: 2 records it (and the headline step count); a file without one is schema 1,
-# every eval.json written before, and is read the same way
-SCHEMA = 2
+# eval.json's schema: 3 scores train, validation and test cells (walls, texture, the temporal
+# difference, intervals, by novelty); 2 recorded the headline step count; a file without one is
+# schema 1, every eval.json written before, and is read the same way
+SCHEMA = 3
 
 
 class EvalResultError(UserError, ValueError):
@@ -61,6 +63,9 @@ class Part:
     baseline: dict | None = None
     ground_truth_classifier: dict | None = None
     temporal: Temporal | None = None
+    # schema 3: how many cells, and the additive baseline (`55_yardsticks`)
+    cells: int | None = None
+    baseline_additive: dict | None = None
 
     def psnr(self, k: int) -> float:
         return self.at[k]["psnr"]
@@ -68,10 +73,12 @@ class Part:
 # %% ../../nbs/core/56_eval_result.ipynb #e1a0c014
 @dataclass
 class EvalResult:
-    """What `evaluate` returns and writes as eval.json: the step counts scored, the parts
-    (`heldout`, `train`), the headline step count (`choose_headline` on the training part unless
-    given), where the numbers came from, the recall's parts (`seen`) and, by step count, the
-    recall, the gap, the matched gap and the gap by level."""
+    """What `evaluate` returns and writes as eval.json: the step counts scored, the parts (`train`,
+    `validation`, `test`; `heldout` and `train` before schema 3), the headline step count
+    (`choose_headline` on the validation part, else the training part, unless given) and which part
+    chose it, where the numbers came from, the recall's parts (`seen`) and, by step count, the
+    recall, the gap (with its interval and on walls), the matched gap, the gap by level, the test
+    cells by novelty and the per-frame figures of every cell (for bootstraps across runs)."""
 
     steps: list[int]
     parts: dict[str, Part]
@@ -92,21 +99,53 @@ class EvalResult:
     temporal_seconds: float | None = None
     pictures: dict = field(default_factory=dict)
     seconds: float | None = None
+    # schema 3
+    headline_from: str | None = None
+    split_cells: dict[str, list] = field(default_factory=dict)
+    gap_walls: dict[int, float] = field(default_factory=dict)
+    gap_ci: dict[int, dict] = field(default_factory=dict)
+    by_novelty: dict[int, dict] = field(default_factory=dict)
+    per_frame: dict[int, dict] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.headline_steps is None:
-            train = self.parts["train"]
-            if any(k not in train.at for k in self.steps):
-                raise KeyError(f"no training-cell PSNR at each of ddim_steps {self.steps}")
-            self.headline_steps = choose_headline({k: train.psnr(k) for k in self.steps})
+            name = "validation" if "validation" in self.parts else "train"
+            part = self.parts[name]
+            if any(k not in part.at for k in self.steps):
+                raise KeyError(f"no {name}-cell PSNR at each of ddim_steps {self.steps}")
+            self.headline_steps = choose_headline({k: part.psnr(k) for k in self.steps})
+            self.headline_from = self.headline_from or name
         if self.headline_steps not in self.steps:
             raise ValueError(f"headline_steps {self.headline_steps} is not one of {self.steps}")
 
+    @property
+    def held(self) -> str:
+        """The name of the held-out part a result reports: `test` (schema 3), else `heldout` (every
+        held-out cell, before validation cells existed)."""
+        return "test" if "test" in self.parts else "heldout"
+
+    def part(self, name: str) -> Part:
+        "The part `name`; `heldout` is the reported held-out part (`held`)."
+        return self.parts[self.held if name == "heldout" else name]
+
     def headline_psnr(self, part: str) -> float:
-        "`part`'s PSNR at the headline step count."
-        return self.parts[part].psnr(self.headline_steps)
+        "`part`'s PSNR at the headline step count (`heldout`: the reported held-out part)."
+        return self.part(part).psnr(self.headline_steps)
 
 # %% ../../nbs/core/56_eval_result.ipynb #e1a0c017
+# the result's sections keyed by step count
+_BY_STEPS = (
+    "memorised",
+    "gap",
+    "gap_matched",
+    "gap_by_level",
+    "gap_walls",
+    "gap_ci",
+    "by_novelty",
+    "per_frame",
+)
+
+
 def _key(k: int) -> str:
     "A step count's key in eval.json."
     return f"ddim_{k}"
@@ -126,8 +165,10 @@ def _by_steps(d: dict) -> tuple[dict[int, object], dict]:
 def _part_json(p: Part) -> dict:
     d = {
         "frames": p.frames,
+        "cells": p.cells,
         "ground_truth_classifier": p.ground_truth_classifier,
         "baseline": p.baseline,
+        "baseline_additive": p.baseline_additive,
         **{_key(k): v for k, v in p.at.items()},
     }
     if p.temporal is not None:
@@ -145,11 +186,13 @@ def to_json(self: EvalResult) -> dict:
         **{k: getattr(self, k) for k in ("checkpoint", "step", "dataset", "split", "device")},
         "ddim_steps": list(self.steps),
         "headline_steps": self.headline_steps,
+        "headline_from": self.headline_from,
+        "split_cells": self.split_cells,
         "lpips": self.lpips,
         "frames": self.frames,
         "parts": {n: _part_json(p) for n, p in self.parts.items()},
         "seen": {n: _part_json(p) for n, p in self.seen.items()},
-        **{k: by(getattr(self, k)) for k in ("memorised", "gap", "gap_matched", "gap_by_level")},
+        **{k: by(getattr(self, k)) for k in _BY_STEPS},
         **{k: getattr(self, k) for k in ("temporal_seconds", "pictures", "seconds")},
     }
     return {k: v for k, v in d.items() if v is not None and v != {}}
@@ -188,15 +231,14 @@ def from_json(cls: EvalResult, d: dict, where: str = "eval.json") -> EvalResult:
         d = {k: x for k, x in d.items() if k != "schema"}
         steps, parts = d.pop("ddim_steps", None), d.pop("parts", {})
         parts = {n: _part_of(p, where) for n, p in parts.items()}
-        need = ["ddim_steps"] * (steps is None) + [
-            f"{p!r} part" for p in ("heldout", "train") if p not in parts
-        ]
+        need = (
+            ["ddim_steps"] * (steps is None)
+            + [f"{p!r} part" for p in ("train",) if p not in parts]
+            + ["'test' part"] * ("test" not in parts and "heldout" not in parts)
+        )
         if need:
             raise KeyError(f"no {need[0]}")
-        more = {
-            k: _by_steps(d.pop(k, {}))[0]
-            for k in ("memorised", "gap", "gap_matched", "gap_by_level")
-        }
+        more = {k: _by_steps(d.pop(k, {}))[0] for k in _BY_STEPS}
         seen = {n: _part_of(p, where) for n, p in d.pop("seen", {}).items()}
         return _only(cls, d, where, steps=steps, parts=parts, seen=seen, **more)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -243,27 +285,34 @@ def of_run(cls: EvalResult, run_dir: str | Path) -> EvalResult | None:
 # %% ../../nbs/core/56_eval_result.ipynb #e1a0c033
 @patch
 def summary(self: EvalResult) -> dict:
-    """What `qmind ship` keeps with a model: held-out and training-cell PSNR (dB, two decimals) at
-    each step count and the baseline's, the frames, the gap, and the headline step count."""
+    """What `qmind ship` keeps with a model: each part's PSNR (dB, two decimals) at each step count
+    and the baseline's, the frames, the gap, the headline step count and the part that chose it."""
     out = {
         p: {
             **{_key(k): round(self.parts[p].psnr(k), 2) for k in self.steps},
             "baseline": round(self.parts[p].baseline["psnr"], 2),
             "frames": self.parts[p].frames,
         }
-        for p in ("heldout", "train")
+        for p in self.parts
     }
     gap = {_key(k): round(v, 2) for k, v in self.gap.items()}
-    return out | {"gap": gap, "headline_steps": self.headline_steps}
+    return out | {
+        "gap": gap,
+        "headline_steps": self.headline_steps,
+        "headline_from": self.headline_from,
+    }
 
 
 def summary_psnr(metrics: dict, part: str) -> dict[int, float]:
-    "A `summary`'s PSNR of `part` (`heldout`, `train`) by step count."
+    """A `summary`'s PSNR of `part` (`train`, `validation`, `test`; `heldout`: the test part, or
+    every held-out cell in a summary from before validation cells) by step count."""
+    if part == "heldout":
+        part = "test" if "test" in metrics else "heldout"
     return _by_steps(metrics.get(part, {}))[0]
 
 
 def summary_headline(metrics: dict) -> int | None:
-    """A `summary`'s headline step count: the one recorded, else `choose_headline` on its training
-    cells' PSNR; None when it has none."""
-    train = summary_psnr(metrics, "train")
-    return metrics.get("headline_steps") or (choose_headline(train) if train else None)
+    """A `summary`'s headline step count: the one recorded, else `choose_headline` on its validation
+    (else training) cells' PSNR; None when it has none."""
+    psnr = summary_psnr(metrics, "validation") or summary_psnr(metrics, "train")
+    return metrics.get("headline_steps") or (choose_headline(psnr) if psnr else None)

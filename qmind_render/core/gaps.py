@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .intervals import LEVEL, N_BOOT, draws, percentile_interval
 from ..data.dataset import Grid
 from ..world.grid import load_grid
 
 # %% auto #0
-__all__ = ['FACTORS', 'per_cell', 'cell_means', 'grid_cells', 'factor_design', 'matched_gap', 'matched_gaps', 'gap_by_level',
-           'level_names']
+__all__ = ['FACTORS', 'per_cell', 'cell_means', 'grid_cells', 'factor_design', 'matched_gap', 'matched_gaps',
+           'matched_gap_interval', 'gap_by_level', 'level_names']
 
 # %% ../../nbs/core/59_gaps.ipynb #7ce94743
 def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
@@ -44,14 +45,16 @@ def factor_design(cells: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.stack(cols, 1)
 
 # %% ../../nbs/core/59_gaps.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
-def matched_gap(per: np.ndarray, held: np.ndarray, grid) -> dict:
-    """From per-cell values `per` [n_cells] (NaN: unscored) and `held`, the held-out mask, on a
-    `data.Grid`: the held-out cells' mean shortfall against the additive (theme + material +
-    lighting) prediction fitted on the training cells, its standard error, the cells it covers,
-    and the plain cell-mean gap."""
+def matched_gap(per: np.ndarray, held: np.ndarray, grid, train: np.ndarray | None = None) -> dict:
+    """From per-cell values `per` [n_cells] (NaN: unscored) and `held`, the mask of the held-out
+    cells scored (the test cells), on a `data.Grid`: their mean shortfall against the additive
+    (theme + material + lighting) prediction fitted on the training cells (`train`, default every
+    other cell), its leave-one-out standard error, the cells it covers, and the plain cell-mean
+    gap."""
     cells = grid_cells(grid)
     X = factor_design(cells, (grid.theme, grid.material, grid.light))
-    tr, he = ~held & np.isfinite(per), held & np.isfinite(per)
+    train = ~held if train is None else train
+    tr, he = train & np.isfinite(per), held & np.isfinite(per)
     # a level no training cell shows cannot be predicted
     unseen = any(not set(cells[he, f]) <= set(cells[tr, f]) for f in range(cells.shape[1]))
     if tr.sum() <= X.shape[1] or not he.any() or unseen:
@@ -68,15 +71,58 @@ def matched_gap(per: np.ndarray, held: np.ndarray, grid) -> dict:
     }
 
 # %% ../../nbs/core/59_gaps.ipynb #4de9d3c7
-def matched_gaps(means: dict, split) -> dict:
-    """`matched_gap` at each step count, {k: its dict}, from `cell_means`' {k: per-cell values};
-    a step count where it claims nothing is left out."""
+def matched_gaps(means: dict, split, part: str = "test") -> dict:
+    """`matched_gap` of the split's `part` cells (test) at each step count, {k: its dict}, from
+    `cell_means`' {k: per-cell values}; a step count where it claims nothing is left out."""
     out = {}
     for k, per in means.items():
-        m = matched_gap(per, split.mask(), split.grid)
+        m = matched_gap(per, split.mask(part), split.grid, split.mask("train"))
         if m:
             out[k] = m
     return out
+
+# %% ../../nbs/core/59_gaps.ipynb #b00710a2
+def matched_gap_interval(
+    m: np.ndarray,
+    held: np.ndarray,
+    grid,
+    train: np.ndarray | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    level: float = LEVEL,
+) -> list[float] | None:
+    """The `level` bootstrap interval of `matched_gap` from `m` [n_cells, frames] (per-frame values,
+    cells in the grid's order, NaN: no frame): each draw resamples the frame slots, the training
+    cells and the held-out cells, and refits the additive prediction; None when it claims
+    nothing."""
+    m = np.asarray(m, float)
+    train = ~held if train is None else train
+    with np.errstate(invalid="ignore"):
+        per = np.nanmean(m, 1)
+    if not matched_gap(per, held, grid, train):
+        return None
+    cells = grid_cells(grid)
+    X = factor_design(cells, (grid.theme, grid.material, grid.light))
+    tr = np.flatnonzero(train & np.isfinite(per))
+    he = np.flatnonzero(held & np.isfinite(per))
+    rng = np.random.default_rng(seed)
+    ci, rt, rh = (
+        draws(m.shape[1], n_boot, rng),
+        draws(len(tr), n_boot, rng),
+        draws(len(he), n_boot, rng),
+    )
+    gaps = np.full(n_boot, np.nan)
+    for b in range(n_boot):
+        t, h = tr[rt[b]], he[rh[b]]
+        if any(not set(cells[h, f]) <= set(cells[t, f]) for f in range(3)):
+            continue
+        with np.errstate(invalid="ignore"):
+            p = np.nanmean(m[:, ci[b]], 1)
+        if not np.isfinite(p[t]).all() or not np.isfinite(p[h]).all():
+            continue
+        w = np.linalg.lstsq(X[t], p[t], rcond=None)[0]
+        gaps[b] = np.mean(X[h] @ w - p[h])
+    return percentile_interval(gaps, level)
 
 # %% ../../nbs/core/59_gaps.ipynb #51c26105
 FACTORS = ("theme", "material", "lighting")

@@ -237,10 +237,10 @@ def ship_main(argv: list[str]) -> int:
     h = summary_psnr(m, "heldout")
     print(
         f"shipped {a.run_dir} (step {about['step']}, {out.stat().st_size / 1e6:.1f} MB) "
-        f"to {out}: held-out PSNR "
+        f"to {out}: {'test' if 'test' in m else 'held-out'}-cell PSNR "
         + " / ".join(f"{h[k]:.2f}" for k in sorted(h))
         + f" dB at {' / '.join(map(str, sorted(h)))} DDIM steps (baseline "
-        f"{m['heldout']['baseline']:.2f}); served at {summary_headline(m)} by default"
+        f"{(m.get('test') or m['heldout'])['baseline']:.2f}); served at {summary_headline(m)} by default"
     )
     return 0
 

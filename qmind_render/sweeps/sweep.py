@@ -156,8 +156,9 @@ def write_json(path: str | Path, d: dict) -> None:
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #4a5bd8be
 def eval_psnr(ev: EvalResult | None, part: str) -> float | None:
-    """PSNR of one part (`heldout`, `train`) of an evaluation at its headline step count (the one
-    it chose on the training cells); None without an evaluation."""
+    """PSNR of one part (`heldout`: the test cells, or every held-out cell before validation cells;
+    `train`) of an evaluation at its headline step count (chosen on the validation cells, or the
+    training cells before them); None without an evaluation."""
     return None if ev is None else ev.headline_psnr(part)
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #bd7766c0

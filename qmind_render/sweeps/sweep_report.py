@@ -61,7 +61,7 @@ def sweep_results(
             row |= {
                 "heldout_psnr": eval_psnr(ev, "heldout"),
                 "in_dist_psnr": eval_psnr(ev, "train"),
-                "baseline_psnr": ev.parts["heldout"].baseline["psnr"],
+                "baseline_psnr": ev.part("heldout").baseline["psnr"],
                 "ddim_steps": ev.headline_steps,
                 "step": ev.step,
             }
@@ -325,7 +325,7 @@ def run_row(run: str | Path) -> dict:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     out = {"run": run.name, "seed": config_from_dict(cfg).seed}
     out |= {k.split(".")[1]: v for k, v in switches(cfg).items()} | {"frames": ev.frames}
-    h, t, k = ev.parts["heldout"], ev.parts["train"], ev.headline_steps
+    h, t, k = ev.part("heldout"), ev.part("train"), ev.headline_steps
     for j in ev.steps:
         out[f"held-out {j}"] = f"{h.psnr(j):.2f}"
     out[f"train {k}"] = f"{t.psnr(k):.2f}"
