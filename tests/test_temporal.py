@@ -11,10 +11,14 @@ from qmind_render.contracts import contracts_dir, load_spec
 from qmind_render.world.episode import render_episode, render_walk
 from qmind_render.world.grid import load_grid
 from qmind_render.world.skinner import skin
+from qmind_render.core.metrics import blurred, noisy, wall_mask
 from qmind_render.core.temporal import (
+    per_walk_difference,
     plane_ids,
+    pooled_difference,
     pooled_error,
     reprojection,
+    temporal_difference,
     temporal_excess,
     warp_error,
     world_noise,
@@ -103,6 +107,41 @@ def test_the_metric_on_known_answers():
     jitter = truth.copy()
     jitter[1::2] = np.roll(truth[1::2], 1, axis=2)
     assert temporal_excess(jitter, truth, rep)["excess"] > 3
+
+
+def test_the_temporal_difference_charges_blur_that_the_warping_error_rewards():
+    """TecoGAN's tOF form: the model's change from frame to frame against the truth's. The truth
+    scores 0; a blurred truth changes less than the truth (the old figure calls it steadier) and
+    is charged; noise costs about 8√2 levels less clipping; a frozen picture costs most."""
+    walk = render_walk(9, 20)
+    rep = reprojection(walk)
+    truth = skin(walk.channels, GRID.themes[2], GRID.lightings[1])
+    blur = blurred(truth)
+    assert temporal_difference(truth, truth, rep) == 0
+    assert warp_error(blur, rep)["rms"] < warp_error(truth, rep)["rms"]
+    d_blur = temporal_difference(blur, truth, rep)
+    assert 5 < d_blur < 25, d_blur
+    d_noise = temporal_difference(noisy(truth, 8.0), truth, rep)
+    assert 6 < d_noise < 12, d_noise
+    frozen = np.repeat(truth[:1], len(truth), axis=0)
+    assert temporal_difference(frozen, truth, rep) > max(d_blur, d_noise)
+    # on the walls alone, and pooled over walks as their pixels weigh
+    walls = wall_mask(walk.channels["surface"]).numpy()
+    assert 0 < temporal_difference(blur, truth, rep, walls) < d_blur * 1.5
+    nowhere = np.zeros_like(walls)
+    assert np.isnan(temporal_difference(blur, truth, rep, nowhere))
+    walk2 = render_walk(10, 12)
+    rep2 = reprojection(walk2)
+    truth2 = skin(walk2.channels, GRID.themes[0], GRID.lightings[2])
+    walks, truths, reps = [blur, blurred(truth2)], [truth, truth2], [rep, rep2]
+    per = per_walk_difference(walks, truths, reps)
+    pooled = pooled_difference(walks, truths, reps)
+    assert per[0] == pytest.approx(d_blur) and min(per) <= pooled <= max(per)
+    assert pooled_difference(walks, truths, reps, [walls, None]) > 0
+    with pytest.raises(ValueError, match=r"mask must be bool \[T, H, W\]"):
+        temporal_difference(blur, truth, rep, walls[1:])
+    with pytest.raises(ValueError, match="a walk and its truth must match"):
+        temporal_difference(blur[1:], truth, rep)
 
 
 def test_world_noise_is_standard_normal_and_a_function_of_the_geometry():

@@ -17,7 +17,8 @@ from ..world.episode import Walk
 
 # %% auto #0
 __all__ = ['camera', 'world_points', 'project', 'plane_ids', 'Reprojection', 'reprojection', 'warp_previous', 'residual',
-           'warp_error', 'temporal_excess', 'pooled_error', 'change_images', 'world_noise']
+           'warp_error', 'temporal_excess', 'pooled_error', 'temporal_difference', 'per_walk_difference',
+           'pooled_difference', 'change_images', 'world_noise']
 
 # %% ../../nbs/core/58_temporal.ipynb #fd743a65
 def camera(pose, spec: ChannelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -166,6 +167,51 @@ def pooled_error(walks: list[np.ndarray], reps: list[Reprojection]) -> float:
     sq = np.concatenate([(residual(f, r) ** 2).mean(-1).ravel() for f, r in zip(walks, reps)])
     sq = sq[np.isfinite(sq)]
     return float(np.sqrt(sq.mean())) if sq.size else float("nan")
+
+# %% ../../nbs/core/58_temporal.ipynb #5d1f0a71
+def _difference_sq(
+    frames: np.ndarray, truth: np.ndarray, rep: Reprojection, mask=None
+) -> np.ndarray:
+    """The squared difference of the two walks' `residual`s, mean over channels, float32 [T-1, H,
+    W]: NaN where the frames were not compared, or (with bool `mask` [T, H, W]) where the mask does
+    not hold in the later frame of the pair."""
+    if frames.shape != truth.shape:
+        raise ValueError(f"a walk and its truth must match: {frames.shape} vs {truth.shape}")
+    sq = ((residual(frames, rep) - residual(truth, rep)) ** 2).mean(-1)
+    if mask is not None:
+        mask = np.asarray(mask, bool)
+        if mask.shape != frames.shape[:3]:
+            raise ValueError(f"mask must be bool [T, H, W] {frames.shape[:3]}, got {mask.shape}")
+        sq[~mask[1:]] = np.nan
+    return sq
+
+
+def _rms(sq: np.ndarray) -> float:
+    "The root of the mean of the finite values (NaN if none)."
+    sq = sq[np.isfinite(sq)]
+    return float(np.sqrt(sq.mean())) if sq.size else float("nan")
+
+# %% ../../nbs/core/58_temporal.ipynb #8e2b7c44
+def temporal_difference(
+    frames: np.ndarray, truth: np.ndarray, rep: Reprojection, mask: np.ndarray | None = None
+) -> float:
+    """RMS in 8-bit levels of `residual(frames) - residual(truth)` (uint8 [T, H, W, C] each) over
+    the pixels compared (and, with bool `mask` [T, H, W], where it holds in the later frame of each
+    pair): the model's change from frame to frame against the truth's, 0 for the truth."""
+    return _rms(_difference_sq(frames, truth, rep, mask))
+
+
+def per_walk_difference(walks, truths, reps, masks=None) -> list[float]:
+    "`temporal_difference` of each walk against its truth (`masks`: one per walk, or None)."
+    masks = [None] * len(walks) if masks is None else masks
+    return [temporal_difference(*a) for a in zip(walks, truths, reps, masks)]
+
+
+def pooled_difference(walks, truths, reps, masks=None) -> float:
+    "`temporal_difference` over every compared pixel of several walks, each against its truth."
+    masks = [None] * len(walks) if masks is None else masks
+    sq = [_difference_sq(*a).ravel() for a in zip(walks, truths, reps, masks)]
+    return _rms(np.concatenate(sq)) if sq else float("nan")
 
 # %% ../../nbs/core/58_temporal.ipynb #a42ba28e
 def change_images(frames: np.ndarray, rep: Reprojection, gain: float = 4.0) -> np.ndarray:
