@@ -181,7 +181,7 @@ class EvalConfig:
     "Evaluation on held-out and training cells."
 
     ddim_steps: list[int] = field(default_factory=lambda: [1, 2, 4], metadata={"ge": 1})
-    # unseen walks: the same 8 frames in all 100 cells (57_walks)
+    # unseen walks: the same 8 frames in all 100 cells (55_walks)
     frames_per_cell: int = field(default=8, metadata={"ge": 1})
     # auto (the GPU when there is one) | cpu | cuda | cuda:1 ...
     device: str = field(default="auto", metadata=DEVICE)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from qmind_render.core.checkpoint import (
     CheckpointError,
@@ -21,99 +20,57 @@ from qmind_render.core.checkpoint import (
     find_checkpoint,
     load_checkpoint,
     load_model,
+    read_shipped,
     run_dir_of,
 )
+from .train import runs_root
 from .config import config_from_dict, load_config
 from .device import pick_device, precision_dtype
 from ..data.cache import fetch
 from ..data.dataset import DatasetError
 from ..data.stores import open_store
-from ..data.splits import apply_split, load_split
+from ..data.splits import NOVELTY_NAMES, apply_split, assert_no_leak, load_split, novelty
 from .diffusion import Diffusion, to_uint8
 from .encodings import prepare_batch
+from qmind_render.core.metrics import (
+    as_float,
+    error_by_surface,
+    lpips,
+    lpips_available,
+    psnr,
+    score_frames,
+    ssim,
+    wall_mask,
+)
+from qmind_render.core.yardsticks import (
+    CLASSIFIER_SEEDS,
+    AdditiveColour,
+    MeanColour,
+    classifier_batch,
+    factor_labels,
+    fit_classifier,
+    predict_factors,
+)
 from .model import build_model
 from .sampler import GraphSampler
 from .eval_result import EvalResult, Part, Temporal
-from .gaps import cell_means, gap_by_level, level_names, matched_gaps
+from .intervals import frame_interval, gap_interval, mean_interval, rms_interval
+from .gaps import gap_by_level, level_names, matched_gap_interval, matched_gaps
 from .walks import paired_batch, walk_batch, walk_frames
-from .temporal import change_images, pooled_error, reprojection
+from .temporal import change_images, pooled_error, reprojection, residual
 from ..viz import episode_frames, grid_figure, heatmap, mosaic, sample_grid, write_gif
 from ..contracts import UserError, load_spec
 from ..data.generate import episode_channels, skin_samples
 from ..world.grid import load_grid
+from ..world.skinner import SURFACES  # class ids 0..3, as the channel spec lists them
 from ..util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
-__all__ = ['EVAL_SEEDS', 'RECALL_SEEDS', 'as_float', 'psnr', 'ssim', 'lpips_available', 'lpips', 'error_by_surface', 'EvalError',
-           'Loaded', 'eval_batch', 'load_for_eval', 'per_cell_indices', 'eval_indices', 'gather', 'part_cells',
-           'eval_parts', 'render_frames', 'MeanColour', 'FactorNet', 'factor_labels', 'train_classifier', 'accuracy',
-           'score', 'summarise', 'episode_video', 'temporal_cells', 'temporal_part', 'temporal_picture',
-           'unseen_samples', 'evaluate', 'psnr_curve', 'report_md', 'eval_main', 'headline', 'bench_eval']
-
-# %% ../../nbs/core/60_evaluate.ipynb #7b68d6ef
-def as_float(rgb, device=None) -> torch.Tensor:
-    """uint8 [B, H, W, 3] (numpy, or torch on any device) -> float [B, 3, H, W] in [0, 1], on
-    `device` (default: where it is)."""
-    x = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rgb))
-    if x.dtype != torch.uint8:
-        raise TypeError(f"frames must be uint8 [B, H, W, 3], got {x.dtype}")
-    return x.to(x.device if device is None else device).permute(0, 3, 1, 2).float() / 255
-
-# %% ../../nbs/core/60_evaluate.ipynb #e99c22c8
-def psnr(pred: torch.Tensor, target: torch.Tensor, cap: float = 100.0) -> torch.Tensor:
-    "Per-frame PSNR in dB (capped: identical frames give `cap`)."
-    from torchmetrics.functional.image import peak_signal_noise_ratio as tm_psnr
-
-    out = tm_psnr(pred, target, data_range=1.0, reduction="none", dim=(1, 2, 3))
-    return out.nan_to_num(cap, posinf=cap).clamp(max=cap)
-
-# %% ../../nbs/core/60_evaluate.ipynb #c94ee3aa
-def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    "Per-frame SSIM (torchmetrics, Gaussian window 11, σ 1.5)."
-    from torchmetrics.functional.image import structural_similarity_index_measure as tm_ssim
-
-    return tm_ssim(pred, target, data_range=1.0, reduction="none")
-
-# %% ../../nbs/core/60_evaluate.ipynb #a403b451
-def lpips_available() -> bool:
-    """True when LPIPS can run without downloading anything (its backbone weights are in the torch
-    hub cache)."""
-    try:
-        import lpips  # noqa: F401
-        import torchvision  # noqa: F401
-    except Exception:
-        return False
-    hub = Path(torch.hub.get_dir()) / "checkpoints"
-    return any(hub.glob("alexnet-*.pth"))
-
-# %% ../../nbs/core/60_evaluate.ipynb #c2d14be3
-def lpips(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
-    "Per-frame LPIPS (AlexNet) when available, else None."
-    if not lpips_available():
-        return None
-    import lpips as L
-
-    net = L.LPIPS(net="alex", verbose=False)
-    return net(pred * 2 - 1, target * 2 - 1).flatten().detach()
-
-# %% ../../nbs/core/60_evaluate.ipynb #ec584c2f
-from ..world.skinner import SURFACES  # class ids 0..3, as the channel spec lists them
-
-
-def error_by_surface(
-    pred: torch.Tensor, target: torch.Tensor, surface: torch.Tensor
-) -> dict[str, float]:
-    "MAE (0..255) over all pixels of each surface class; NaN for a class with no pixels."
-    err = (pred - target).abs().mean(dim=1) * 255  # [B, H, W]
-    surface = (
-        torch.as_tensor(np.asarray(surface) if not isinstance(surface, torch.Tensor) else surface)
-        .long()
-        .to(err.device)
-    )
-    return {
-        name: (err[surface == i].mean().item() if (surface == i).any() else float("nan"))
-        for i, name in enumerate(SURFACES)
-    }
+__all__ = ['EVAL_SEEDS', 'CLASSIFIER_FRAMES', 'PARTS', 'KEPT', 'RECALL_SEEDS', 'EvalError', 'Loaded', 'eval_batch',
+           'load_for_eval', 'per_cell_indices', 'eval_indices', 'gather', 'part_cells', 'eval_parts', 'CellBatch',
+           'cell_batch', 'take', 'render_frames', 'score', 'summarise', 'episode_video', 'temporal_cells',
+           'temporal_part', 'temporal_picture', 'classified', 'unseen_samples', 'evaluate', 'psnr_curve', 'report_md',
+           'eval_main', 'headline', 'bench_eval']
 
 # %% ../../nbs/core/60_evaluate.ipynb #66e7f38f
 class EvalError(UserError, ValueError):
@@ -162,14 +119,20 @@ def eval_batch(device) -> int:
 def load_for_eval(
     target: str | Path, overrides: list[str] = (), device: str | None = None
 ) -> Loaded:
-    """The EMA model of a checkpoint, with its dataset (fetched, verified) and split, on `device`
-    (default: `eval.device`)."""
+    """The EMA model of a checkpoint (or of a shipped model, `qmind ship`'s file), with its dataset
+    (fetched, verified) and split, on `device` (default: `eval.device`)."""
 
     try:
         path = find_checkpoint(target)
     except CheckpointError as e:
         raise EvalError(str(e)) from None
-    ck = load_checkpoint(path, use="evaluate it with qmind eval {path}")
+    try:
+        ck = load_checkpoint(path, use="evaluate it with qmind eval {path}")
+    except CheckpointError as e:
+        try:  # a shipped model carries its EMA weights, config and step too
+            ck = read_shipped(path)
+        except Exception:
+            raise e from None
     cfg = config_from_dict(ck["config"], overrides)
     dev = pick_device(device or cfg.eval.device, key="eval.device")
     try:
@@ -202,8 +165,8 @@ def per_cell_indices(cells: np.ndarray, idx: np.ndarray, wanted, per_cell: int) 
 # %% ../../nbs/core/60_evaluate.ipynb #34835101
 def eval_indices(ds, split, part: str, per_cell: int) -> np.ndarray:
     """Up to `per_cell` dataset samples (file order, spread out) for each cell of `part` ('train':
-    frames the model trained on | 'heldout')."""
-    wanted = np.flatnonzero(split.mask() if part == "heldout" else ~split.mask())
+    frames the model trained on | 'heldout' | 'validation' | 'test')."""
+    wanted = np.flatnonzero(split.mask(part))
     return per_cell_indices(ds.cells, apply_split(ds.cells, split)[part], wanted, per_cell)
 
 # %% ../../nbs/core/60_evaluate.ipynb #cfc1db95
@@ -216,24 +179,75 @@ def gather(ds, idx: np.ndarray, shards=None) -> dict:
 
 # %% ../../nbs/core/60_evaluate.ipynb #f5c05c30
 EVAL_SEEDS = 3000  # unseen walks start this far past the dataset's last episode seed
+CLASSIFIER_FRAMES = 16  # unseen-walk frames per training cell the classifiers fit on
+PARTS = (
+    "train",
+    "validation",
+    "test",
+)  # the parts a result scores, each a set of the split's cells
 
 
 def part_cells(split, part: str) -> list[tuple[int, int, int]]:
-    "The cells of `part` ('heldout' | 'train') of `split`, in the grid's order."
-    mask = split.mask() if part == "heldout" else ~split.mask()
-    return [split.grid.cell(int(i)) for i in np.flatnonzero(mask)]
+    """The cells of `part` ('train' | 'validation' | 'test' | 'heldout': both held-out sets) of
+    `split`, in the grid's order."""
+    return [split.grid.cell(int(i)) for i in np.flatnonzero(split.mask(part))]
 
 
 def eval_parts(ld: Loaded, per_cell: int) -> dict[str, dict]:
     """The batches of the held-out and training parts: `per_cell` frames of unseen walks in each of
     their cells, the same frames in every cell (`walk_frames`, `paired_batch`)."""
-    frames = walk_frames(
+    frames = _walk_frames(ld, per_cell)
+    return {part: paired_batch(frames, part_cells(ld.split, part)) for part in ("heldout", "train")}
+
+
+def _walk_frames(ld: Loaded, per_cell: int) -> dict:
+    return walk_frames(
         int(ld.ds.manifest.seeds[1]) + EVAL_SEEDS,
         per_cell,
         ld.cfg.data.frames_per_episode,
         ld.split.grid.material,
     )
-    return {part: paired_batch(frames, part_cells(ld.split, part)) for part in ("heldout", "train")}
+
+# %% ../../nbs/core/60_evaluate.ipynb #e4d389f9
+@dataclass
+class CellBatch:
+    "The unseen-walk frames of every cell: the batch, and each frame's cell and frame slot."
+
+    batch: dict
+    cell: np.ndarray  # [frames] the cell's index in the grid's order
+    slot: np.ndarray  # [frames] which of the walks' frames it is
+    slots: int
+
+    def matrix(self, values) -> np.ndarray:
+        "Per-frame `values` as [n_cells, slots], NaN where a cell has no frame in a slot."
+        n = int(self.cell.max()) + 1 if len(self.cell) else 0
+        m = np.full((n, self.slots), np.nan)
+        m[self.cell, self.slot] = np.asarray(values, float)
+        return m
+
+    def rows(self, mask: np.ndarray) -> np.ndarray:
+        "Indices of the frames of the cells in `mask` (bool [n_cells])."
+        return np.flatnonzero(mask[self.cell])
+
+
+def cell_batch(ld: Loaded, per_cell: int) -> CellBatch:
+    """`per_cell` frames of unseen walks in every cell of the grid, the same frames in every cell
+    (`walk_frames`, `paired_batch`), cell after cell in the grid's order."""
+    frames, g = _walk_frames(ld, per_cell), ld.split.grid
+    cells = [g.cell(i) for i in range(g.n_cells)]
+    counts = [len(frames[m]["surface"]) for _, m, _ in cells]
+    return CellBatch(
+        paired_batch(frames, cells),
+        np.repeat(np.arange(g.n_cells), counts),
+        np.concatenate([np.arange(n) for n in counts]),
+        max(counts),
+    )
+
+
+def take(batch: dict, idx: np.ndarray) -> dict:
+    "The rows `idx` of every tensor of `batch`."
+    idx = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+    return {k: v[idx] for k, v in batch.items()}
 
 # %% ../../nbs/core/60_evaluate.ipynb #ba1d96d8
 def render_frames(sampler: GraphSampler, batch: dict, steps: int, seed: int = 0) -> torch.Tensor:
@@ -243,126 +257,6 @@ def render_frames(sampler: GraphSampler, batch: dict, steps: int, seed: int = 0)
     return to_uint8(
         sampler.sample(cond, steps, torch.Generator(sampler.device).manual_seed(seed)), numpy=False
     )
-
-# %% ../../nbs/core/60_evaluate.ipynb #9fb24ae8
-class MeanColour:
-    "Per-(theme, material, surface) mean RGB, fitted on training frames."
-
-    def __init__(self, n_themes: int):
-        # [theme, material id, surface]
-        self.sum, self.n = np.zeros((n_themes, 256, 4, 3)), np.zeros((n_themes, 256, 4))
-
-    def fit(self, batch: dict) -> "MeanColour":
-        t = np.broadcast_to(batch["theme"].numpy()[:, None, None], batch["surface"].shape)
-        key = np.ravel_multi_index(
-            (t, batch["material"].numpy(), batch["surface"].numpy()), self.n.shape
-        ).ravel()
-        rgb = batch["rgb"].numpy().reshape(-1, 3).astype(np.float64)
-        self.n += np.bincount(key, minlength=self.n.size).reshape(self.n.shape)
-        for c in range(3):
-            self.sum[..., c] += np.bincount(key, rgb[:, c], minlength=self.n.size).reshape(
-                self.n.shape
-            )
-        return self
-
-    def predict(self, batch: dict) -> np.ndarray:
-        t = np.broadcast_to(batch["theme"].numpy()[:, None, None], batch["surface"].shape)
-        m, s = batch["material"].numpy(), batch["surface"].numpy()
-        mean = self.sum / np.maximum(self.n, 1)[..., None]
-        # per surface
-        fallback = self.sum.sum(axis=(0, 1)) / np.maximum(self.n.sum(axis=(0, 1)), 1)[..., None]
-        out = np.where((self.n[t, m, s] > 0)[..., None], mean[t, m, s], fallback[s])
-        return out.round().clip(0, 255).astype(np.uint8)
-
-# %% ../../nbs/core/60_evaluate.ipynb #595f25a6
-class FactorNet(torch.nn.Module):
-    "A small CNN (on the frame at half resolution) with one head per factor."
-
-    def __init__(self, sizes: dict[str, int], width: int = 32):
-        super().__init__()
-        c = lambda i, o: torch.nn.Sequential(
-            torch.nn.Conv2d(i, o, 3, padding=1),
-            torch.nn.BatchNorm2d(o),
-            torch.nn.ReLU(),
-            torch.nn.MaxPool2d(2),
-        )
-        self.body = torch.nn.Sequential(
-            torch.nn.AvgPool2d(2),
-            c(3, width),
-            c(width, 2 * width),
-            c(2 * width, 2 * width),
-            c(2 * width, 4 * width),
-            torch.nn.AdaptiveAvgPool2d(1),
-            torch.nn.Flatten(),
-        )
-        self.heads = torch.nn.ModuleDict(
-            {k: torch.nn.Linear(4 * width, n) for k, n in sizes.items()}
-        )
-
-    def forward(self, x):
-        h = self.body(x)
-        return {k: head(h) for k, head in self.heads.items()}
-
-# %% ../../nbs/core/60_evaluate.ipynb #ee8b407c
-def factor_labels(batch: dict, n_materials: int) -> dict[str, torch.Tensor]:
-    "theme, lighting and the single wall material of each frame (-1 where there isn't exactly one)."
-    present = torch.stack(
-        [(batch["material"] == m).flatten(1).any(1) for m in range(n_materials)], 1
-    )
-    mat = torch.where(
-        present.sum(1) == 1,
-        present.float().argmax(1),
-        torch.full_like(present[:, 0], -1, dtype=torch.long),
-    )
-    return {"theme": batch["theme"].long(), "lighting": batch["lighting"].long(), "material": mat}
-
-# %% ../../nbs/core/60_evaluate.ipynb #a5711a6c
-def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over the labelled rows (-1: none), 0 when there are none: no host read to find
-    out."""
-    return F.cross_entropy(logits, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(
-        min=1
-    )
-
-# %% ../../nbs/core/60_evaluate.ipynb #7339c016
-def train_classifier(
-    frames: torch.Tensor, labels: dict, sizes: dict, steps: int, seed: int = 0, batch: int = 32
-) -> FactorNet:
-    """Fit a FactorNet on float frames [N, 3, H, W] for `steps` AdamW steps (evaluation's:
-    `eval.classifier_steps`; cosine LR); labels of -1 are ignored."""
-    torch.manual_seed(seed)
-    dev = frames.device
-    net, g = FactorNet(sizes).to(dev), torch.Generator(dev).manual_seed(seed)
-    labels = {k: v.to(dev) for k, v in labels.items()}
-    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    for _ in range(steps):
-        idx = torch.randint(0, len(frames), (batch,), generator=g, device=dev)
-        out = net(frames[idx])
-        loss = sum(_ce(out[k], labels[k][idx]) for k in sizes)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-    return net.eval()
-
-# %% ../../nbs/core/60_evaluate.ipynb #b581ee3d
-def accuracy(net: FactorNet, frames: torch.Tensor, labels: dict) -> dict[str, float]:
-    "Per-factor accuracy (frames whose label is -1 are left out)."
-    with torch.inference_mode():
-        out = net(frames)
-    right, known = zip(
-        *[
-            (
-                ((out[k].argmax(1) == y.to(frames.device)) & (y.to(frames.device) >= 0)).sum(),
-                (y >= 0).sum().to(frames.device),
-            )
-            for k, y in labels.items()
-        ]
-    )
-    # one read for every factor
-    right, known = torch.stack(right).tolist(), torch.stack(known).tolist()
-    return {k: r / n if n else float("nan") for k, r, n in zip(labels, right, known)}
 
 # %% ../../nbs/core/60_evaluate.ipynb #d7a6fed3
 def score(pred_u8, batch: dict) -> dict:
@@ -407,11 +301,23 @@ def temporal_cells(split, part: str, n: int) -> list[tuple[int, int, int]]:
     return [cells[i] for i in np.linspace(0, len(cells) - 1, min(n, len(cells))).astype(int)]
 
 # %% ../../nbs/core/60_evaluate.ipynb #ab6ef9d7
+def _pairs(frames: np.ndarray, truth: np.ndarray, rep, mask=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per frame pair of a walk: the sum over compared pixels (and `mask`'s, in the later frame) of
+    the squared difference between the model's change and the truth's (mean over channels), and
+    how many pixels were compared: what `temporal_difference` pools, kept apart for the interval."""
+    d = ((residual(frames, rep) - residual(truth, rep)) ** 2).mean(-1)  # [T-1, H, W], NaN: unseen
+    ok = np.isfinite(d) & (True if mask is None else np.asarray(mask)[1:])
+    return np.where(ok, d, 0).sum((1, 2)), ok.sum((1, 2))
+
+
 def temporal_part(
     ld: Loaded, sampler: GraphSampler, part: str, steps: list, seed: int
 ) -> tuple[Temporal | None, tuple | None]:
-    """The warping error of the truth and of the model at each step count over the walks of
-    `part`, from episode `seed` on; and the first walk's frames and reprojection, for a picture."""
+    """The temporal figures over the walks of `part`, from episode `seed` on: at each step count
+    the difference between the model's frame-to-frame change and the truth's (TecoGAN's tOF form,
+    `temporal_difference`: 0 for the truth, and blur no longer scores as stability), on the full
+    frame and on walls, with intervals over frame pairs; beside it the old warping error (`rms`,
+    its `excess` over the truth's). And the first walk's frames and reprojection, for a picture."""
     e = ld.cfg.eval
     cells = temporal_cells(ld.split, part, e.temporal_walks)
     walks = [walk_batch(seed + i, e.temporal_frames, c) for i, c in enumerate(cells)]
@@ -419,6 +325,7 @@ def temporal_part(
         return None, None
     reps = [reprojection(w) for _, w in walks]
     truth = [b["rgb"].numpy() for b, _ in walks]
+    walls = [wall_mask(b["surface"]).numpy() for b, _ in walks]
     gt = pooled_error(truth, reps)
     r = Temporal(len(walks), e.temporal_frames, float(np.mean([x.coverage for x in reps])), gt)
     first = {"truth": truth[0]}
@@ -426,6 +333,13 @@ def temporal_part(
         frames = [render_frames(sampler, b, k).cpu().numpy() for b, _ in walks]
         rms = pooled_error(frames, reps)
         r.at[k] = {"rms": rms, "excess": rms - gt}
+        for name, masks in (("difference", [None] * len(walks)), ("difference_walls", walls)):
+            s, n = map(
+                np.concatenate,
+                zip(*[_pairs(f, t, p, m) for f, t, p, m in zip(frames, truth, reps, masks)]),
+            )
+            r.at[k][name] = float(np.sqrt(s.sum() / max(n.sum(), 1)))
+            r.at[k][f"{name}_ci"] = rms_interval(s, n)
         first[k] = frames[0]
     return r, (first, reps[0])
 
@@ -446,65 +360,122 @@ def temporal_picture(first: dict, rep, k: int, path: Path, n: int = 5) -> Path:
     return save_figure(fig, path, dpi=90)
 
 # %% ../../nbs/core/60_evaluate.ipynb #9b5e78fc
-def _classifiers(
-    ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 1500
-) -> tuple[FactorNet, dict]:
-    sizes = {
-        "theme": ld.ds.manifest.grid["theme"],
-        "lighting": ld.ds.manifest.grid["light"],
-        "material": ld.ds.manifest.grid["material"],
+def _classifiers(ld: Loaded) -> tuple[torch.nn.Module, dict]:
+    """The factor classifiers (`55_yardsticks`), fitted on unseen-walk frames of the training cells
+    only, and the grid's sizes."""
+    g = ld.ds.manifest.grid
+    sizes = {"theme": g["theme"], "lighting": g["light"], "material": g["material"]}
+    seed = int(ld.ds.manifest.seeds[1]) + CLASSIFIER_SEEDS
+    b = classifier_batch(ld.split, seed, CLASSIFIER_FRAMES)
+    return fit_classifier(b, sizes, ld.cfg.eval.classifier_steps, device=ld.device), sizes
+
+
+def classified(clf, frames_u8, batch: dict) -> dict[str, np.ndarray]:
+    """Per frame and factor: 1 where the classifier names the factor of `batch`'s labels in
+    `frames_u8` (shown with `batch`'s channels), 0 where it does not, -1 where there is no label."""
+    pred, y = predict_factors(clf, frames_u8, batch), factor_labels(batch, clf.sizes["material"])
+    return {
+        k: np.where(y[k].numpy() >= 0, (pred[k] == y[k]).numpy().astype(np.int8), -1) for k in pred
     }
-    pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
-    b = gather(ld.ds, pick, shards)
-    return train_classifier(
-        as_float(b["rgb"], ld.device),
-        factor_labels(b, sizes["material"]),
-        sizes,
-        ld.cfg.eval.classifier_steps,
-    ), sizes
 
 # %% ../../nbs/core/60_evaluate.ipynb #005f93a0
-def _fit_baseline(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000) -> MeanColour:
+def _fit_baselines(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000) -> dict:
+    """The two baselines, fitted on training-cell frames of the dataset: the flat mean colour and
+    the additive colour statistics (`55_yardsticks`)."""
     pick = train_idx[np.linspace(0, len(train_idx) - 1, min(n, len(train_idx))).astype(int)]
-    return MeanColour(ld.ds.manifest.grid["theme"]).fit(gather(ld.ds, pick, shards))
+    b = gather(ld.ds, pick, shards)
+    assert_no_leak(b["cells"].numpy(), ld.split, "the baselines' frames")
+    g = ld.ds.manifest.grid
+    return {
+        "baseline": MeanColour(g["theme"]).fit(b),
+        "baseline_additive": AdditiveColour(ld.split).fit(b),
+    }
 
 # %% ../../nbs/core/60_evaluate.ipynb #d9fbedde
-def _part(
-    ld: Loaded,
-    sampler: GraphSampler,
-    batch: dict,
-    steps: list,
-    base: MeanColour,
-    clf: FactorNet,
-    log=print,
-    name: str = "",
-) -> tuple[Part, dict]:
-    """One part's numbers, and its frames as numpy for the pictures: rendering, scoring and
-    classifying on the device."""
-    labels = {
-        k: v.to(ld.device) for k, v in factor_labels(batch, ld.ds.manifest.grid["material"]).items()
+KEPT = ("psnr", "psnr_walls", "texture", "texture_walls")  # per-frame figures eval.json keeps
+
+
+def _summary(mats: dict[str, np.ndarray], rows: np.ndarray, seed: int = 0) -> dict:
+    "Each figure's mean over the cells `rows` and their frames, and its interval (`mean_interval`)."
+    out = {}
+    with np.errstate(invalid="ignore"):
+        for name, m in mats.items():
+            x = m[rows]
+            out[name] = float(np.nanmean(x)) if np.isfinite(x).any() else None
+    out["ci"] = {
+        name: mean_interval(m, rows, seed=seed) for name, m in mats.items() if name in KEPT
     }
-    preds = {"baseline": base.predict(batch)}
+    return out
+
+
+def _acc(correct: dict[str, np.ndarray], idx: np.ndarray) -> dict:
+    "Classifier accuracy per factor over frames `idx` (-1: no label), with its interval."
+    out, ci = {}, {}
+    for k, c in correct.items():
+        c = c[idx]
+        c = c[c >= 0].astype(float)
+        out[k] = float(c.mean()) if len(c) else float("nan")
+        ci[k] = frame_interval(c)
+    return out | {"ci": ci}
+
+
+def _scored(cb: CellBatch, pred_u8, device) -> tuple[dict[str, np.ndarray], dict]:
+    """`score_frames` of `pred_u8` against the truth of every cell, as [cells, slots] matrices, and
+    the per-frame float scores."""
+    s = score_frames(
+        as_float(pred_u8, device), as_float(cb.batch["rgb"], device), cb.batch["surface"]
+    )
+    return {k: cb.matrix(v) for k, v in s.items()}, s
+
+
+def _score_all(
+    ld: Loaded, sampler: GraphSampler, cb: CellBatch, steps: list, refs: dict, clf, log=print
+) -> tuple[dict, dict, dict]:
+    """Render every cell's frames at each step count, and score them, the baselines' and the
+    truth's: {name: [cells, slots] matrices}, {name: per-frame classifier right (1) / wrong (0) /
+    unlabelled (-1) by factor}, and the frames (numpy) for the pictures."""
+    b = cb.batch
+    preds = {name: ref.predict(b) for name, ref in refs.items()}
     for k in steps:
         t0 = time.monotonic()
-        preds[k] = render_frames(sampler, batch, k)
+        preds[k] = render_frames(sampler, b, k)
         log(
-            f"  {name}: {len(batch['rgb'])} frames rendered with {k} DDIM "
+            f"  all {ld.split.grid.n_cells} cells: {len(b['rgb'])} frames rendered with {k} DDIM "
             f"step{'s' * (k > 1)} in {time.monotonic() - t0:.1f} s"
         )
+    mats, right = {}, {}
+    for name, p in {"truth": b["rgb"], **preds}.items():
+        if name != "truth":
+            mats[name] = _scored(cb, p, ld.device)[0]
+        if name == "truth" or not isinstance(name, str):
+            right[name] = classified(clf, p, b)
+    frames = {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
+    return mats, right, frames
+
+
+def _part(
+    ld: Loaded, cb: CellBatch, mats: dict, right: dict, steps: list, part: str, frames: dict
+) -> Part:
+    "One part's numbers from the scored matrices: its cells, frames, figures and intervals."
+    mask = ld.split.mask(part)
+    idx = cb.rows(mask)
+    sub = take(cb.batch, idx)
     r = Part(
-        len(batch["rgb"]),
-        baseline=summarise(score(preds["baseline"], batch)),
-        ground_truth_classifier=accuracy(clf, as_float(batch["rgb"], ld.device), labels),
+        len(idx),
+        cells=int(mask.sum()),
+        baseline=_summary(mats["baseline"], mask),
+        baseline_additive=_summary(mats["baseline_additive"], mask),
+        ground_truth_classifier=_acc(right["truth"], idx),
     )
+    t = as_float(sub["rgb"], ld.device)
     for k in steps:
-        s = score(preds[k], batch)
+        p = as_float(frames[k][idx], ld.device)
         r.at[k] = {
-            **summarise(s),
-            "classifier": accuracy(clf, as_float(preds[k]), labels),
-            "per_frame_psnr": s["psnr"],
+            **_summary(mats[k], mask),
+            "mae_by_surface": error_by_surface(p, t, sub["surface"]),
+            "classifier": _acc(right[k], idx),
         }
-    return r, {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
+    return r
 
 # %% ../../nbs/core/60_evaluate.ipynb #69bab93e
 RECALL_SEEDS = EVAL_SEEDS + 500  # the recall's new episodes start past the unseen walks'
@@ -523,7 +494,7 @@ def unseen_samples(ld: Loaded, per_cell: int) -> dict:
         for k in ("rgb", "cells", *spec.names, "theme", "lighting")
     }
     train = apply_split(s["cells"], ld.split)["train"]
-    pick = per_cell_indices(s["cells"], train, np.flatnonzero(~ld.split.mask()), per_cell)
+    pick = per_cell_indices(s["cells"], train, np.flatnonzero(ld.split.mask("train")), per_cell)
     return {k: torch.from_numpy(v[pick]) for k, v in s.items() if k != "cells"}
 
 # %% ../../nbs/core/60_evaluate.ipynb #b0b22c3e
@@ -543,38 +514,59 @@ def _seen(ld: Loaded, sampler: GraphSampler, k: int, shards=None) -> dict[str, P
 
 # %% ../../nbs/core/60_evaluate.ipynb #62ce806e
 def _walk_parts(
-    ld: Loaded, sampler: GraphSampler, steps: list, base: MeanColour, clf: FactorNet, log=print
-) -> tuple[dict[str, Part], dict, dict]:
-    """The held-out and training parts scored on unseen walks (`eval_parts`): each part's numbers,
-    the per-frame PSNR and cells at each step count (for `cell_means`), and each part's samples."""
+    ld: Loaded, sampler: GraphSampler, steps: list, refs: dict, clf, log=print
+) -> tuple[dict[str, Part], dict, dict, CellBatch]:
+    """Every cell scored on unseen walks (`cell_batch`), then grouped into the split's parts
+    (train, validation, test; a split without validation cells has `train` and `heldout`): the
+    parts, the [cells, slots] matrices by predictor, and each part's sample grid."""
     per = ld.cfg.eval.frames_per_cell
-    t0, parts = time.monotonic(), eval_parts(ld, per)
+    t0, cb = time.monotonic(), cell_batch(ld, per)
     log(
         f"  unseen walks: {per} frames in each of the {ld.split.grid.n_cells} cells "
         f"({time.monotonic() - t0:.1f} s)"
     )
-    res, cells_psnr, grids = {}, {}, {}
-    for part, batch in parts.items():
-        t1 = time.monotonic()
-        r, frames = _part(ld, sampler, batch, steps, base, clf, log, part)
-        for k in steps:
-            cells_psnr.setdefault(k, []).append(
-                (r.at[k].pop("per_frame_psnr"), batch["cells"].numpy())
-            )
-        res[part], grids[part] = r, sample_grid(batch, frames, n=8)
-        log(
-            f"  {part}: {r.frames} frames scored and classified "
-            f"({time.monotonic() - t1:.1f} s for the part)"
-        )
-    return res, cells_psnr, grids
+    t1 = time.monotonic()
+    mats, right, frames = _score_all(ld, sampler, cb, steps, refs, clf, log)
+    names = PARTS if ld.split.has_validation else ("train", "heldout")
+    parts = {name: _part(ld, cb, mats, right, steps, name, frames) for name in names}
+    grids = {}
+    for key, name in (
+        ("heldout", "test" if ld.split.has_validation else "heldout"),
+        ("train",) * 2,
+    ):
+        idx = cb.rows(ld.split.mask(name))
+        grids[key] = sample_grid(take(cb.batch, idx), {k: v[idx] for k, v in frames.items()}, n=8)
+    log(f"  scored and classified every cell ({time.monotonic() - t1:.1f} s)")
+    return parts, mats, grids, cb
 
 # %% ../../nbs/core/60_evaluate.ipynb #5e1d2c7a
+def _novelty_table(ld: Loaded, mats: dict, steps: list, held: str) -> dict:
+    """{k: {level: figures}}: the `held` part's cells at each novelty level (`data.splits.novelty`:
+    how many of a cell's factor pairs no training cell shows; 4: a level never seen), their
+    figures with intervals, and the additive baseline's PSNR there."""
+    nov, mask = novelty(ld.split), ld.split.mask(held)
+    out = {}
+    for k in steps:
+        out[k] = {}
+        for level in sorted(set(nov[mask].tolist())):
+            rows = mask & (nov == level)
+            out[k][str(level)] = {
+                "name": NOVELTY_NAMES.get(level, str(level)),
+                "cells": int(rows.sum()),
+                **_summary(mats[k], rows),
+                "baseline_additive": _summary(mats["baseline_additive"], rows)["psnr"],
+            }
+    return out
+
+
 def _recall_and_gaps(
-    res: EvalResult, ld: Loaded, sampler: GraphSampler, shards, cells_psnr: dict, log=print
+    res: EvalResult, ld: Loaded, sampler: GraphSampler, shards, mats: dict, log=print
 ) -> dict:
-    """Fill in `res`'s recall (`seen`, `memorised`) at its headline step count and its gaps (plain
-    and matched at each step count, by level at the headline); return the per-cell means."""
-    t1, k = time.monotonic(), res.headline_steps
+    """Fill in `res`'s recall (`seen`, `memorised`) at its headline step count, its gaps (training
+    cells minus the reported held-out cells, full frame and walls, with bootstrap intervals; the
+    matched gap with the additive fit's error in its interval, at each step count; by level at the
+    headline) and the held-out cells by novelty; return the per-cell mean PSNR by step count."""
+    t1, k, held = time.monotonic(), res.headline_steps, res.held
     res.seen = _seen(ld, sampler, k, shards)
     res.memorised = {k: res.seen["trained"].psnr(k) - res.seen["unseen"].psnr(k)}
     log(
@@ -582,11 +574,25 @@ def _recall_and_gaps(
         f"{res.seen['unseen'].frames} new ones of the same kind, "
         f"{k} DDIM step{'s' * (k > 1)} ({time.monotonic() - t1:.1f} s)"
     )
-    res.gap = {j: res.parts["train"].psnr(j) - res.parts["heldout"].psnr(j) for j in res.steps}
-    means = cell_means(cells_psnr)
-    res.gap_matched = matched_gaps(means, ld.split)
-    g = ld.split.grid
-    res.gap_by_level = {k: gap_by_level(means[k], ld.split.mask(), g, level_names(g))}
+    s, tr, he = ld.split, ld.split.mask("train"), ld.split.mask(held)
+    res.gap = {j: res.parts["train"].psnr(j) - res.part("heldout").psnr(j) for j in res.steps}
+    res.gap_walls = {
+        j: res.parts["train"].at[j]["psnr_walls"] - res.part("heldout").at[j]["psnr_walls"]
+        for j in res.steps
+    }
+    res.gap_ci = {
+        j: {m: gap_interval(mats[j][m], tr, he) for m in ("psnr", "psnr_walls")} for j in res.steps
+    }
+    with np.errstate(invalid="ignore"):
+        means = {j: np.nanmean(mats[j]["psnr"], 1) for j in res.steps}
+    res.gap_matched = matched_gaps(means, s, held)
+    for j, m in res.gap_matched.items():
+        m["ci"] = matched_gap_interval(mats[j]["psnr"], he, s.grid, tr)
+    # validation cells are neither side of the gap by level
+    per = np.where(tr | he, means[k], np.nan)
+    res.gap_by_level = {k: gap_by_level(per, he, s.grid, level_names(s.grid))}
+    res.by_novelty = _novelty_table(ld, mats, res.steps, held)
+    res.per_frame = {j: {m: np.round(mats[j][m], 3).tolist() for m in KEPT} for j in res.steps}
     return means
 
 # %% ../../nbs/core/60_evaluate.ipynb #c46edc82
@@ -598,44 +604,60 @@ def evaluate(
     device: str | None = None,
 ) -> EvalResult:
     """Evaluate a run dir or checkpoint on `device` (default `eval.device`); write eval.json,
-    report.md and pictures to `<run>/eval/` (or `out`). The recall and the gap by level are
-    measured at the result's headline step count (`choose_headline`: the training cells')."""
+    report.md and pictures to `<run>/eval/` (or `out`). Every cell is scored on the same unseen
+    walks; the headline step count is chosen on the validation cells (`choose_headline`; the
+    training cells for a split without them) and the test cells are reported; the recall, the gap
+    by level and the pictures are taken at the headline."""
     t0 = time.monotonic()
     from qmind_render.data.loader import ShardBatches
 
     ld = load_for_eval(target, overrides, device)
-    out = Path(out or run_dir_of(ld.ckpt_path) / "eval")
+    # a shipped model's file sits in no run dir: its evaluation goes to runs/<its name>/eval
+    shipped = ld.ckpt_path.parent.name != "checkpoints"
+    out = Path(out or (runs_root() / ld.cfg.name if shipped else run_dir_of(ld.ckpt_path)) / "eval")
     out.mkdir(parents=True, exist_ok=True)
     steps, shards = (
         list(ld.cfg.eval.ddim_steps),
         ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths)),
     )
     train_idx = apply_split(ld.ds.cells, ld.split)["train"]
-    base, (clf, _) = _fit_baseline(ld, train_idx, shards), _classifiers(ld, train_idx, shards)
-    log(f"  baseline and factor classifiers fitted on {ld.device} ({time.monotonic() - t0:.1f} s)")
+    refs = _fit_baselines(ld, train_idx, shards)
+    log(f"  baselines fitted on training cells ({time.monotonic() - t0:.1f} s)")
+    t1 = time.monotonic()
+    clf, _ = _classifiers(ld)
+    log(f"  factor classifiers fitted on {ld.device} ({time.monotonic() - t1:.1f} s)")
     sampler = ld.sampler()
-    parts, cells_psnr, grids = _walk_parts(ld, sampler, steps, base, clf, log)
+    parts, mats, grids, cb = _walk_parts(ld, sampler, steps, refs, clf, log)
+    s = ld.split
     res = EvalResult(
         steps,
         parts,
         checkpoint=str(ld.ckpt_path),
         step=ld.step,
         dataset=ld.ds.id,
-        split=ld.split.name,
+        split=s.name,
         device=str(ld.device),
         lpips="computed" if lpips_available() else "unavailable (no local weights)",
-        # what the parts score: unseen walks, the same frames in every cell (core/57_walks)
+        # what the parts score: unseen walks, the same frames in every cell (core/55_walks)
         frames="walks",
+        split_cells={
+            "validation": [list(c) for c in s.validation],
+            "test": [list(c) for c in s.test],
+        },
     )
-    means = _recall_and_gaps(res, ld, sampler, shards, cells_psnr, log)
+    log(
+        f"  headline: {res.headline_steps} DDIM step{'s' * (res.headline_steps > 1)}, the best "
+        f"PSNR on the {res.headline_from} cells"
+    )
+    means = _recall_and_gaps(res, ld, sampler, shards, mats, log)
     t1, walks = time.monotonic(), {}
-    for i, part in enumerate(("heldout", "train")):
+    for i, part in enumerate((res.held, "train")):
         seed = int(ld.ds.manifest.seeds[1]) + 2000 + 100 * i
         res.parts[part].temporal, walks[part] = temporal_part(ld, sampler, part, steps, seed)
     res.temporal_seconds = round(time.monotonic() - t1, 1)
-    log(f"  temporal: warping error on unseen walks ({res.temporal_seconds} s)")
+    log(f"  temporal: the change against the truth's on unseen walks ({res.temporal_seconds} s)")
     t1 = time.monotonic()
-    res.pictures = _pictures(ld, out, means, grids, max(steps), walks.get("heldout"))
+    res.pictures = _pictures(ld, out, means, grids, res.headline_steps, walks.get(res.held))
     log(
         "  pictures: the PSNR heatmap, sample grids and an episode video "
         f"({time.monotonic() - t1:.1f} s)"
@@ -644,6 +666,7 @@ def evaluate(
     # what `qmind run`, a sweep, `qmind ship` and the reports read back
     res.write(out / "eval.json")
     atomic_write(out / "report.md", report_md(res, ld))
+    log(f"  written: {out / 'eval.json'}, {out / 'report.md'} and the pictures beside them")
     _to_tracker(ld, out, res)
     return res
 
@@ -735,30 +758,77 @@ def psnr_curve(
     return rows
 
 # %% ../../nbs/core/60_evaluate.ipynb #07640866
+def _ci(x: float | None, ci, fmt: str = ".2f") -> str:
+    "A figure and its interval, `28.10 [27.62, 28.51]`; a dash for none."
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "—"
+    return f"{x:{fmt}}" + (f" [{ci[0]:{fmt}}, {ci[1]:{fmt}}]" if ci else "")
+
+
 def _scores(name: str, d: dict) -> dict:
-    "A predictor's row in a part's table, each number to its column's precision."
-    lp = "n/a" if d["lpips"] is None else f"{d['lpips']:.3f}"
-    return {
-        "predictor": name,
-        "PSNR dB": f"{d['psnr']:.2f}",
-        "SSIM": f"{d['ssim']:.3f}",
-        "LPIPS": lp,
-        **{f"MAE {s}": f"{d['mae_by_surface'][s]:.1f}" for s in SURFACES},
-    }
+    "A predictor's row in a part's table, each number to its column's precision, with intervals."
+    ci = d.get("ci") or {}
+    row = {"predictor": name, "PSNR dB": _ci(d["psnr"], ci.get("psnr"))}
+    if "psnr_walls" in d:
+        row |= {
+            "walls PSNR dB": _ci(d["psnr_walls"], ci.get("psnr_walls")),
+            "SSIM": f"{d['ssim']:.3f}",
+            "walls SSIM": _ci(d.get("ssim_walls"), None, ".3f"),
+            "texture": _ci(d["texture"], ci.get("texture"), ".3f"),
+            "walls texture": _ci(d["texture_walls"], ci.get("texture_walls"), ".3f"),
+        }
+    else:
+        row["SSIM"] = f"{d['ssim']:.3f}"
+    mae = d.get("mae_by_surface")
+    return row | ({f"MAE {s}": f"{mae[s]:.1f}" for s in SURFACES} if mae else {})
 
 # %% ../../nbs/core/60_evaluate.ipynb #adb944aa
 def _accuracy(name: str, part: str, a: dict) -> dict:
+    ci = a.get("ci") or {}
     return {
         "frames": name,
         "part": part,
-        **{k: f"{a[k]:.2f}" for k in ("theme", "lighting", "material")},
+        **{k: _ci(a[k], ci.get(k)) for k in ("theme", "lighting", "material")},
     }
 
 # %% ../../nbs/core/60_evaluate.ipynb #675cadbf
 def _gap_row(res: EvalResult, k: int) -> dict:
-    m = res.gap_matched.get(k)
-    row = {"DDIM steps": k, "gap dB": f"{res.gap[k]:.2f}"}
+    m, ci = res.gap_matched.get(k), res.gap_ci.get(k, {})
+    row = {"DDIM steps": k, "gap dB": _ci(res.gap[k], ci.get("psnr"))}
+    if k in res.gap_walls:
+        row["walls gap dB"] = _ci(res.gap_walls[k], ci.get("psnr_walls"))
+    if m and m.get("ci"):
+        return row | {"matched gap dB": _ci(m["gap"], m["ci"])}
     return row | ({"matched gap dB": f"{m['gap']:.2f} ± {m['se']:.2f}"} if m else {})
+
+
+def _novelty_md(res: EvalResult) -> list[str]:
+    "The reported held-out cells by novelty level, at the headline step count."
+    by = res.by_novelty.get(res.headline_steps)
+    if not by:
+        return []
+    rows = [
+        {
+            "novelty": f"{lv} ({d['name']})",
+            "cells": d["cells"],
+            "PSNR dB": _ci(d["psnr"], d["ci"].get("psnr")),
+            "walls PSNR dB": _ci(d["psnr_walls"], d["ci"].get("psnr_walls")),
+            "texture": _ci(d["texture"], d["ci"].get("texture"), ".3f"),
+            "walls texture": _ci(d["texture_walls"], d["ci"].get("texture_walls"), ".3f"),
+            "additive baseline PSNR": f"{d['baseline_additive']:.2f}",
+        }
+        for lv, d in sorted(by.items())
+    ]
+    return [
+        f"## {res.held.capitalize()} cells by novelty ({res.headline_steps} DDIM "
+        f"step{'s' * (res.headline_steps > 1)})",
+        "",
+        "Novelty: how many of a cell's three factor pairs (theme-material, theme-lighting, "
+        "material-lighting) no training cell shows; 4: a level (a theme) never seen.",
+        "",
+        format_table(rows, markdown=True),
+        "",
+    ]
 
 
 def _level_md(res: EvalResult) -> list[str]:
@@ -766,14 +836,15 @@ def _level_md(res: EvalResult) -> list[str]:
     if not res.gap_by_level:
         return []
     ((k, by),) = res.gap_by_level.items()
+    held = "test" if res.held == "test" else "held-out"
     rows = [
         {
             "factor": factor,
             "level": r["level"],
             "training cells": r["train_cells"],
-            "held-out cells": r["heldout_cells"],
+            f"{held} cells": r["heldout_cells"],
             "training PSNR": "—" if r["train"] is None else f"{r['train']:.2f}",
-            "held-out PSNR": "—" if r["heldout"] is None else f"{r['heldout']:.2f}",
+            f"{held} PSNR": "—" if r["heldout"] is None else f"{r['heldout']:.2f}",
         }
         for factor, rs in by.items()
         for r in rs
@@ -789,33 +860,36 @@ def _level_md(res: EvalResult) -> list[str]:
 
 # %% ../../nbs/core/60_evaluate.ipynb #289d89a5
 def _temporal_md(res: EvalResult) -> list[str]:
-    """The report's temporal table: the truth's warping error, the model's at each step count and
-    its excess."""
+    """The report's temporal table: the difference between the model's frame-to-frame change and
+    the truth's (full frame and walls, with intervals), and the old warping error with its
+    excess."""
     rows = []
-    for part in ("heldout", "train"):
-        r = res.parts[part].temporal
+    for part in (res.held, "train"):
+        r = res.parts[part].temporal if part in res.parts else None
         if r:
-            rows.append(
-                {
-                    "part": part,
-                    "walks x frames": f"{r.walks} x {r.frames}",
-                    "compared": f"{r.coverage:.0%}",
-                    "ground truth": f"{r.ground_truth:.2f}",
-                    **{
-                        f"model, {k} steps (excess)": f"{r.at[k]['rms']:.2f} "
-                        f"({r.at[k]['excess']:+.2f})"
-                        for k in res.steps
-                    },
-                }
-            )
+            for k in res.steps:
+                a = r.at[k]
+                rows.append(
+                    {
+                        "part": part,
+                        "DDIM steps": k,
+                        "walks x frames": f"{r.walks} x {r.frames}",
+                        "compared": f"{r.coverage:.0%}",
+                        "change vs truth's": _ci(a.get("difference"), a.get("difference_ci")),
+                        "on walls": _ci(a.get("difference_walls"), a.get("difference_walls_ci")),
+                        "warping error (truth)": f"{a['rms']:.2f} ({r.ground_truth:.2f})",
+                    }
+                )
     if not rows:
         return []
     return [
-        "## Temporal stability (warping error, 8-bit levels RMS)",
+        "## Temporal stability (8-bit levels RMS)",
         "",
         "Each frame of an unseen walk against the frame before, reprojected through the engine's "
-        "geometry, over the pixels both saw; the excess is the model's minus the ground truth's "
-        f"({res.temporal_seconds} s).",
+        "geometry: the RMS of the model's change minus the truth's change over the pixels both "
+        "saw (TecoGAN's tOF form: 0 is the truth's own flicker, and a blurred frame that changes "
+        "less than the truth scores worse, not better); the warping error is the change itself "
+        f"(which rewards blur), kept for comparison ({res.temporal_seconds} s).",
         "",
         format_table(rows, markdown=True),
         "",
@@ -837,38 +911,56 @@ def _seen_md(res: EvalResult) -> list[str]:
     ]
 
 # %% ../../nbs/core/60_evaluate.ipynb #810b321a
+_TITLES = {
+    "test": "Test cells (held out, reported)",
+    "validation": "Validation cells (held out, choices made here)",
+    "heldout": "Held-out cells",
+    "train": "Training cells (unseen frames)",
+}
+
+
 def report_md(res: EvalResult, ld: Loaded) -> str:
     "The report as Markdown (tables, then the pictures)."
     table, steps = (lambda rows: format_table(rows, markdown=True)), res.steps
+    counts = ", ".join(
+        f"{p.cells or '?'} {n} cells ({p.frames} frames)" for n, p in res.parts.items()
+    )
     L = [
         f"# Evaluation: {ld.cfg.name}",
         "",
         f"Checkpoint `{Path(res.checkpoint).name}` (step {res.step}), dataset "
-        f"`{res.dataset}`, split `{res.split}`, "
-        f"LPIPS {res.lpips}. {res.parts['heldout'].frames} held-out and "
-        f"{res.parts['train'].frames} training-cell frames: {ld.cfg.eval.frames_per_cell} "
-        "frames of unseen walks, the same in every cell. The headline step count, the one with "
-        f"the best training-cell PSNR: {res.headline_steps}.",
+        f"`{res.dataset}`, split `{res.split}`: {counts}; {ld.cfg.eval.frames_per_cell} "
+        f"frames of unseen walks, the same in every cell. LPIPS {res.lpips}. The headline step "
+        f"count, the one with the best PSNR on the {res.headline_from} cells: "
+        f"{res.headline_steps}. Every interval is a 95% bootstrap over cells and frames.",
         "",
     ]
-    for part, title in (
-        ("heldout", "Held-out cells"),
-        ("train", "Training cells (unseen frames)"),
-    ):
+    for part in (res.held, "validation", "train"):
+        if part not in res.parts:
+            continue
         r = res.parts[part]
-        rows = [_scores("mean-colour baseline", r.baseline)] + [
-            _scores(f"model, {k} DDIM steps", r.at[k]) for k in steps
-        ]
-        L += [f"## {title}", "", table(rows), ""]
+        rows = [_scores("mean-colour baseline", r.baseline)]
+        if r.baseline_additive:
+            rows.append(_scores("additive baseline", r.baseline_additive))
+        rows += [_scores(f"model, {k} DDIM steps", r.at[k]) for k in steps]
+        L += [f"## {_TITLES[part]}", "", table(rows), ""]
+    L += [
+        "Texture: the agreement of the frames' fine detail with the truth's (1: the truth; a "
+        "blurred or flat frame scores low however good its PSNR; `53_metrics`). Walls: the figure "
+        "on wall pixels alone, where theme, material and lighting compose.",
+        "",
+    ]
+    L += _novelty_md(res)
     L += _seen_md(res)
     L += [
-        "## Generalisation gap (training-cell PSNR minus held-out PSNR)",
+        f"## Generalisation gap (training-cell PSNR minus {res.held} PSNR)",
         "",
         table([_gap_row(res, k) for k in steps]),
         "",
         "The matched gap: each held-out cell against what an additive (theme + material + "
-        "lighting) fit of the training cells' PSNR predicts for it had it been seen, ± its "
-        "standard error; the plain gap also counts how much harder the held-out cells are.",
+        "lighting) fit of the training cells' PSNR predicts for it had it been seen, its interval "
+        "from refitting on every bootstrap draw; the plain gap also counts how much harder the "
+        "held-out cells are.",
         "",
     ]
     L += _level_md(res)
@@ -876,10 +968,14 @@ def report_md(res: EvalResult, ld: Loaded) -> str:
     L += [
         "## Factor classifiers (accuracy)",
         "",
+        "Fitted on frames of the training cells; the ground truth's row says how much a "
+        "classifier can tell on true frames of those cells, the model's how much of it the "
+        "model's frames show.",
+        "",
         table(
             [
                 _accuracy(n, part, a)
-                for part in ("heldout", "train")
+                for part in (res.held, "train")
                 for n, a in [("ground truth", res.parts[part].ground_truth_classifier)]
                 + [(f"model, {k} steps", res.parts[part].at[k]["classifier"]) for k in steps]
             ]
@@ -892,7 +988,8 @@ def report_md(res: EvalResult, ld: Loaded) -> str:
         "",
         f"![PSNR per cell]({p['heatmap']})",
         "",
-        "Held-out samples (rows: surface, ground truth, baseline, model at each K):",
+        f"{res.held.capitalize()} samples (rows: surface, ground truth, baseline, model at each "
+        "K):",
         "",
         f"![held-out]({p['samples_heldout']})",
         "",
@@ -928,22 +1025,32 @@ def eval_main(argv: list[str]) -> int:
         nargs="*",
         help="key=value, e.g. eval.ddim_steps=[1,2,4] eval.frames_per_cell=4",
     )
+    p.add_argument(
+        "--out", default=None, help="where eval.json and the report go (default: RUN_DIR/eval)"
+    )
     a = p.parse_intermixed_args(argv)  # options anywhere on the line
-    res = evaluate(a.target, a.overrides)
+    res = evaluate(a.target, a.overrides, out=a.out, log=lambda s: print(s, flush=True))
     print(headline(res))
-    print(f"report: {run_dir_of(res.checkpoint) / 'eval' / 'report.md'}")
     return 0
 
 # %% ../../nbs/core/60_evaluate.ipynb #34e2926f
 def headline(res: EvalResult) -> str:
-    """One line: PSNR held-out/training cells at the headline step count, at each step count, and
-    the baseline's."""
-    h, t, k = res.parts["heldout"], res.parts["train"], res.headline_steps
+    """One line: PSNR of the reported held-out cells (test) and the training cells at the
+    headline step count (full frame and walls), at each step count, the texture figure and the
+    baselines'."""
+    h, t, k = res.part("heldout"), res.parts["train"], res.headline_steps
     ks = " ".join(f"{j}:{h.psnr(j):.2f}/{t.psnr(j):.2f}" for j in res.steps)
+    walls = (
+        f", walls {h.at[k]['psnr_walls']:.2f}/{t.at[k]['psnr_walls']:.2f}, texture "
+        f"{h.at[k]['texture']:.3f}/{t.at[k]['texture']:.3f}"
+        if "psnr_walls" in h.at[k]
+        else ""
+    )
+    add = f", additive {h.baseline_additive['psnr']:.2f}" if h.baseline_additive else ""
     return (
-        f"PSNR held-out/training cells {h.psnr(k):.2f}/{t.psnr(k):.2f} dB at {k} DDIM "
-        f"step{'s' * (k > 1)} (the headline: best training-cell PSNR); by DDIM steps {ks} dB; "
-        f"baseline {h.baseline['psnr']:.2f}/{t.baseline['psnr']:.2f} dB"
+        f"PSNR {res.held}/training cells {h.psnr(k):.2f}/{t.psnr(k):.2f} dB at {k} DDIM "
+        f"step{'s' * (k > 1)} (the headline: best {res.headline_from}-cell PSNR){walls}; by DDIM "
+        f"steps {ks} dB; baseline {h.baseline['psnr']:.2f}/{t.baseline['psnr']:.2f} dB{add}"
     )
 
 # %% ../../nbs/core/60_evaluate.ipynb #7dd21a87
@@ -976,7 +1083,6 @@ def bench_eval(
     (T, M, L) = grid.shape
     # the heads evaluation fits (`_classifiers`)
     sizes = {"theme": T, "lighting": L, "material": M}
-    labels = {k: v.to(dev) for k, v in factor_labels(b, sizes["material"]).items()}
     out = {
         "frames": frames,
         "ddim_steps": steps,
@@ -988,9 +1094,7 @@ def bench_eval(
     render_frames(sampler, {k: v[:batch] for k, v in b.items()}, steps[0])
     sync()
     t0 = time.perf_counter()
-    clf = train_classifier(
-        as_float(b["rgb"], dev), labels, sizes, classifier_steps or cfg.eval.classifier_steps
-    )
+    clf = fit_classifier(b, sizes, classifier_steps or cfg.eval.classifier_steps, device=dev)
     sync()
     out["classifier_fit_s"] = round(time.perf_counter() - t0, 2)
     for k in steps:
@@ -1001,8 +1105,8 @@ def bench_eval(
         p = render_frames(sampler, b, k)
         sync()
         t1 = time.perf_counter()
-        score(p, b)
-        accuracy(clf, as_float(p), labels)
+        score_frames(as_float(p), as_float(b["rgb"], dev), b["surface"])
+        classified(clf, p, b)
         sync()
         out[f"render_s_{k}"], out[f"score_s_{k}"] = (
             round(t1 - t0, 2),

@@ -240,7 +240,8 @@ def ship_main(argv: list[str]) -> int:
         f"to {out}: {'test' if 'test' in m else 'held-out'}-cell PSNR "
         + " / ".join(f"{h[k]:.2f}" for k in sorted(h))
         + f" dB at {' / '.join(map(str, sorted(h)))} DDIM steps (baseline "
-        f"{(m.get('test') or m['heldout'])['baseline']:.2f}); served at {summary_headline(m)} by default"
+        f"{(m.get('test') or m['heldout'])['baseline']:.2f}); served at "
+        f"{summary_headline(m)} by default"
     )
     return 0
 
