@@ -15,14 +15,8 @@ from qmind_render.core.config import config_from_dict
 from qmind_render.data.cache import fetch, verify_dataset
 from qmind_render.data.stores import open_store
 from qmind_render.core.checkpoint import checkpoints, load_checkpoint
-from qmind_render.core.evaluate import (
-    as_float,
-    eval_indices,
-    gather,
-    load_for_eval,
-    psnr,
-    render_frames,
-)
+from qmind_render.core.evaluate import eval_indices, gather, load_for_eval, render_frames
+from qmind_render.core.metrics import as_float, psnr
 from qmind_render.core.train import train
 
 GOLDEN = Path(__file__).parent / "golden" / "compat"

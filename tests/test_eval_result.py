@@ -93,11 +93,15 @@ def test_a_file_from_before_the_schema_reads_with_the_same_rule(tmp_path):
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(ROOT / "results")))
 def test_every_committed_eval_json_reads_and_writes_back_unchanged(path):
-    """Every eval.json under results/ (schema 1): read, its headline chosen by the rule (1 step for
-    every one of them), written back the same but for the schema, the headline and, for the oldest,
+    """Every eval.json under results/: one this evaluation wrote (schema 3) read and written back
+    the same; an older one (schema 1) read, its headline chosen by the rule (1 step for every one
+    of them), written back the same but for the schema, the headline and, for the oldest,
     `frames: dataset`."""
     d = json.loads(path.read_text())
     ev = EvalResult.read(path)
+    if d.get("schema") == SCHEMA:  # written by this evaluation: read and written back the same
+        assert ev.to_json() == d and ev.headline_from == "validation"
+        return
     assert "schema" not in d and ev.headline_steps == 1
     assert ev.to_json() == d | {
         "schema": SCHEMA,
@@ -157,9 +161,13 @@ def test_the_shipped_summary_keeps_the_headline_and_an_old_one_gets_it_by_the_ru
 
     s = made_up().summary()
     assert (summary_psnr(s, "heldout"), s["headline_steps"]) == (HELD, 4)
-    # the shipped model was shipped before the headline was recorded: its training cells pick 1
+    # the shipped model carries its evaluation on validation and test cells: 1 step, chosen on the
+    # validation cells; a summary from before the headline was recorded gets it by the rule
     m = load_shipped()[2]["metrics"]
-    assert "headline_steps" not in m and summary_headline(m) == 1
+    assert (m["headline_steps"], m["headline_from"], summary_headline(m)) == (1, "validation", 1)
+    assert summary_psnr(m, "heldout") == summary_psnr(m, "test")
+    old = {p: m[p] for p in ("train",)} | {"heldout": m["test"]}
+    assert summary_headline(old) == 1
     assert summary_headline({"heldout": {"ddim_2": 30.0}}) is None
 
 

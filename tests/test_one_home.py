@@ -184,7 +184,7 @@ def test_config_defaults_are_written_once():
                 ]
     assert not bad, "\n".join(bad)
     from qmind_render.core.checkpoint import save_checkpoint
-    from qmind_render.core.evaluate import train_classifier
+    from qmind_render.core.yardsticks import fit_classifier
     from qmind_render.data.loader import make_loader
     from qmind_render.core.optim import EMA, make_ema
     from qmind_render.serve.protocol import RenderItem, render_item
@@ -193,7 +193,7 @@ def test_config_defaults_are_written_once():
         save_checkpoint: "keep_last",
         make_ema: "decay",
         EMA.__init__: "decay",
-        train_classifier: "steps",
+        fit_classifier: "steps",
         render_item: "steps",
         RenderItem: "steps",
         make_loader: "batch",

@@ -15,11 +15,13 @@ from collect_sweep import report_from_results  # noqa: E402
 
 from qmind_render.core.eval_result import EvalResult  # noqa: E402
 from qmind_render.core.config import config_to_dict, load_config  # noqa: E402
+from qmind_render.core.intervals import with_interval  # noqa: E402
 from qmind_render.sweeps.cost import sweep_cost  # noqa: E402
 from qmind_render.sweeps.sweep import expand_sweep  # noqa: E402
 from qmind_render.sweeps.sweep_report import (  # noqa: E402
     group_table,
     read_results,
+    result_table,
     run_row,
     separation_table,
     switches,
@@ -30,8 +32,11 @@ SWEEPS = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.yaml"))
 
 
 def test_every_results_table_row_is_read_from_its_committed_files():
+    # every results dir but the sweeps' and a benchmark's (results/temporal: bench.json)
     names = sorted(
-        p.parent for p in (ROOT / "results").glob("*/README.md") if p.parent not in SWEEPS
+        p.parent
+        for p in (ROOT / "results").glob("*/README.md")
+        if p.parent not in SWEEPS and not (p.parent / "bench.json").is_file()
     )
     assert names, "no committed results"
     for d in names:
@@ -110,6 +115,85 @@ def test_the_results_chapter_shows_the_committed_runs():
     assert gpu in shown, "89_results: the GPU sweep's cost is stale"
 
 
+def _tables(text: str) -> list[list[str]]:
+    "Each Markdown table in `text` as its lines (header first)."
+    tables, cur = [], []
+    for ln in text.splitlines() + [""]:
+        if ln.startswith("|"):
+            cur.append(ln)
+        elif cur:
+            tables.append(cur)
+            cur = []
+    return tables
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def test_every_column_of_every_run_table_in_the_results_chapter_is_the_committed_one():
+    """Every table of the results chapter whose rows are runs: each column that `run_row` makes
+    holds the committed eval.json's value, for every row."""
+    runs = {
+        run.name: run
+        for run in [
+            *(run for d in SWEEPS for run in sorted((d / "runs").iterdir())),
+            *sorted(p.parent for p in (ROOT / "results" / "main").glob("*/eval.json")),
+            ROOT / "results" / "shipped" / "shipped",
+        ]
+    }
+    checked = 0
+    for table in _tables(chapter_outputs()):
+        head = _cells(table[0])
+        if head[0] != "run":
+            continue
+        for line in table[2:]:
+            vals = dict(zip(head, _cells(line)))
+            r = run_row(runs[vals["run"]])
+            for col, v in vals.items():
+                if col in r:
+                    assert v == str(r[col]), f"89_results: {vals['run']}'s {col} is {r[col]}"
+                    checked += 1
+    assert checked > 300, checked
+
+
+HEADLINE = {
+    "main job (quickstart)": ROOT / "results" / "main" / "quickstart",
+    "shipped model": ROOT / "results" / "shipped" / "shipped",
+}
+
+
+def test_the_readme_headline_is_the_committed_results():
+    """The README's headline table is the one the committed main job's and shipped model's
+    eval.json make, and the figures its prose quotes are theirs."""
+    readme = (ROOT / "README.md").read_text()
+    assert result_table(HEADLINE) in readme, "README: the headline table is stale"
+    for name, run in HEADLINE.items():
+        ev = EvalResult.of_run(run)
+        k, h = ev.headline_steps, ev.part("heldout")
+        a = h.at[k]
+        phrases = [
+            with_interval(a["psnr"], a["ci"]["psnr"]),
+            with_interval(a["over_additive"]["psnr"], a["over_additive"]["ci"]["psnr"]),
+            with_interval(a["texture"], a["ci"]["texture"], ".3f"),
+            f"{h.baseline_additive['psnr']:.2f}",
+        ]
+        if name == "shipped model":
+            phrases += [
+                with_interval(a["psnr_walls"], a["ci"]["psnr_walls"]),
+                f"{ev.parts['train'].psnr(k):.2f} dB on the cells it trained on",
+                f"{h.psnr(2):.2f} dB at two",
+            ]
+        # the prose is wrapped: compare with its lines joined
+        prose = " ".join(readme.split())
+        for phrase in phrases:
+            assert phrase in prose, f"README: {name}'s {phrase} is not what it quotes"
+
+
+def test_the_results_chapter_shows_the_headline_table():
+    assert result_table(HEADLINE) in chapter_outputs(), "89_results: the headline table is stale"
+
+
 def test_the_results_chapter_shows_each_runs_gap_and_recall():
     "Each run of every sweep, the main job and the shipped model is a table row."
     shown = chapter_outputs().splitlines()
@@ -125,3 +209,16 @@ def test_the_results_chapter_shows_each_runs_gap_and_recall():
         assert line is not None, f"89_results shows no row for {run.name}"
         for col in ("held-out 1", "train 1", "gap 1", "matched gap 1", "recall 1"):
             assert f"| {r[col]} |" in line, f"89_results: {run.name}'s {col} is {r[col]}"
+
+
+def test_the_readmes_temporal_figures_are_the_committed_bench():
+    "The README's world-noise figures are results/temporal/bench.json's."
+    b = json.loads((ROOT / "results" / "temporal" / "bench.json").read_text())
+    prose = " ".join((ROOT / "README.md").read_text().split())
+    said = (
+        f"world noise cuts the shipped model's figure from {b['screen_steps2_difference']:.2f} and "
+        f"{b['screen_steps4_difference']:.2f} to {b['world_steps2_difference']:.2f} and "
+        f"{b['world_steps4_difference']:.2f}"
+    )
+    assert said in prose, "README: the temporal figures are not results/temporal/bench.json's"
+    assert f"({b['world_steps1_difference']:.2f} with world noise" in prose

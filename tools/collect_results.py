@@ -32,7 +32,10 @@ def main(argv=None) -> int:
         shutil.copy(run / "eval" / "eval.json", d / "eval.json")
         shutil.copy(run / "config.yaml", d / "config.yaml")
     commit = git_commit()
-    rows = [run_row(dest / run.name) for run in a.runs]
+    # the runs given first, then those committed here before, kept
+    given = [run.name for run in a.runs]
+    kept = sorted(p.parent.name for p in dest.glob("*/eval.json") if p.parent.name not in given)
+    rows = [run_row(dest / name) for name in given + kept]
     base = EvalResult.of_run(dest / a.runs[0].name).part("heldout").baseline
     text = (
         f"# {a.name}\n\n{a.note}\n\nCollected at commit `{commit}`; made with "

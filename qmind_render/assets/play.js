@@ -76,7 +76,7 @@ function connect() {
 async function main() {
   const info = await (await fetch("/info")).json();
   const h = info.heldout_psnr, ks = h ? Object.keys(h).filter(k => k.startsWith("ddim_")) : [];
-  $("about").textContent = `Model: ${info.model}, ${info.source}, step ${info.step}` + (h ? `. Held-out PSNR ${ks.map(k => h[k].toFixed(2)).join(" / ")} dB at ` +
+  $("about").textContent = `Model: ${info.model}, ${info.source}, step ${info.step}` + (h ? `. ${info.heldout_cells === "test" ? "Test-cell" : "Held-out"} PSNR ${ks.map(k => h[k].toFixed(2)).join(" / ")} dB at ` +
     `${ks.map(k => k.slice(5)).join(" / ")} DDIM steps (the mean-colour baseline: ${h.baseline.toFixed(2)} dB), on factor combinations it never saw in ` +
     `training` + (info.trained ? `; trained ${info.trained.minutes} min on ${info.trained.on}.` : ".") : ".");
   fill("theme", info.themes, info.themes[0]); fill("lighting", info.lightings, info.lightings[0]);

@@ -54,7 +54,13 @@ from qmind_render.core.yardsticks import (
 from .model import build_model
 from .sampler import GraphSampler
 from .eval_result import EvalResult, Part, Temporal
-from .intervals import frame_interval, gap_interval, mean_interval, rms_interval
+from qmind_render.core.intervals import (
+    frame_interval,
+    gap_interval,
+    mean_interval,
+    rms_interval,
+    with_interval,
+)
 from .gaps import gap_by_level, level_names, matched_gap_interval, matched_gaps
 from .walks import paired_batch, walk_batch, walk_frames
 from .temporal import change_images, pooled_error, reprojection, residual
@@ -470,10 +476,13 @@ def _part(
     t = as_float(sub["rgb"], ld.device)
     for k in steps:
         p = as_float(frames[k][idx], ld.device)
+        # the model against the additive baseline, frame by frame: a paired difference
+        over = {m: mats[k][m] - mats["baseline_additive"][m] for m in ("psnr", "psnr_walls")}
         r.at[k] = {
             **_summary(mats[k], mask),
             "mae_by_surface": error_by_surface(p, t, sub["surface"]),
             "classifier": _acc(right[k], idx),
+            "over_additive": _summary(over, mask),
         }
     return r
 
@@ -758,24 +767,17 @@ def psnr_curve(
     return rows
 
 # %% ../../nbs/core/60_evaluate.ipynb #07640866
-def _ci(x: float | None, ci, fmt: str = ".2f") -> str:
-    "A figure and its interval, `28.10 [27.62, 28.51]`; a dash for none."
-    if x is None or (isinstance(x, float) and np.isnan(x)):
-        return "—"
-    return f"{x:{fmt}}" + (f" [{ci[0]:{fmt}}, {ci[1]:{fmt}}]" if ci else "")
-
-
 def _scores(name: str, d: dict) -> dict:
     "A predictor's row in a part's table, each number to its column's precision, with intervals."
     ci = d.get("ci") or {}
-    row = {"predictor": name, "PSNR dB": _ci(d["psnr"], ci.get("psnr"))}
+    row = {"predictor": name, "PSNR dB": with_interval(d["psnr"], ci.get("psnr"))}
     if "psnr_walls" in d:
         row |= {
-            "walls PSNR dB": _ci(d["psnr_walls"], ci.get("psnr_walls")),
+            "walls PSNR dB": with_interval(d["psnr_walls"], ci.get("psnr_walls")),
             "SSIM": f"{d['ssim']:.3f}",
-            "walls SSIM": _ci(d.get("ssim_walls"), None, ".3f"),
-            "texture": _ci(d["texture"], ci.get("texture"), ".3f"),
-            "walls texture": _ci(d["texture_walls"], ci.get("texture_walls"), ".3f"),
+            "walls SSIM": with_interval(d.get("ssim_walls"), None, ".3f"),
+            "texture": with_interval(d["texture"], ci.get("texture"), ".3f"),
+            "walls texture": with_interval(d["texture_walls"], ci.get("texture_walls"), ".3f"),
         }
     else:
         row["SSIM"] = f"{d['ssim']:.3f}"
@@ -788,17 +790,17 @@ def _accuracy(name: str, part: str, a: dict) -> dict:
     return {
         "frames": name,
         "part": part,
-        **{k: _ci(a[k], ci.get(k)) for k in ("theme", "lighting", "material")},
+        **{k: with_interval(a[k], ci.get(k)) for k in ("theme", "lighting", "material")},
     }
 
 # %% ../../nbs/core/60_evaluate.ipynb #675cadbf
 def _gap_row(res: EvalResult, k: int) -> dict:
     m, ci = res.gap_matched.get(k), res.gap_ci.get(k, {})
-    row = {"DDIM steps": k, "gap dB": _ci(res.gap[k], ci.get("psnr"))}
+    row = {"DDIM steps": k, "gap dB": with_interval(res.gap[k], ci.get("psnr"))}
     if k in res.gap_walls:
-        row["walls gap dB"] = _ci(res.gap_walls[k], ci.get("psnr_walls"))
+        row["walls gap dB"] = with_interval(res.gap_walls[k], ci.get("psnr_walls"))
     if m and m.get("ci"):
-        return row | {"matched gap dB": _ci(m["gap"], m["ci"])}
+        return row | {"matched gap dB": with_interval(m["gap"], m["ci"])}
     return row | ({"matched gap dB": f"{m['gap']:.2f} ± {m['se']:.2f}"} if m else {})
 
 
@@ -811,10 +813,10 @@ def _novelty_md(res: EvalResult) -> list[str]:
         {
             "novelty": f"{lv} ({d['name']})",
             "cells": d["cells"],
-            "PSNR dB": _ci(d["psnr"], d["ci"].get("psnr")),
-            "walls PSNR dB": _ci(d["psnr_walls"], d["ci"].get("psnr_walls")),
-            "texture": _ci(d["texture"], d["ci"].get("texture"), ".3f"),
-            "walls texture": _ci(d["texture_walls"], d["ci"].get("texture_walls"), ".3f"),
+            "PSNR dB": with_interval(d["psnr"], d["ci"].get("psnr")),
+            "walls PSNR dB": with_interval(d["psnr_walls"], d["ci"].get("psnr_walls")),
+            "texture": with_interval(d["texture"], d["ci"].get("texture"), ".3f"),
+            "walls texture": with_interval(d["texture_walls"], d["ci"].get("texture_walls"), ".3f"),
             "additive baseline PSNR": f"{d['baseline_additive']:.2f}",
         }
         for lv, d in sorted(by.items())
@@ -875,8 +877,12 @@ def _temporal_md(res: EvalResult) -> list[str]:
                         "DDIM steps": k,
                         "walks x frames": f"{r.walks} x {r.frames}",
                         "compared": f"{r.coverage:.0%}",
-                        "change vs truth's": _ci(a.get("difference"), a.get("difference_ci")),
-                        "on walls": _ci(a.get("difference_walls"), a.get("difference_walls_ci")),
+                        "change vs truth's": with_interval(
+                            a.get("difference"), a.get("difference_ci")
+                        ),
+                        "on walls": with_interval(
+                            a.get("difference_walls"), a.get("difference_walls_ci")
+                        ),
                         "warping error (truth)": f"{a['rms']:.2f} ({r.ground_truth:.2f})",
                     }
                 )
@@ -944,6 +950,15 @@ def report_md(res: EvalResult, ld: Loaded) -> str:
             rows.append(_scores("additive baseline", r.baseline_additive))
         rows += [_scores(f"model, {k} DDIM steps", r.at[k]) for k in steps]
         L += [f"## {_TITLES[part]}", "", table(rows), ""]
+        over = r.at[res.headline_steps].get("over_additive")
+        if over:
+            L += [
+                f"The model at {res.headline_steps} DDIM step{'s' * (res.headline_steps > 1)} "
+                "minus the additive baseline, frame by frame: "
+                f"{with_interval(over['psnr'], over['ci']['psnr'])} dB on the full frame, "
+                f"{with_interval(over['psnr_walls'], over['ci']['psnr_walls'])} dB on walls.",
+                "",
+            ]
     L += [
         "Texture: the agreement of the frames' fine detail with the truth's (1: the truth; a "
         "blurred or flat frame scores low however good its PSNR; `53_metrics`). Walls: the figure "

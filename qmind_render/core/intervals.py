@@ -11,7 +11,7 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['N_BOOT', 'LEVEL', 'percentile_interval', 'draws', 'block_means', 'mean_interval', 'gap_interval', 'frame_interval',
-           'rms_interval']
+           'rms_interval', 'runs_interval', 'with_interval']
 
 # %% ../../nbs/core/54_intervals.ipynb #4c924205
 N_BOOT = 1000  # bootstrap draws per interval
@@ -100,3 +100,32 @@ def rms_interval(
     idx = draws(len(s), n_boot, np.random.default_rng(seed))
     with np.errstate(invalid="ignore", divide="ignore"):
         return percentile_interval(np.sqrt(s[idx].sum(1) / n[idx].sum(1)), level)
+
+# %% ../../nbs/core/54_intervals.ipynb #804cd937
+def runs_interval(
+    mats: list[np.ndarray],
+    rows: list | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    level=LEVEL,
+) -> list[float] | None:
+    """The `level` bootstrap interval of the mean over runs of each run's mean over its cells
+    (`rows[i]`) and frames (`mats[i]`: [cells, frames]): the runs resampled, and each run's cells
+    and frames within it."""
+    xs = [_rows(m, None if rows is None else rows[i]) for i, m in enumerate(mats)]
+    xs = [x for x in xs if x.size and np.isfinite(x).any()]
+    if not xs:
+        return None
+    rng = np.random.default_rng(seed)
+    inner = np.stack(
+        [block_means(x, draws(x.shape[0], n_boot, rng), draws(x.shape[1], n_boot, rng)) for x in xs]
+    )  # [runs, n_boot]
+    pick = draws(len(xs), n_boot, rng)
+    return percentile_interval(inner[pick, np.arange(n_boot)[:, None]].mean(1), level)
+
+# %% ../../nbs/core/54_intervals.ipynb #53996520
+def with_interval(x: float | None, ci, fmt: str = ".2f") -> str:
+    "`x` and its interval `ci` ([lo, hi] or None) in format `fmt`; a dash for no figure."
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "—"
+    return f"{x:{fmt}}" + (f" [{ci[0]:{fmt}}, {ci[1]:{fmt}}]" if ci else "")

@@ -192,12 +192,15 @@ class _State:
 
     def info(self) -> dict:
         sv, s = self.served, self.settings
+        m = sv.about.get("metrics", {})
         return {
             "model": sv.model.size_name,
             "source": sv.name,
             "step": sv.step,
             "backend": self.renderer.backend if self.renderer else None,
-            "heldout_psnr": sv.about.get("metrics", {}).get("heldout"),
+            # the reported held-out cells: test cells, or every held-out cell in an older model
+            "heldout_psnr": m.get("test") or m.get("heldout"),
+            "heldout_cells": "test" if "test" in m else "held-out",
             "trained": sv.about.get("trained"),
             "steps": s.steps,
             "step_choices": s.step_choices,

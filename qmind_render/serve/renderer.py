@@ -44,9 +44,10 @@ from ..world.grid import load_grid
 
 # %% auto #0
 __all__ = ['REPRODUCE', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'WARM_STEPS', 'BACKENDS', 'AOT_MAX_BATCH',
-           'Served', 'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'ship_main', 'eager_net',
-           'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net', 'stack_cond',
-           'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
+           'Served', 'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'restamp', 'ship_main',
+           'eager_net', 'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net',
+           'stack_cond', 'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend',
+           'showcase']
 
 # %% ../../nbs/serve/71_renderer.ipynb #18a8356a
 @dataclass
@@ -210,9 +211,26 @@ def ship(
     # load_shipped checks the seal, as load_checkpoint does
     return save_sealed(blob, Path(out or shipped_path()))
 
+# %% ../../nbs/serve/71_renderer.ipynb #9f4fbe19
+def restamp(eval_json: str | Path, path: str | Path | None = None) -> Path:
+    """The shipped model at `path` (default: the package's) with its metrics and held-out cells
+    replaced by an evaluation of that very file (`qmind eval FILE --out DIR`), e.g. after the
+    evaluation changed: the weights and the rest of its provenance unchanged, sealed again."""
+    path = Path(path or shipped_path())
+    blob, ev = read_shipped(path), EvalResult.read(eval_json)
+    if Path(ev.checkpoint or "").resolve() != path.resolve() or ev.step != blob["step"]:
+        raise ServeError(
+            f"{eval_json} evaluates {ev.checkpoint} (step {ev.step}), not {path} (step "
+            f"{blob['step']}): evaluate it first, qmind eval {path} --out DIR"
+        )
+    blob["metrics"] = ev.summary()
+    held = sorted(ev.split_cells.get("validation", []) + ev.split_cells.get("test", []))
+    blob["held_out"] = held or blob["held_out"]
+    return save_sealed(blob, path)
+
 # %% ../../nbs/serve/71_renderer.ipynb #2ef97fad
 def ship_main(argv: list[str]) -> int:
-    "`qmind ship RUN_DIR [--out FILE] [--trained-on TEXT]`"
+    "`qmind ship RUN_DIR [--out FILE] [--trained-on TEXT]`, or `qmind ship --metrics-from EVAL`"
     import argparse
 
     p = argparse.ArgumentParser(
@@ -220,7 +238,16 @@ def ship_main(argv: list[str]) -> int:
         description="Write a trained, evaluated run as the model `qmind serve` plays by default.",
     )
     p.add_argument(
-        "run_dir", help="a run dir whose last checkpoint has been evaluated, e.g. runs/shipped"
+        "run_dir",
+        nargs="?",
+        help="a run dir whose last checkpoint has been evaluated, e.g. runs/shipped",
+    )
+    p.add_argument(
+        "--metrics-from",
+        default=None,
+        metavar="EVAL_JSON",
+        help="instead: write this evaluation of the shipped file (qmind eval FILE --out DIR) into "
+        "it (the file: --out, default the package's)",
     )
     p.add_argument(
         "--out", default=None, help="where to write it (default: the package's assets/shipped.pt)"
@@ -231,12 +258,15 @@ def ship_main(argv: list[str]) -> int:
         help="the machine it trained on, for the provenance (default: the checkpoint's device)",
     )
     a = p.parse_args(argv)
-    out = ship(a.run_dir, a.out, a.trained_on)
+    if (a.run_dir is None) == (a.metrics_from is None):
+        p.error("give a run dir to ship, or --metrics-from EVAL_JSON to restamp a shipped file")
+    out = restamp(a.metrics_from, a.out) if a.metrics_from else ship(a.run_dir, a.out, a.trained_on)
+    what = a.run_dir or f"the metrics of {a.metrics_from}"
     _, _, about = load_shipped(out)  # read back as qmind serve reads it
     m = about["metrics"]
     h = summary_psnr(m, "heldout")
     print(
-        f"shipped {a.run_dir} (step {about['step']}, {out.stat().st_size / 1e6:.1f} MB) "
+        f"shipped {what} (step {about['step']}, {out.stat().st_size / 1e6:.1f} MB) "
         f"to {out}: {'test' if 'test' in m else 'held-out'}-cell PSNR "
         + " / ".join(f"{h[k]:.2f}" for k in sorted(h))
         + f" dB at {' / '.join(map(str, sorted(h)))} DDIM steps (baseline "

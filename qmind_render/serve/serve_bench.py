@@ -206,9 +206,11 @@ def bench_temporal(
     backend: str = "eager",
 ) -> dict:
     """For each starting noise and step count: PSNR of what `/play` sends against the ground truth,
-    and its warping error with its excess over the truth's, over `walks` unseen walks of `frames`
-    frames (`checkpoint`: default the shipped model)."""
-    from qmind_render.core.evaluate import as_float, psnr
+    the difference between its frame-to-frame change and the truth's (`difference`, the tOF form:
+    0 for the truth), and the warping error with its excess over the truth's, over `walks` unseen
+    walks of `frames` frames (`checkpoint`: default the shipped model)."""
+    from qmind_render.core.metrics import as_float, psnr
+    from qmind_render.core.temporal import pooled_difference
 
     t0 = time.perf_counter()
     served = load_served(checkpoint)
@@ -232,7 +234,9 @@ def bench_temporal(
                 [psnr(as_float(f), as_float(gt)).mean().item() for f, (_, gt, _) in zip(pred, runs)]
             )
             rms = pooled_error(pred, reps)
+            diff = pooled_difference(pred, [gt for _, gt, _ in runs], reps)
             out[f"{mode}_steps{k}_psnr"] = round(float(p), 3)
+            out[f"{mode}_steps{k}_difference"] = round(diff, 3)
             out[f"{mode}_steps{k}_rms"] = round(rms, 3)
             out[f"{mode}_steps{k}_excess"] = round(rms - truth, 3)
     out["seconds"] = round(time.perf_counter() - t0, 1)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .cloud import RunSpec
 from ..core.eval_result import EvalResult
+from ..core.intervals import runs_interval, with_interval
 from qmind_render.sweeps.sweep import (
     eval_psnr,
     expand_sweep,
@@ -23,8 +24,9 @@ from qmind_render.sweeps.sweep import (
 from ..util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = ['METRICS', 'SWITCHES', 'sweep_results', 'aggregate', 'plot_sweep', 'md_table', 'group_table', 'write_report',
-           'read_results', 'switches', 'run_row', 'separation', 'separation_table']
+__all__ = ['METRICS', 'CI', 'SWITCHES', 'sweep_results', 'run_frames', 'aggregate', 'plot_sweep', 'md_table', 'group_table',
+           'write_report', 'read_results', 'switches', 'run_row', 'result_row', 'result_table', 'separation',
+           'separation_table']
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -68,10 +70,35 @@ def sweep_results(
         rows.append(row)
     return rows
 
+# %% ../../nbs/sweeps/87_sweep_report.ipynb #589c972d
+def run_frames(runs: list[RunSpec], root: str | Path | None = None) -> dict:
+    """{run: (per-frame PSNR [cells, frames] at its headline step count, its test cells as a
+    mask)} for each finished run whose eval.json keeps its per-frame figures (schema 3); what
+    `aggregate` bootstraps over runs, cells and frames."""
+    import numpy as np
+
+    from qmind_render.core.train import runs_root
+    from qmind_render.data.dataset import Grid
+
+    out, grid = {}, Grid.of()
+    for r in runs:
+        ev = EvalResult.read(runs_root(root) / r.name / "eval" / "eval.json", missing_ok=True)
+        if ev is None or ev.headline_steps not in ev.per_frame or ev.held != "test":
+            continue
+        m = np.array(ev.per_frame[ev.headline_steps]["psnr"], dtype=float)
+        test = np.zeros(len(m), bool)
+        test[[grid.index(*c) for c in ev.split_cells["test"]]] = True
+        out[r.name] = (m, test)
+    return out
+
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #86bfe101
-def aggregate(rows: list[dict], by: list[str], metrics: tuple = METRICS) -> list[dict]:
+def aggregate(
+    rows: list[dict], by: list[str], metrics: tuple = METRICS, frames: dict | None = None
+) -> list[dict]:
     """Finished runs grouped by the values of `by` (grid order): seeds, and mean/std/min/max of each
-    metric."""
+    metric; with `frames` ({run: (per-frame PSNR [cells, frames], test cells)}, `run_frames`) for
+    every run of a group, the held-out PSNR's 95% interval over its runs (split draws, seeds),
+    cells and frames (`runs_interval`)."""
     import numpy as np
 
     groups: dict[tuple, list[dict]] = {}
@@ -89,6 +116,9 @@ def aggregate(rows: list[dict], by: list[str], metrics: tuple = METRICS) -> list
                 f"{m}_min": float(v.min()),
                 f"{m}_max": float(v.max()),
             }
+        if frames and all(r["run"] in frames for r in rs):
+            mats, cells = zip(*(frames[r["run"]] for r in rs))
+            a["heldout_psnr_ci"] = runs_interval(list(mats), list(cells))
         out.append(a)
     return out
 
@@ -220,14 +250,22 @@ def _pm(a: dict, m: str) -> str:
     )
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #cb7bba06
+CI = "held-out 95% interval"  # over runs, cells and frames, where the runs kept their frames
+
+
 def group_table(agg: list[dict], by: list[str]) -> str:
     """The groups as Markdown: grid values, seeds, and each metric as mean ± sample std [min, max]
-    over seeds."""
-    rows = [
-        {**{g: a[g] for g in by}, "seeds": a["seeds"], **{m: _pm(a, m) for m in METRICS}}
-        for a in agg
-    ]
-    return md_table(rows, [*by, "seeds", *METRICS])
+    over seeds; and, where the runs kept their per-frame figures, the held-out PSNR's interval over
+    runs, cells and frames."""
+    ci = [CI] if any("heldout_psnr_ci" in a for a in agg) else []
+    rows = []
+    for a in agg:
+        row = {**{g: a[g] for g in by}, "seeds": a["seeds"], **{m: _pm(a, m) for m in METRICS}}
+        if ci:
+            iv = a.get("heldout_psnr_ci")
+            row[CI] = with_interval(a["heldout_psnr"] if iv else None, iv)
+        rows.append(row)
+    return md_table(rows, [*by, "seeds", *METRICS, *ci])
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #1e6f0ca5
 def write_report(
@@ -244,7 +282,7 @@ def write_report(
     s, runs = load_sweep(sweep), expand_sweep(sweep, overrides, sweep_root)
     by = [k for k in s["grid"] if k != "seed"]
     rows = sweep_results(runs, s["grid"], root)
-    agg = aggregate(rows, by)
+    agg = aggregate(rows, by, frames=run_frames(runs, root))
     out = Path(out or runs_root(root) / f"{s['name']}-report")
     out.mkdir(parents=True, exist_ok=True)
     fig = plot_sweep(agg, rows, by, s["name"]) if agg else None
@@ -293,7 +331,9 @@ def read_results(dest: str | Path, sweep_root: str | Path | None = None) -> dict
         expand_sweep(dest / "sweep.yaml", (), sweep_root), s["grid"], dest / "runs"
     )
     by = [k for k in s["grid"] if k != "seed"]
-    return {"sweep": s, "rows": rows, "by": by, "groups": aggregate(rows, by)}
+    runs = expand_sweep(dest / "sweep.yaml", (), sweep_root)
+    frames = run_frames(runs, dest / "runs")
+    return {"sweep": s, "rows": rows, "by": by, "groups": aggregate(rows, by, frames=frames)}
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #cee07d75
 from ..core.config import config_fields
@@ -331,13 +371,54 @@ def run_row(run: str | Path) -> dict:
     out[f"train {k}"] = f"{t.psnr(k):.2f}"
     out[f"gap {k}"] = f"{t.psnr(k) - h.psnr(k):.2f}"
     m, r = ev.gap_matched.get(k), ev.memorised.get(k)
-    out[f"matched gap {k}"] = f"{m['gap']:.2f} ± {m['se']:.2f}" if m else "–"
+    out[f"matched gap {k}"] = (
+        "–"
+        if not m
+        else with_interval(m["gap"], m["ci"])
+        if m.get("ci")
+        else f"{m['gap']:.2f} ± {m['se']:.2f}"
+    )
     out[f"recall {k}"] = "–" if r is None else f"{r:+.2f}"
     out[f"SSIM {k}"] = f"{h.at[k]['ssim']:.3f}"
     gt = h.ground_truth_classifier
     for f in ("theme", "lighting"):
         out[f"{f} agr."] = f"{h.at[k]['classifier'][f] / gt[f]:.2f}"
     return out
+
+# %% ../../nbs/sweeps/87_sweep_report.ipynb #3d03e458
+def result_row(run: str | Path, name: str | None = None) -> dict:
+    """The headline table's row for a committed run (or run dir) evaluated on validation and test
+    cells: its figures at the headline step count, each with its interval."""
+    ev = EvalResult.of_run(run)
+    if ev is None or ev.held != "test":
+        raise ValueError(f"{run}: no evaluation on validation and test cells (eval.json schema 3)")
+    k, h = ev.headline_steps, ev.part("heldout")
+    a, tmp, gt = h.at[k], h.temporal.at[k] if h.temporal else {}, h.ground_truth_classifier
+    m = ev.gap_matched.get(k)
+    return {
+        "model": name or Path(run).name,
+        "DDIM steps": f"{k} (on validation)" if ev.headline_from == "validation" else str(k),
+        "test cells": h.cells,
+        "PSNR dB": with_interval(a["psnr"], a["ci"]["psnr"]),
+        "walls PSNR dB": with_interval(a["psnr_walls"], a["ci"]["psnr_walls"]),
+        "texture": with_interval(a["texture"], a["ci"]["texture"], ".3f"),
+        "temporal": with_interval(tmp.get("difference"), tmp.get("difference_ci")),
+        "additive baseline dB": with_interval(
+            h.baseline_additive["psnr"], h.baseline_additive["ci"]["psnr"]
+        ),
+        "model − additive dB": with_interval(
+            a["over_additive"]["psnr"], a["over_additive"]["ci"]["psnr"]
+        ),
+        "flat baseline dB": f"{h.baseline['psnr']:.2f}",
+        "material, true / model": f"{gt['material']:.2f} / {a['classifier']['material']:.2f}",
+        "matched gap dB": with_interval(m["gap"], m.get("ci")) if m else "–",
+    }
+
+
+def result_table(runs: dict[str, str | Path]) -> str:
+    "The headline table, Markdown, one row per {name: committed run}."
+    rows = [result_row(run, name) for name, run in runs.items()]
+    return format_table(rows, markdown=True)
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #13371da6
 def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> list[dict]:
