@@ -957,20 +957,20 @@ def test_the_page_plays_again_after_an_idle_close(idle_server):
 
 @needs_chromium
 def test_serve_without_a_checkpoint_plays_the_shipped_model_and_says_how_good_it_is(tmp_path):
-    """`qmind serve` with no arguments: the model that ships with the package, its held-out PSNR on
+    """`qmind serve` with no arguments: the model that ships with the package, its test-cell PSNR on
     the page."""
     with qmind_serve("--backend", "bf16") as (url, log):
         info = httpx.get(f"{url}/info", timeout=10).json()
         held = summary_psnr({"heldout": info["heldout_psnr"]}, "heldout")
         assert info["source"] == "shipped:small" and held[2] > info["heldout_psnr"]["baseline"]
-        # played at its headline step count, chosen on the training cells: one step
-        assert info["steps"] == 1
+        # played at its headline step count, chosen on the validation cells: one step
+        assert info["steps"] == 1 and info["heldout_cells"] == "test"
         with chromium_page() as page:
             page.goto(url + "/")
             page.wait_for_function("Number(document.body.dataset.frames || 0) >= 1", timeout=60_000)
             about = page.locator("#about").inner_text()
             assert (
-                "shipped:small" in about and "Held-out PSNR" in about and f"{held[2]:.2f}" in about
+                "shipped:small" in about and "Test-cell PSNR" in about and f"{held[2]:.2f}" in about
             ), about
     # the port open first, then the model loaded and warmed, then ready
     out = log["out"]
@@ -1002,7 +1002,7 @@ def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
     blob = torch.load(out, weights_only=True)
     assert all(v.dtype == torch.bfloat16 for v in blob["ema"].values() if v.is_floating_point())
     assert (
-        summary_psnr(blob["metrics"], "heldout") == {1: round(ev.parts["heldout"].psnr(1), 2)}
+        summary_psnr(blob["metrics"], "heldout") == {1: round(ev.part("heldout").psnr(1), 2)}
         and blob["step"] == 3
     )
     # the headline step count is kept with the model, and a server of the run plays at it

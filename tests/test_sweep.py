@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from qmind_render.core.eval_result import EvalResult, Part
+from qmind_render.core.eval_result import SCHEMA, EvalResult, Part
 from qmind_render.sweeps.cloud import Backend, load_menu
 from qmind_render.core.config import MaterialEnc, Prediction, Schedule, ThemeEnc, load_config
 from qmind_render.sweeps.cost import deck_sizing, measure_model, plan_cost
@@ -379,7 +379,7 @@ def test_status_and_report_show_each_runs_headline_figure(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and (
         f"{rd / 'eval' / 'eval.json'}: eval.json schema 99, but this qmind-render reads schemas "
-        "1 to 2" in err
+        f"1 to {SCHEMA}" in err
     ), err
 
 
