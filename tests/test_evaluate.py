@@ -282,3 +282,33 @@ def test_a_corrupt_checkpoint_is_one_line_with_evals_own_advice(work, ran, tmp_p
         f"other checkpoints: 0000020.pt (evaluate it with qmind eval {run / '0000020.pt'})" in err
         and "train.resume" not in err
     ), err
+
+
+def test_a_split_that_holds_out_cells_the_model_trained_on_is_refused(work, ran):
+    # random_15 holds out cells that balanced_20 (what the model trained without) kept in training
+    with pytest.raises(EvalError) as e:
+        load_for_eval(work / "runs" / "small", ["data.holdout=random_15"])
+    msg = str(e.value)
+    assert "\n" not in msg and "trained on" in msg and "data.holdout=balanced_20" in msg
+
+
+def test_the_test_cells_are_reported_by_novelty_level():
+    "A split whose test cells mix novelty levels gets a row per level, each over its own cells."
+    import numpy as np
+    from types import SimpleNamespace
+
+    from qmind_render.core.evaluate import _novelty_table
+    from qmind_render.data.splits import make_split, novelty
+
+    split = make_split("novelty2_75")
+    nov = novelty(split)
+    # a made-up per-frame figure: 30 dB less 2 dB per unseen pair
+    m = np.repeat((30.0 - 2 * np.maximum(nov, 0))[:, None], 4, 1)
+    mats = {1: {k: m for k in ("psnr", "psnr_walls", "texture", "texture_walls")}}
+    mats["baseline_additive"] = {"psnr": m - 1, "psnr_walls": m - 1}
+    by = _novelty_table(SimpleNamespace(split=split), mats, [1], "test")[1]
+    levels = sorted(set(nov[split.mask("test")].tolist()))
+    assert sorted(by) == [str(v) for v in levels] and "2" in by
+    for lv, row in by.items():
+        assert row["cells"] == int((split.mask("test") & (nov == int(lv))).sum())
+        assert row["psnr"] == 30.0 - 2 * int(lv) and row["baseline_additive"] == row["psnr"] - 1

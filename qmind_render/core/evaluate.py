@@ -121,6 +121,22 @@ def eval_batch(device) -> int:
     measured)."""
     return 256 if torch.device(device).type == "cuda" else 32
 
+# %% ../../nbs/core/60_evaluate.ipynb #57feea6b
+def _same_cells(trained: str, asked: str, path) -> None:
+    """Refuse to score with split `asked` a model trained without split `trained`'s held-out cells
+    unless every cell `asked` holds out was held out in training too: otherwise its "test" cells
+    would include cells the model trained on."""
+    if asked == trained:
+        return
+    was, now = load_split(trained), load_split(asked)
+    seen = sorted(set(now.held_out) - set(was.held_out))
+    if seen:
+        raise EvalError(
+            f"split {asked} holds out {len(seen)} cell(s) that checkpoint {path} trained on "
+            f"(e.g. {seen[0]}; it was trained with data.holdout={trained}): evaluate with a split "
+            f"whose held-out cells are among {trained}'s"
+        )
+
 # %% ../../nbs/core/60_evaluate.ipynb #a4a9a4d4
 def load_for_eval(
     target: str | Path, overrides: list[str] = (), device: str | None = None
@@ -140,6 +156,7 @@ def load_for_eval(
         except Exception:
             raise e from None
     cfg = config_from_dict(ck["config"], overrides)
+    _same_cells(config_from_dict(ck["config"]).data.holdout, cfg.data.holdout, path)
     dev = pick_device(device or cfg.eval.device, key="eval.device")
     try:
         ds = fetch(open_store(cfg.data.store), cfg.data.dataset)
