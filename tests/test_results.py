@@ -222,3 +222,12 @@ def test_the_readmes_temporal_figures_are_the_committed_bench():
     )
     assert said in prose, "README: the temporal figures are not results/temporal/bench.json's"
     assert f"({b['world_steps1_difference']:.2f} with world noise" in prose
+    # and the temporal chapter's
+    nb = json.loads((ROOT / "nbs" / "core" / "58_temporal.ipynb").read_text())
+    text = " ".join(
+        " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").split()
+    )
+    assert (
+        f"from {b['screen_steps2_difference']:.2f} and {b['screen_steps4_difference']:.2f} to "
+        f"{b['world_steps2_difference']:.2f} and {b['world_steps4_difference']:.2f}" in text
+    ), "58_temporal: the temporal figures are not results/temporal/bench.json's"
