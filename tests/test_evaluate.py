@@ -107,7 +107,7 @@ def test_run_end_to_end_writes_the_report(work, ran):
         # the temporal figure: the model's change against the truth's (tOF form), and the old
         # warping error with its excess
         t = res.parts[part].temporal
-        assert t.walks == 2 and t.frames == 16 and 0.3 < t.coverage < 1
+        assert t.walks == 6 and t.frames == 16 and 0.3 < t.coverage < 1
         assert 0 < t.ground_truth < 60 and t.at[2]["rms"] > 0
         assert abs(t.at[2]["excess"] - (t.at[2]["rms"] - t.ground_truth)) < 1e-9
         d = t.at[2]

@@ -187,8 +187,9 @@ class EvalConfig:
     device: str = field(default="auto", metadata=DEVICE)
     # AdamW steps of the factor classifiers (fitted on training frames)
     classifier_steps: int = field(default=300, metadata={"ge": 1})
-    # the temporal figure: unseen walks per part (0: none) of this many frames each (58_temporal)
-    temporal_walks: int = field(default=2, metadata={"ge": 0})
+    # the temporal figure: unseen walks per part (0: none) of this many frames each (58_temporal);
+    # six, so that its interval can draw the walks again (each costs about a second on 2 cores)
+    temporal_walks: int = field(default=6, metadata={"ge": 0})
     temporal_frames: int = field(default=16, metadata={"ge": 2})
 
 # %% ../../nbs/core/01_config.ipynb #0c76491d

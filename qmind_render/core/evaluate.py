@@ -339,7 +339,7 @@ def temporal_part(
     """The temporal figures over the walks of `part`, from episode `seed` on: at each step count
     the difference between the model's frame-to-frame change and the truth's (TecoGAN's tOF form,
     `temporal_difference`: 0 for the truth, and blur no longer scores as stability), on the full
-    frame and on walls, with intervals over frame pairs; beside it the old warping error (`rms`,
+    frame and on walls, with intervals over walks and their frame pairs; beside it the old warping error (`rms`,
     its `excess` over the truth's). And the first walk's frames and reprojection, for a picture."""
     e = ld.cfg.eval
     cells = temporal_cells(ld.split, part, e.temporal_walks)
@@ -357,12 +357,12 @@ def temporal_part(
         rms = pooled_error(frames, reps)
         r.at[k] = {"rms": rms, "excess": rms - gt}
         for name, masks in (("difference", [None] * len(walks)), ("difference_walls", walls)):
-            s, n = map(
-                np.concatenate,
-                zip(*[_pairs(f, t, p, m) for f, t, p, m in zip(frames, truth, reps, masks)]),
-            )
+            per = [_pairs(f, t, p, m) for f, t, p, m in zip(frames, truth, reps, masks)]
+            s, n = (np.concatenate(x) for x in zip(*per))
+            walk = np.concatenate([np.full(len(a), i) for i, (a, _) in enumerate(per)])
             r.at[k][name] = float(np.sqrt(s.sum() / max(n.sum(), 1)))
-            r.at[k][f"{name}_ci"] = rms_interval(s, n)
+            # the walks drawn again, then the frame pairs within each
+            r.at[k][f"{name}_ci"] = rms_interval(s, n, groups=walk)
         first[k] = frames[0]
     return r, (first, reps[0])
 

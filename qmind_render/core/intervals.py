@@ -90,16 +90,35 @@ def frame_interval(
 
 
 def rms_interval(
-    sq_sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT, seed: int = 0, level=LEVEL
+    sq_sums: np.ndarray,
+    counts: np.ndarray,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    level: float = LEVEL,
+    groups: np.ndarray | None = None,
 ) -> list[float] | None:
-    """The `level` bootstrap interval of sqrt(Σ sq_sums / Σ counts), resampling the groups (frame
-    pairs) that each bring a sum of squares and a count."""
+    """The `level` bootstrap interval of sqrt(Σ sq_sums / Σ counts), resampling the items (frame
+    pairs) that each bring a sum of squares and a count; with `groups` (each item's walk), the
+    groups first and then the items within each group drawn."""
     s, n = np.asarray(sq_sums, float), np.asarray(counts, float)
     if not n.sum():
         return None
-    idx = draws(len(s), n_boot, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    if groups is None:
+        idx = draws(len(s), n_boot, rng)
+        tot_s, tot_n = s[idx].sum(1), n[idx].sum(1)
+    else:
+        g = np.asarray(groups)
+        members = [np.flatnonzero(g == v) for v in np.unique(g)]
+        outer = draws(len(members), n_boot, rng)
+        tot_s, tot_n = np.zeros(n_boot), np.zeros(n_boot)
+        for j, mem in enumerate(members):
+            inner = mem[draws(len(mem), n_boot, rng)]
+            times = (outer == j).sum(1)  # how often each draw took this group
+            tot_s += times * s[inner].sum(1)
+            tot_n += times * n[inner].sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return percentile_interval(np.sqrt(s[idx].sum(1) / n[idx].sum(1)), level)
+        return percentile_interval(np.sqrt(tot_s / tot_n), level)
 
 # %% ../../nbs/core/54_intervals.ipynb #804cd937
 def runs_interval(
