@@ -339,8 +339,9 @@ def temporal_part(
     """The temporal figures over the walks of `part`, from episode `seed` on: at each step count
     the difference between the model's frame-to-frame change and the truth's (TecoGAN's tOF form,
     `temporal_difference`: 0 for the truth, and blur no longer scores as stability), on the full
-    frame and on walls, with intervals over walks and their frame pairs; beside it the old warping error (`rms`,
-    its `excess` over the truth's). And the first walk's frames and reprojection, for a picture."""
+    frame and on walls, with intervals over walks and their frame pairs; beside it the old warping
+    error (`rms`, its `excess` over the truth's). And the first walk's frames and reprojection, for
+    a picture."""
     e = ld.cfg.eval
     cells = temporal_cells(ld.split, part, e.temporal_walks)
     walks = [walk_batch(seed + i, e.temporal_frames, c) for i, c in enumerate(cells)]
