@@ -1,6 +1,6 @@
 """Write the README's headline table from the committed main job and shipped model
-(`sweeps.sweep_report.result_table` on results/main/quickstart and results/shipped/shipped), between
-its `<!-- headline ... -->` markers; tests/test_results.py checks the README holds exactly this.
+(`sweeps.sweep_report.result_table` on its `headline_runs`), between its
+`<!-- headline ... -->` markers; tests/test_results.py checks the README holds exactly this.
 
     python tools/readme_headline.py
 """
@@ -10,14 +10,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from qmind_render.sweeps.sweep_report import result_table
+from qmind_render.sweeps.sweep_report import headline_runs, result_table
 from qmind_render.util import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADLINE = {
-    "main job (quickstart)": ROOT / "results" / "main" / "quickstart",
-    "shipped model": ROOT / "results" / "shipped" / "shipped",
-}
+HEADLINE = headline_runs(ROOT / "results")
 MARKERS = re.compile(r"(<!-- headline: [^>]*-->\n)(.*?)(<!-- /headline -->)", re.S)
 
 

@@ -63,7 +63,7 @@ from qmind_render.core.intervals import (
 )
 from .gaps import gap_by_level, level_names, matched_gap_interval, matched_gaps
 from .walks import paired_batch, walk_batch, walk_frames
-from .temporal import change_images, pooled_error, reprojection, residual
+from .temporal import change_images, pair_sums, pooled_error, reprojection
 from ..viz import episode_frames, grid_figure, heatmap, mosaic, sample_grid, write_gif
 from ..contracts import UserError, load_spec
 from ..data.generate import episode_channels, skin_samples
@@ -324,15 +324,6 @@ def temporal_cells(split, part: str, n: int) -> list[tuple[int, int, int]]:
     return [cells[i] for i in np.linspace(0, len(cells) - 1, min(n, len(cells))).astype(int)]
 
 # %% ../../nbs/core/60_evaluate.ipynb #ab6ef9d7
-def _pairs(frames: np.ndarray, truth: np.ndarray, rep, mask=None) -> tuple[np.ndarray, np.ndarray]:
-    """Per frame pair of a walk: the sum over compared pixels (and `mask`'s, in the later frame) of
-    the squared difference between the model's change and the truth's (mean over channels), and
-    how many pixels were compared: what `temporal_difference` pools, kept apart for the interval."""
-    d = ((residual(frames, rep) - residual(truth, rep)) ** 2).mean(-1)  # [T-1, H, W], NaN: unseen
-    ok = np.isfinite(d) & (True if mask is None else np.asarray(mask)[1:])
-    return np.where(ok, d, 0).sum((1, 2)), ok.sum((1, 2))
-
-
 def temporal_part(
     ld: Loaded, sampler: GraphSampler, part: str, steps: list, seed: int
 ) -> tuple[Temporal | None, tuple | None]:
@@ -358,7 +349,7 @@ def temporal_part(
         rms = pooled_error(frames, reps)
         r.at[k] = {"rms": rms, "excess": rms - gt}
         for name, masks in (("difference", [None] * len(walks)), ("difference_walls", walls)):
-            per = [_pairs(f, t, p, m) for f, t, p, m in zip(frames, truth, reps, masks)]
+            per = [pair_sums(f, t, p, m) for f, t, p, m in zip(frames, truth, reps, masks)]
             s, n = (np.concatenate(x) for x in zip(*per))
             walk = np.concatenate([np.full(len(a), i) for i, (a, _) in enumerate(per)])
             r.at[k][name] = float(np.sqrt(s.sum() / max(n.sum(), 1)))
@@ -443,13 +434,12 @@ def _acc(correct: dict[str, np.ndarray], idx: np.ndarray) -> dict:
     return out | {"ci": ci}
 
 
-def _scored(cb: CellBatch, pred_u8, device) -> tuple[dict[str, np.ndarray], dict]:
-    """`score_frames` of `pred_u8` against the truth of every cell, as [cells, slots] matrices, and
-    the per-frame float scores."""
+def _scored(cb: CellBatch, pred_u8, device) -> dict[str, np.ndarray]:
+    "`score_frames` of `pred_u8` against the truth of every cell, as [cells, slots] matrices."
     s = score_frames(
         as_float(pred_u8, device), as_float(cb.batch["rgb"], device), cb.batch["surface"]
     )
-    return {k: cb.matrix(v) for k, v in s.items()}, s
+    return {k: cb.matrix(v) for k, v in s.items()}
 
 
 def _score_all(
@@ -467,12 +457,9 @@ def _score_all(
             f"  all {ld.split.grid.n_cells} cells: {len(b['rgb'])} frames rendered with {k} DDIM "
             f"step{'s' * (k > 1)} in {time.monotonic() - t0:.1f} s"
         )
-    mats, right = {}, {}
-    for name, p in {"truth": b["rgb"], **preds}.items():
-        if name != "truth":
-            mats[name] = _scored(cb, p, ld.device)[0]
-        if name == "truth" or not isinstance(name, str):
-            right[name] = classified(clf, p, b)
+    mats = {name: _scored(cb, p, ld.device) for name, p in preds.items()}
+    # the classifiers read the truth and the model, not the baselines
+    right = {name: classified(clf, preds.get(name, b["rgb"]), b) for name in ["truth", *steps]}
     frames = {k: v if isinstance(v, np.ndarray) else v.cpu().numpy() for k, v in preds.items()}
     return mats, right, frames
 

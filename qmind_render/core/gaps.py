@@ -14,21 +14,8 @@ from ..data.dataset import Grid
 from ..world.grid import load_grid
 
 # %% auto #0
-__all__ = ['FACTORS', 'per_cell', 'cell_means', 'grid_cells', 'factor_design', 'matched_gap', 'matched_gaps',
-           'matched_gap_interval', 'gap_by_level', 'level_names']
-
-# %% ../../nbs/core/59_gaps.ipynb #7ce94743
-def per_cell(values: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    "Mean of a per-frame value over the frames showing each cell (NaN where none do)."
-    cells = np.asarray(cells, dtype=float)
-    n = cells.sum(0)
-    return np.where(n > 0, (values[:, None] * cells).sum(0) / np.maximum(n, 1), np.nan)
-
-# %% ../../nbs/core/59_gaps.ipynb #5ff3cc1e
-def cell_means(cells_psnr: dict) -> dict:
-    """{k: per-cell mean PSNR} from evaluation's per-frame PSNR and cells at each step count
-    ({k: [(values, cells) per part]}): the frames of every part pooled."""
-    return {k: per_cell(*map(np.concatenate, zip(*parts))) for k, parts in cells_psnr.items()}
+__all__ = ['FACTORS', 'grid_cells', 'factor_design', 'matched_gap', 'matched_gaps', 'matched_gap_interval', 'gap_by_level',
+           'level_names']
 
 # %% ../../nbs/core/59_gaps.ipynb #fc2b0601
 def grid_cells(grid) -> np.ndarray:
@@ -73,7 +60,7 @@ def matched_gap(per: np.ndarray, held: np.ndarray, grid, train: np.ndarray | Non
 # %% ../../nbs/core/59_gaps.ipynb #4de9d3c7
 def matched_gaps(means: dict, split, part: str = "test") -> dict:
     """`matched_gap` of the split's `part` cells (test) at each step count, {k: its dict}, from
-    `cell_means`' {k: per-cell values}; a step count where it claims nothing is left out."""
+    {k: per-cell values}; a step count where it claims nothing is left out."""
     out = {}
     for k, per in means.items():
         m = matched_gap(per, split.mask(part), split.grid, split.mask("train"))

@@ -17,7 +17,7 @@ from ..world.episode import Walk
 
 # %% auto #0
 __all__ = ['camera', 'world_points', 'project', 'plane_ids', 'Reprojection', 'reprojection', 'warp_previous', 'residual',
-           'warp_error', 'temporal_excess', 'pooled_error', 'temporal_difference', 'per_walk_difference',
+           'warp_error', 'temporal_excess', 'pooled_error', 'temporal_difference', 'per_walk_difference', 'pair_sums',
            'pooled_difference', 'change_images', 'world_noise']
 
 # %% ../../nbs/core/58_temporal.ipynb #fd743a65
@@ -205,6 +205,17 @@ def per_walk_difference(walks, truths, reps, masks=None) -> list[float]:
     "`temporal_difference` of each walk against its truth (`masks`: one per walk, or None)."
     masks = [None] * len(walks) if masks is None else masks
     return [temporal_difference(*a) for a in zip(walks, truths, reps, masks)]
+
+
+def pair_sums(
+    frames: np.ndarray, truth: np.ndarray, rep: Reprojection, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """What `temporal_difference` pools, kept apart per frame pair: each pair's sum of squared
+    differences over the pixels compared, and how many were compared ([T-1] each), for an interval
+    that resamples walks and pairs (`54_intervals.rms_interval`)."""
+    sq = _difference_sq(frames, truth, rep, mask)
+    ok = np.isfinite(sq)
+    return np.where(ok, sq, 0).sum((1, 2)), ok.sum((1, 2))
 
 
 def pooled_difference(walks, truths, reps, masks=None) -> float:

@@ -223,6 +223,17 @@ def classifier_inputs(frames_u8, batch: dict) -> tuple[torch.Tensor, torch.Tenso
     return frame, torch.cat(means + [shown], 1), unwrap_walls(x, batch)
 
 # %% ../../nbs/core/57_yardsticks.ipynb #0e0c26ff
+def _tower(i: int, w: int) -> list[nn.Module]:
+    "Three blocks (`i` -> w -> 2w -> 2w channels), pooled to a 2w vector."
+    return [
+        _block(i, w),
+        _block(w, 2 * w),
+        _block(2 * w, 2 * w),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+    ]
+
+
 def _block(i: int, o: int) -> nn.Sequential:
     return nn.Sequential(
         nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(), nn.MaxPool2d(2)
@@ -237,21 +248,9 @@ class FactorClassifier(nn.Module):
     def __init__(self, sizes: dict[str, int], width: int = 16):
         super().__init__()
         self.sizes, w = dict(sizes), width
-        self.frame = nn.Sequential(
-            nn.AvgPool2d(2),
-            _block(6, w),
-            _block(w, 2 * w),
-            _block(2 * w, 2 * w),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-        )
-        self.texture = nn.Sequential(
-            _block(4, w),
-            _block(w, 2 * w),
-            _block(2 * w, 2 * w),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-        )
+        # the frame at half resolution, the wall atlas at its own
+        self.frame = nn.Sequential(nn.AvgPool2d(2), *_tower(6, w))
+        self.texture = nn.Sequential(*_tower(4, w))
         self.colours = nn.Sequential(
             nn.Linear(12, 2 * w), nn.ReLU(), nn.Linear(2 * w, 2 * w), nn.ReLU()
         )

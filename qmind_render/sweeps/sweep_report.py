@@ -24,9 +24,9 @@ from qmind_render.sweeps.sweep import (
 from ..util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = ['METRICS', 'CI', 'SWITCHES', 'sweep_results', 'run_frames', 'aggregate', 'plot_sweep', 'md_table', 'group_table',
-           'write_report', 'read_results', 'switches', 'run_row', 'result_row', 'result_table', 'separation',
-           'separation_table']
+__all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'sweep_results', 'run_frames', 'aggregate', 'plot_sweep', 'md_table',
+           'group_table', 'write_report', 'read_results', 'switches', 'run_row', 'result_row', 'result_table',
+           'headline_runs', 'separation', 'separation_table']
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -419,6 +419,15 @@ def result_table(runs: dict[str, str | Path]) -> str:
     "The headline table, Markdown, one row per {name: committed run}."
     rows = [result_row(run, name) for name, run in runs.items()]
     return format_table(rows, markdown=True)
+
+
+# the runs the README and the results chapter lead with, under results/
+HEADLINE = {"main job (quickstart)": "main/quickstart", "shipped model": "shipped/shipped"}
+
+
+def headline_runs(results: str | Path) -> dict[str, Path]:
+    "`HEADLINE`'s runs under the committed `results` folder, {name: run}."
+    return {name: Path(results) / run for name, run in HEADLINE.items()}
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #13371da6
 def separation(agg: list[dict], by: list[str], metric: str = "heldout_psnr") -> list[dict]:
