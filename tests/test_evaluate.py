@@ -121,6 +121,14 @@ def test_run_end_to_end_writes_the_report(work, ran):
     # the per-frame figures of every cell, for bootstraps across runs
     assert len(res.per_frame[k]["psnr"]) == 100 and len(res.per_frame[k]["psnr"][0]) == 2
     assert res.temporal_seconds > 0
+    # where the steps go wrong (52_steps), on validation frames: the estimate from the truth noised
+    # to each visited timestep and along each sampler's path; a path's last estimate is its frame
+    st = res.timesteps
+    assert (st["part"], st["frames"]) == ("validation", 20)
+    assert set(st["noised"]) == {"999", "499"} and set(st["sampled"]) == {"1", "2"}
+    assert list(st["sampled"]["2"]) == ["999", "499"]
+    assert st["final"]["1"] == st["sampled"]["1"]["999"] == st["sampled"]["2"]["999"]
+    assert st["final"]["2"] == st["sampled"]["2"]["499"] and 5 < st["final"]["2"] < 60
     # recall, at the headline: frames it trained on against as many new ones of the same kind
     a, b = res.seen["trained"], res.seen["unseen"]
     assert a.frames > 0 and b.frames > 0 and 0 < a.psnr(k) < 100
@@ -282,6 +290,34 @@ def test_a_corrupt_checkpoint_is_one_line_with_evals_own_advice(work, ran, tmp_p
         f"other checkpoints: 0000020.pt (evaluate it with qmind eval {run / '0000020.pt'})" in err
         and "train.resume" not in err
     ), err
+
+
+def test_the_regression_control_never_sees_a_frame_and_is_scored_once(work, ran):
+    """`model.regression=true` (issue 44's control): the same network, trained on the channels
+    alone. Its first convolution's weights on the frame input never move from their initial values
+    (that input is zeros), the rest do, and evaluation scores it in one pass."""
+    from qmind_render.core.checkpoint import load_checkpoint
+    from qmind_render.core.config import load_config
+    from qmind_render.core.model import build_model
+    from qmind_render.world.grid import load_grid
+
+    r = subprocess.run(
+        CLI + ["run", *small(work, "reg", "model.regression=true", "train.steps=12")],
+        cwd=work,
+        env=env(work),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    ck = load_checkpoint(work / "runs" / "reg" / "checkpoints" / "0000012.pt")
+    torch.manual_seed(0)
+    init = build_model(load_config(None, ["model.regression=true"]).model, grid=load_grid())
+    w0, w = init.net.conv_in.weight.detach(), ck["model"]["net.conv_in.weight"]
+    assert torch.equal(w[:, :3], w0[:, :3]) and not torch.equal(w[:, 3:], w0[:, 3:])
+    res = EvalResult.read(work / "runs" / "reg" / "eval" / "eval.json")
+    assert res.steps == [1] and res.headline_steps == 1
+    assert set(res.timesteps["noised"]) == {"0"} and "at 1 DDIM step" in r.stdout
 
 
 def test_a_split_that_holds_out_cells_the_model_trained_on_is_refused(work, ran):

@@ -19,7 +19,7 @@ from qmind_render.core.eval_result import SCHEMA, EvalResult, Part
 from qmind_render.sweeps.cloud import Backend, load_menu
 from qmind_render.core.config import MaterialEnc, Prediction, Schedule, ThemeEnc, load_config
 from qmind_render.sweeps.cost import deck_sizing, measure_model, plan_cost
-from qmind_render.sweeps.sweep import LocalBackend, expand_sweep
+from qmind_render.sweeps.sweep import LocalBackend, expand_sweep, load_sweep
 from qmind_render.sweeps.sweep_cli import sweep_main
 from qmind_render.sweeps.sweep_report import aggregate
 from qmind_render.util import format_table
@@ -121,6 +121,27 @@ def test_expand_coverage_and_encoding(monkeypatch):
     assert {(r.config["model"]["theme_enc"], r.config["model"]["material_enc"]) for r in enc} == {
         (t.value, m.value) for t in ThemeEnc for m in MaterialEnc
     }
+
+
+def test_arms_change_one_thing_each_and_cross_the_grid(monkeypatch):
+    """A sweep's `arms:` (issue 44's controls): each arm's overrides, crossed with the grid, named
+    in the run and its point; the other arms keep the base; a malformed `arms:` is refused."""
+    monkeypatch.chdir(REPO)
+    runs = expand_sweep("sweeps/controls.yaml")
+    got = {(r.point["arm"], r.point["seed"]): r for r in runs}
+    assert len(runs) == 8 and set(got) == {
+        (a, s) for a in ("regression", "trailing", "multi_step", "one_step") for s in (1, 2)
+    }
+    assert runs[0].name == "controls-000-regression-seed1"
+    m = {a: got[(a, 1)].config for a in ("regression", "trailing", "multi_step", "one_step")}
+    assert [m[a]["model"]["regression"] for a in m] == [True, False, False, False]
+    assert [m[a]["model"]["t_end"] for a in m] == [0, 0, 400, 400]
+    assert [m[a]["train"]["finetune_steps"] for a in m] == [0, 0, 0, 200]
+    # the samples seen are the arms' common ground
+    assert {(c["train"]["steps"], c["train"]["batch"]) for c in m.values()} == {(800, 8)}
+    for bad in ({"x-y": []}, {"a": "model.regression=true"}, ["a"]):
+        with pytest.raises(ValueError, match="arms"):
+            load_sweep({"base": "quickstart", "arms": bad, "grid": {"seed": [1]}})
 
 
 def test_dry_run_prints_runs_and_total(monkeypatch, capsys):

@@ -105,11 +105,18 @@ class ModelConfig:
     lighting_enc: Optional[ThemeEnc] = None  # None: the same choice as theme_enc
     # width of the learned material embedding (material_enc=embedding)
     material_dim: int = field(default=4, metadata={"ge": 1})
+    # the control: the same network as a plain regressor, channels in and the frame out, no noise
+    # and no timestep (41_diffusion's Regression); what diffusion adds is the difference to it
+    regression: bool = field(default=False, metadata={"switch": True, "before": False})
     # v: stable few-step DDIM (eps divides by sqrt(alpha_bar) ~ 5e-5 at t=T-1); edm: EDM's
     # c_in/c_skip/c_out
     prediction: Prediction = Prediction.v
     schedule: Schedule = Schedule.cosine
     timesteps: int = field(default=1000, metadata={"ge": 2})
+    # where a K-step sample's steps end: evenly over T-1 .. t_end, the last step's clean-frame
+    # estimate the frame (0: DDIM's trailing spacing, down to T/K - 1); training visits the same
+    # timesteps (train.sampler_share)
+    t_end: int = field(default=0, metadata={"ge": 0, "switch": True, "before": 0})
     dropout: float = field(default=0.0, metadata={"ge": 0, "lt": 1})
     # NHWC: faster on CPU, what tensor cores want
     channels_last: bool = field(default=True, metadata={"runtime": True})

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 
 from qmind_render.core.config import (
+    ConfigError,
     Loss,
     ModelConfig,
     Prediction,
@@ -26,8 +27,8 @@ from qmind_render.core.config import (
 from .model import ConditionalUNet
 
 # %% auto #0
-__all__ = ['SIGMA_DATA', 'make_schedule', 'Diffusion', 'draw_noise', 'min_snr_weight', 'diffusion_loss', 'ddim_sample',
-           'to_uint8']
+__all__ = ['SIGMA_DATA', 'make_schedule', 'Diffusion', 'Regression', 'draw_noise', 'min_snr_weight', 'diffusion_loss',
+           'ddim_sample', 'to_uint8']
 
 # %% ../../nbs/core/41_diffusion.ipynb #65453c8f
 # EDM's and DIAMOND's σ_data (the quickstart frames: std 0.33 about a mean of -0.64, RMS 0.72)
@@ -60,6 +61,7 @@ class Diffusion:
         schedule: Schedule | str | None = None,
         timesteps: int | None = None,
         prediction: Prediction | str | None = None,
+        t_end: int | None = None,
     ):
         """Unset arguments take `ModelConfig`'s defaults, so `Diffusion()` is what training builds
         from a default config; a plain string is its enum's value."""
@@ -73,18 +75,25 @@ class Diffusion:
         )
         self.T = int(ModelConfig.timesteps if timesteps is None else timesteps)
         self.alphas_cumprod = make_schedule(self.schedule, self.T).float()
+        self.t_end = int(ModelConfig.t_end if t_end is None else t_end)
+        if not 0 <= self.t_end < self.T - 1:
+            raise ConfigError(f"model.t_end must be in 0..{self.T - 2} (below T-1), got {t_end}")
         self.sigma_data = SIGMA_DATA
         self._dev = {}
 
     @classmethod
     def from_config(cls, cfg: ModelConfig | None = None) -> Diffusion:
-        "The process a `ModelConfig` (None: `ModelConfig()`) describes."
+        """The process a `ModelConfig` (None: `ModelConfig()`) describes: `Regression()` for
+        `model.regression`, the control without noise."""
         cfg = cfg if cfg is not None else ModelConfig()
-        return cls(cfg.schedule, cfg.timesteps, cfg.prediction)
+        if getattr(cfg, "regression", False):
+            return Regression()
+        return cls(cfg.schedule, cfg.timesteps, cfg.prediction, getattr(cfg, "t_end", 0))
 
     def __repr__(self):
         s, p = self.schedule.value, self.prediction.value
-        return f"Diffusion({s!r}, T={self.T}, prediction={p!r})"
+        end = f", t_end={self.t_end}" if self.t_end else ""
+        return f"Diffusion({s!r}, T={self.T}, prediction={p!r}{end})"
 
     def coefs(self, t: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         "(√ᾱ_t, √(1-ᾱ_t)) for timesteps `t` [B], shaped to broadcast against `like`."
@@ -143,6 +152,43 @@ def split(self: Diffusion, out, x_t, t):
         return x0, (x_t - a * x0) / s
     return a * x_t - s * out, a * out + s * x_t
 
+# %% ../../nbs/core/41_diffusion.ipynb #acae54e37e7d407bbb7b55eff062a284
+class Regression(Diffusion):
+    """The plain-regression control (`model.regression`): no noise, no timestep; the network maps
+    the channels to the frame in one pass, whatever step count is asked."""
+
+    def __init__(self):
+        # one timestep, 0: the network's time embedding is a constant
+        super().__init__(Schedule.cosine, 2, Prediction.v, 0)
+        self.T = 1
+
+    def __repr__(self):
+        return "Regression()"
+
+    def q_sample(self, x0, t, noise):
+        "Nothing of the frame: the network's frame input is zeros."
+        return torch.zeros_like(x0)
+
+    def net_input(self, x_t, t):
+        return torch.zeros_like(x_t)
+
+    def target(self, x0, t, noise):
+        return x0
+
+    def split(self, out, x_t, t):
+        "The output is the frame (and there is no noise to predict)."
+        return out, torch.zeros_like(out)
+
+    def ddim_timesteps(self, steps: int) -> list[int]:
+        "One pass for any step count >= 1 (a server's or evaluation's `steps` means nothing here)."
+        if int(steps) < 1:
+            raise ValueError(f"DDIM steps must be >= 1, got {steps}")
+        return [0]
+
+    def ddim_step(self, out, x_t, t, t_prev, eta=0.0, noise=None, clip=True):
+        "The frame the network gave (clipped to [-1, 1] with `clip`)."
+        return out.clamp(-1, 1) if clip else out
+
 # %% ../../nbs/core/41_diffusion.ipynb #da4f1a8e
 def draw_noise(shape, generator, device):
     "Standard normal noise from `generator` (drawn on the generator's device), on `device`."
@@ -184,6 +230,11 @@ def diffusion_loss(
     x_t = diffusion.q_sample(x0, t, noise)
     out = model(diffusion.net_input(x_t, t), t, cond).float()
     kind = as_choice(Loss, TrainConfig.loss if loss is None else loss, "train.loss")
+    if isinstance(diffusion, Regression) and kind is not Loss.x0:
+        raise ConfigError(
+            f"train.loss={kind.value} weighs a noise target, and model.regression=true has no "
+            "noise: set train.loss=x0 (the frame's MSE) or model.regression=false"
+        )
     if kind is Loss.x0:
         return F.mse_loss(diffusion.split(out, x_t, t)[0], x0)
     if kind is Loss.target:
@@ -194,12 +245,15 @@ def diffusion_loss(
 # %% ../../nbs/core/41_diffusion.ipynb #bf1bf141
 @patch
 def ddim_timesteps(self: Diffusion, steps: int) -> list[int]:
-    "The K timesteps a K-step DDIM sample visits, from T-1 down ('trailing' spacing)."
-    if not 1 <= int(steps) <= self.T:
-        raise ValueError(f"DDIM steps must be in 1..{self.T} (the training timesteps), got {steps}")
-    return [
-        int(x) for x in np.round(np.arange(self.T, 0, -self.T / int(steps))).astype(np.int64) - 1
-    ]
+    """The K timesteps a K-step DDIM sample visits, from T-1 down ('trailing' spacing): evenly to
+    T/K - 1, or, with `t_end` (`model.t_end`), evenly over T-1 .. t_end, the K-th step's estimate
+    being the frame."""
+    K, span = int(steps), self.T - self.t_end
+    if not 1 <= K <= span:
+        raise ValueError(
+            f"DDIM steps must be in 1..{span} (the timesteps above t_end), got {steps}"
+        )
+    return [int(x) for x in np.round(self.T - np.arange(K) * span / K).astype(np.int64) - 1]
 
 # %% ../../nbs/core/41_diffusion.ipynb #1882be40
 @patch

@@ -29,10 +29,10 @@ def choose_headline(psnr: dict[int, float]) -> int:
     return max(sorted(psnr), key=psnr.__getitem__)
 
 # %% ../../nbs/core/56_eval_result.ipynb #e1a0c011
-# eval.json's schema: 3 scores train, validation and test cells (walls, texture, the temporal
+# eval.json's schema: 4 adds where the K-step samples go wrong (`timesteps`); 3 scores train, validation and test cells (walls, texture, the temporal
 # difference, intervals, by novelty); 2 recorded the headline step count; a file without one is
 # schema 1, every eval.json written before, and is read the same way
-SCHEMA = 3
+SCHEMA = 4
 
 
 class EvalResultError(UserError, ValueError):
@@ -106,6 +106,8 @@ class EvalResult:
     gap_ci: dict[int, dict] = field(default_factory=dict)
     by_novelty: dict[int, dict] = field(default_factory=dict)
     per_frame: dict[int, dict] = field(default_factory=dict)
+    # schema 4: where the K-step samples go wrong, on validation frames (`52_steps.step_errors`)
+    timesteps: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.headline_steps is None:
@@ -193,7 +195,7 @@ def to_json(self: EvalResult) -> dict:
         "parts": {n: _part_json(p) for n, p in self.parts.items()},
         "seen": {n: _part_json(p) for n, p in self.seen.items()},
         **{k: by(getattr(self, k)) for k in _BY_STEPS},
-        **{k: getattr(self, k) for k in ("temporal_seconds", "pictures", "seconds")},
+        **{k: getattr(self, k) for k in ("timesteps", "temporal_seconds", "pictures", "seconds")},
     }
     return {k: v for k, v in d.items() if v is not None and v != {}}
 

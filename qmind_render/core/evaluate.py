@@ -7,6 +7,7 @@ Docs: https://qmind.github.io/qmind-render/core/evaluate.html.md"""
 # %% ../../nbs/core/60_evaluate.ipynb #4bdde6e5
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ from qmind_render.core.yardsticks import (
 )
 from .model import build_model
 from .sampler import GraphSampler
+from .steps import step_errors
 from .eval_result import EvalResult, Part, Temporal
 from qmind_render.core.intervals import (
     frame_interval,
@@ -72,7 +74,7 @@ from ..world.skinner import SURFACES  # class ids 0..3, as the channel spec list
 from ..util import atomic_write, device_sync, format_table, save_figure, save_image
 
 # %% auto #0
-__all__ = ['EVAL_SEEDS', 'CLASSIFIER_FRAMES', 'PARTS', 'KEPT', 'RECALL_SEEDS', 'EvalError', 'Loaded', 'eval_batch',
+__all__ = ['EVAL_SEEDS', 'CLASSIFIER_FRAMES', 'PARTS', 'KEPT', 'RECALL_SEEDS', 'STEP_FRAMES', 'EvalError', 'Loaded', 'eval_batch',
            'load_for_eval', 'per_cell_indices', 'eval_indices', 'gather', 'part_cells', 'eval_parts', 'CellBatch',
            'cell_batch', 'take', 'render_frames', 'score', 'summarise', 'episode_video', 'temporal_cells',
            'temporal_part', 'temporal_picture', 'classified', 'unseen_samples', 'evaluate', 'psnr_curve', 'report_md',
@@ -609,6 +611,20 @@ def _recall_and_gaps(
     res.per_frame = {j: {m: np.round(mats[j][m], 3).tolist() for m in KEPT} for j in res.steps}
     return means
 
+# %% ../../nbs/core/60_evaluate.ipynb #a5e1d2c8
+STEP_FRAMES = 48  # validation frames `step_errors` measures on (a few seconds on 2 cores)
+
+
+def _step_errors(ld: Loaded, cb: CellBatch, steps: list) -> dict:
+    """`52_steps.step_errors` on `STEP_FRAMES` frames spread over the validation cells (the held-out
+    ones for a split without them), as eval.json writes it (timesteps as strings)."""
+    part = "validation" if ld.split.has_validation else "heldout"
+    rows = cb.rows(ld.split.mask(part))
+    rows = rows[np.linspace(0, len(rows) - 1, min(STEP_FRAMES, len(rows))).astype(int)]
+    x0, cond = prepare_batch(take(cb.batch, rows), ld.device)
+    r = step_errors(ld.model, ld.diffusion, x0, cond, steps, seed=int(ld.ds.manifest.seeds[1]))
+    return json.loads(json.dumps(r | {"part": part, "frames": len(rows)}))
+
 # %% ../../nbs/core/60_evaluate.ipynb #c46edc82
 def evaluate(
     target: str | Path,
@@ -630,10 +646,9 @@ def evaluate(
     shipped = ld.ckpt_path.parent.name != "checkpoints"
     out = Path(out or (runs_root() / ld.cfg.name if shipped else run_dir_of(ld.ckpt_path)) / "eval")
     out.mkdir(parents=True, exist_ok=True)
-    steps, shards = (
-        list(ld.cfg.eval.ddim_steps),
-        ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths)),
-    )
+    # the regression control samples in one pass whatever the step count: it is scored once
+    steps = [1] if ld.cfg.model.regression else list(ld.cfg.eval.ddim_steps)
+    shards = ShardBatches(ld.ds, [], max_shards=len(ld.ds.paths))
     train_idx = apply_split(ld.ds.cells, ld.split)["train"]
     refs = _fit_baselines(ld, train_idx, shards)
     log(f"  baselines fitted on training cells ({time.monotonic() - t0:.1f} s)")
@@ -664,6 +679,9 @@ def evaluate(
         f"PSNR on the {res.headline_from} cells"
     )
     means = _recall_and_gaps(res, ld, sampler, shards, mats, log)
+    t1 = time.monotonic()
+    res.timesteps = _step_errors(ld, cb, steps)
+    log(f"  where the steps go wrong, on validation frames ({time.monotonic() - t1:.1f} s)")
     t1, walks = time.monotonic(), {}
     for i, part in enumerate((res.held, "train")):
         seed = int(ld.ds.manifest.seeds[1]) + 2000 + 100 * i

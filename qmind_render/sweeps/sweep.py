@@ -34,9 +34,9 @@ from qmind_render.core.config import (
 from ..util import atomic_write, process_pool
 
 # %% auto #0
-__all__ = ['SLURM_RESOURCES', 'SLURM_STATES', 'load_sweep', 'multirun', 'expand_sweep', 'run_finished', 'read_json', 'write_json',
-           'eval_psnr', 'job_record', 'write_run_dir', 'kernel_manager_class', 'execute_run', 'LocalBackend',
-           'prepare_datasets', 'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend']
+__all__ = ['SLURM_RESOURCES', 'SLURM_STATES', 'load_sweep', 'sweep_axes', 'multirun', 'expand_sweep', 'run_finished', 'read_json',
+           'write_json', 'eval_psnr', 'job_record', 'write_run_dir', 'kernel_manager_class', 'execute_run',
+           'LocalBackend', 'prepare_datasets', 'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend']
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #20491db6
 # a sweep file's optional `slurm:` section
@@ -51,7 +51,8 @@ def _short(key: str, v) -> str:
 # %% ../../nbs/sweeps/86_sweep.ipynb #7f7f6c9b
 def load_sweep(sweep: str | Path | dict) -> dict:
     """A sweep file (or dict) checked: `base`, `grid` (key -> non-empty list), optional `overrides`,
-    `name` (default: file stem)."""
+    `arms` (name -> a list of key=value: one arm, crossed with the grid, changes what its list
+    says) and `name` (default: file stem)."""
     d = dict(sweep) if isinstance(sweep, dict) else yaml.safe_load(Path(sweep).read_text())
     src = "the given dict" if isinstance(sweep, dict) else str(sweep)
     if not isinstance(d, dict) or "base" not in d:
@@ -60,6 +61,15 @@ def load_sweep(sweep: str | Path | dict) -> dict:
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
             raise ValueError(f"{src}: grid.{k} must be a non-empty list, got {v!r}")
+    arms = d.get("arms") or {}
+    if not isinstance(arms, dict) or not all(
+        isinstance(a, str) and re.fullmatch(r"[A-Za-z0-9._]+", a) and isinstance(v, list)
+        for a, v in arms.items()
+    ):
+        raise ValueError(
+            f"{src}: `arms:` maps arm names (letters, digits, . and _) to lists of key=value "
+            f"overrides, e.g. arms: {{regression: [model.regression=true]}}; got {arms!r}"
+        )
     d.setdefault("name", "sweep" if isinstance(sweep, dict) else Path(sweep).stem)
     slurm = d.get("slurm") or {}
     if not isinstance(slurm, dict) or set(slurm) - set(SLURM_RESOURCES):
@@ -69,8 +79,14 @@ def load_sweep(sweep: str | Path | dict) -> dict:
         "base": d["base"],
         "grid": grid,
         "overrides": list(d.get("overrides") or []),
+        "arms": {a: [str(x) for x in v] for a, v in arms.items()},
         "slurm": slurm,
     }
+
+
+def sweep_axes(s: dict) -> list[str]:
+    "What a sweep's runs differ in: `arm` (when it has arms), then its grid keys."
+    return ["arm"] * bool(s.get("arms")) + list(s["grid"])
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #18a090a5
 def _values(v: str) -> list[str]:
@@ -126,12 +142,15 @@ def expand_sweep(
     <- the point."""
     s = load_sweep(sweep)
     base = find_config(s["base"], root)
-    keys, runs = list(s["grid"]), []
-    for i, vals in enumerate(itertools.product(*s["grid"].values())):
-        name = "-".join([s["name"], f"{i:03d}", *(_short(k, v) for k, v in zip(keys, vals))])
+    keys, runs, arms = list(s["grid"]), [], s["arms"] or {None: []}
+    points = itertools.product(arms.items(), itertools.product(*s["grid"].values()))
+    for i, ((arm, changes), vals) in enumerate(points):
+        short = [arm] * (arm is not None) + [_short(k, v) for k, v in zip(keys, vals)]
+        name = "-".join([s["name"], f"{i:03d}", *short])
         point = [f"{k}={v}" for k, v in zip(keys, vals)]
-        cfg = load_config(base, [*s["overrides"], *overrides, *point, f"name={name}"])
-        runs.append(RunSpec(name, config_to_dict(cfg), point=dict(zip(keys, vals))))
+        cfg = load_config(base, [*s["overrides"], *changes, *overrides, *point, f"name={name}"])
+        at = {"arm": arm} if arm is not None else {}
+        runs.append(RunSpec(name, config_to_dict(cfg), point=at | dict(zip(keys, vals))))
     return runs
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #22516196

@@ -24,6 +24,7 @@ from qmind_render.sweeps.sweep import (
     expand_sweep,
     load_sweep,
     multirun,
+    sweep_axes,
     prepare_datasets,
     read_json,
     write_json,
@@ -427,7 +428,7 @@ def sweep_main(argv: list[str]) -> int:
     if a.report is not None:
         rep = write_report(s, a.report or None, a.runs)
         print(
-            md_table(rep["groups"], [k for k in s["grid"] if k != "seed"] + ["seeds", *METRICS])
+            md_table(rep["groups"], [k for k in sweep_axes(s) if k != "seed"] + ["seeds", *METRICS])
             if rep["groups"]
             else "no finished runs yet"
         )

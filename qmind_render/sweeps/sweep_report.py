@@ -19,14 +19,15 @@ from qmind_render.sweeps.sweep import (
     load_sweep,
     read_json,
     run_finished,
+    sweep_axes,
     write_json,
 )
 from ..util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'sweep_results', 'run_frames', 'aggregate', 'plot_sweep', 'md_table',
-           'group_table', 'write_report', 'read_results', 'switches', 'run_row', 'result_row', 'result_table',
-           'headline_runs', 'separation', 'separation_table']
+__all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'POOLED', 'sweep_results', 'run_frames', 'aggregate', 'plot_sweep',
+           'md_table', 'group_table', 'write_report', 'read_results', 'switches', 'run_row', 'result_row',
+           'result_table', 'headline_runs', 'separation', 'separation_table', 'test_cells', 'pooled', 'chosen_steps']
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -57,7 +58,7 @@ def sweep_results(
         row = {
             "run": r.name,
             "status": "failed" if state == "done" and not done else state,
-            **{k: _get(r.config, k) for k in grid},
+            **{k: r.point[k] if k == "arm" else _get(r.config, k) for k in grid},
         }
         if done:
             row |= {
@@ -280,8 +281,8 @@ def write_report(
     from qmind_render.core.train import runs_root
 
     s, runs = load_sweep(sweep), expand_sweep(sweep, overrides, sweep_root)
-    by = [k for k in s["grid"] if k != "seed"]
-    rows = sweep_results(runs, s["grid"], root)
+    by = [k for k in sweep_axes(s) if k != "seed"]
+    rows = sweep_results(runs, sweep_axes(s), root)
     agg = aggregate(rows, by, frames=run_frames(runs, root))
     out = Path(out or runs_root(root) / f"{s['name']}-report")
     out.mkdir(parents=True, exist_ok=True)
@@ -298,7 +299,10 @@ def write_report(
         f"# Sweep {s['name']}",
         "",
         f"Base `{s['base']}`, grid "
-        + ", ".join(f"`{g}` {v}" for g, v in s["grid"].items())
+        + ", ".join(
+            f"`{g}` {v}"
+            for g, v in (({"arm": list(s["arms"])} if s["arms"] else {}) | s["grid"]).items()
+        )
         + f"; {sum(r['status'] == 'done' for r in rows)} of {len(rows)} runs done. PSNR at "
         f"{k} DDIM steps, "
         "mean ± sample std [min, max] over seeds.",
@@ -316,7 +320,12 @@ def write_report(
             separation_table(agg, by),
             "",
         ]
-    lines += ["## Runs", "", md_table(rows, ["run", "status", *s["grid"], *METRICS, "step"]), ""]
+    lines += [
+        "## Runs",
+        "",
+        md_table(rows, ["run", "status", *sweep_axes(s), *METRICS, "step"]),
+        "",
+    ]
     atomic_write(out / "report.md", "\n".join(lines))
     write_json(out / "results.json", {"sweep": s, "runs": rows, "groups": agg})
     return {"report": out / "report.md", "png": png, "figure": fig, "rows": rows, "groups": agg}
@@ -327,11 +336,9 @@ def read_results(dest: str | Path, sweep_root: str | Path | None = None) -> dict
     keys and groups."""
     dest = Path(dest)
     s = load_sweep(dest / "sweep.yaml")
-    rows = sweep_results(
-        expand_sweep(dest / "sweep.yaml", (), sweep_root), s["grid"], dest / "runs"
-    )
-    by = [k for k in s["grid"] if k != "seed"]
     runs = expand_sweep(dest / "sweep.yaml", (), sweep_root)
+    rows = sweep_results(runs, sweep_axes(s), dest / "runs")
+    by = [k for k in sweep_axes(s) if k != "seed"]
     frames = run_frames(runs, dest / "runs")
     return {"sweep": s, "rows": rows, "by": by, "groups": aggregate(rows, by, frames=frames)}
 
@@ -463,3 +470,57 @@ def separation_table(agg: list[dict], by: list[str], metric: str = "heldout_psnr
     "`separation` as Markdown, differences and spreads in dB."
     sep = separation(agg, by, metric)
     return md_table(sep, list(sep[0])) if sep else ""
+
+# %% ../../nbs/sweeps/87_sweep_report.ipynb #ab000001
+POOLED = ("psnr", "psnr_walls", "texture", "texture_walls")  # eval.json's per-frame figures
+
+
+def test_cells(ev: EvalResult):
+    "A run's test cells as a mask over the grid's cells."
+    import numpy as np
+
+    from qmind_render.data.dataset import Grid
+
+    grid = Grid.of()
+    m = np.zeros(grid.n_cells, bool)
+    m[[grid.index(*c) for c in ev.split_cells.get("test", [])]] = True
+    return m
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(sum(xs) / len(xs)) if xs else None
+
+
+def pooled(evs: list[EvalResult], k: int, cells=test_cells, part: str = "test") -> dict:
+    """Figures at `k` DDIM steps over runs `evs` (each evaluated at `k`): for each of `POOLED` the
+    mean over runs of the mean over the cells `cells(ev)` picks, and its interval over runs, cells
+    and frames (`{m}_ci`); the mean over runs of `part`'s SSIM, classifier agreement (and the
+    classifiers' accuracy on true frames) and temporal difference (and the truth's own)."""
+    import numpy as np
+
+    out, masks = {"runs": len(evs)}, [cells(ev) for ev in evs]
+    out["cells"] = _mean([float(m.sum()) for m in masks])
+    for m in POOLED:
+        mats = [np.array(ev.per_frame[k][m], float) for ev in evs]
+        with np.errstate(invalid="ignore"):
+            out[m] = _mean([float(np.nanmean(x[r])) for x, r in zip(mats, masks) if r.any()])
+        out[f"{m}_ci"] = runs_interval(mats, masks)
+    at = [ev.parts[part].at[k] for ev in evs]
+    out["ssim"] = _mean([a.get("ssim") for a in at])
+    for f in ("theme", "material", "lighting"):
+        out[f"{f}_agreement"] = _mean([a.get("classifier", {}).get(f) for a in at])
+        gt = [(ev.parts[part].ground_truth_classifier or {}).get(f) for ev in evs]
+        out[f"{f}_on_truth"] = _mean(gt)
+    tem = [ev.parts[part].temporal for ev in evs]
+    out["temporal"] = _mean([t.at[k].get("difference") for t in tem if t and k in t.at])
+    out["temporal_truth"] = _mean([t.ground_truth for t in tem if t])
+    return out
+
+
+def chosen_steps(evs: list[EvalResult]) -> int:
+    """The step count a group of runs is served at: the best mean validation-cell PSNR over the
+    runs (the fewest steps on a tie), as `choose_headline` picks one run's."""
+    steps = sorted(set.intersection(*(set(ev.steps) for ev in evs)))
+    val = {k: _mean([ev.parts["validation"].psnr(k) for ev in evs]) for k in steps}
+    return max(steps, key=lambda k: (round(val[k], 6), -k))
