@@ -19,12 +19,18 @@ from qmind_render.core.intervals import with_interval  # noqa: E402
 from qmind_render.sweeps.cost import sweep_cost  # noqa: E402
 from qmind_render.sweeps.sweep import expand_sweep  # noqa: E402
 from qmind_render.sweeps.sweep_report import (  # noqa: E402
+    arms_table,
+    committed_groups,
+    coverage_table,
     group_table,
     headline_runs,
     read_results,
+    levels_table,
+    paths_table,
     result_table,
     run_row,
     separation_table,
+    steps_table,
     switches,
 )
 from qmind_render.util import format_table  # noqa: E402
@@ -202,7 +208,8 @@ def test_the_results_chapter_shows_each_runs_gap_and_recall():
         *sorted(p.parent for p in (ROOT / "results" / "main").glob("*/eval.json")),
         ROOT / "results" / "shipped" / "shipped",
     ]
-    assert len(runs) == 9 + 12 + 6 + 8 + 6 + 1
+    # the four earlier sweeps, issue 44's (the controls at least), the main job's and the shipped
+    assert len(runs) >= 9 + 12 + 6 + 8 + 8 + 6 + 1
     for run in runs:
         r = run_row(run)
         line = next((ln for ln in shown if ln.startswith(f"| {run.name} |")), None)
@@ -231,3 +238,27 @@ def test_the_readmes_temporal_figures_are_the_committed_bench():
         f"from {b['screen_steps2_difference']:.2f} and {b['screen_steps4_difference']:.2f} to "
         f"{b['world_steps2_difference']:.2f} and {b['world_steps4_difference']:.2f}" in text
     ), "58_temporal: the temporal figures are not results/temporal/bench.json's"
+
+
+def test_the_results_chapter_shows_issue_44s_tables():
+    """The controls' step table and where their steps go wrong, and the coverage, novelty,
+    encoding and objective tables, as the committed runs make them (each sweep once committed)."""
+    shown = chapter_outputs()
+    res = ROOT / "results"
+    controls = committed_groups(res / "controls", sweep_root=ROOT)
+    assert set(controls) == {"regression", "trailing", "multi_step", "one_step"}
+    assert steps_table(controls) in shown, "89_results: the controls' table is stale"
+    assert paths_table(controls) in shown, "89_results: the controls' step paths are stale"
+    made = {
+        "coverage_nested": lambda g: coverage_table(g, ROOT),
+        "novelty": lambda g: levels_table([ev for evs in g.values() for ev in evs], ROOT),
+        "encoding_arms": lambda g: arms_table(g, "planes", k=1),
+        "objective": lambda g: arms_table(g, "v / x0"),
+    }
+    key = {"coverage_nested": lambda r: r["data.holdout"].split("-s")[0]}
+    for name, make in made.items():
+        groups = committed_groups(res / name, key=key.get(name), sweep_root=ROOT)
+        if groups:
+            assert make(groups) in shown, f"89_results: {name}'s table is stale"
+        else:
+            assert f"results/{name}: not run yet" in shown

@@ -245,7 +245,8 @@ def bench_sampler(
     from qmind_render.core.config import load_config
 
     dev, t0 = torch.device(device), time.perf_counter()
-    cfg = load_config(None, [f"model.size={size}"])
+    # DDIM's cost by step count: a diffusion model (the regressor is one pass at any count)
+    cfg = load_config(None, [f"model.size={size}", "model.regression=false"])
     torch.manual_seed(0)
     model, d = build_model(cfg.model, grid=load_grid()).eval(), Diffusion.from_config(cfg.model)
     # untrained, but its frames differ

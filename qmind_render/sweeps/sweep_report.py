@@ -25,9 +25,11 @@ from qmind_render.sweeps.sweep import (
 from ..util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'POOLED', 'sweep_results', 'run_frames', 'aggregate', 'plot_sweep',
-           'md_table', 'group_table', 'write_report', 'read_results', 'switches', 'run_row', 'result_row',
-           'result_table', 'headline_runs', 'separation', 'separation_table', 'test_cells', 'pooled', 'chosen_steps']
+__all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'POOLED', 'AGREEMENT', 'sweep_results', 'run_frames', 'aggregate',
+           'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results', 'switches', 'run_row', 'result_row',
+           'result_table', 'headline_runs', 'separation', 'separation_table', 'test_cells', 'pooled', 'chosen_steps',
+           'committed_groups', 'apart', 'figure_row', 'on_truth', 'steps_table', 'paths_table', 'level_cells',
+           'train_cells', 'levels_table', 'coverage_table', 'arms_table']
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -524,3 +526,151 @@ def chosen_steps(evs: list[EvalResult]) -> int:
     steps = sorted(set.intersection(*(set(ev.steps) for ev in evs)))
     val = {k: _mean([ev.parts["validation"].psnr(k) for ev in evs]) for k in steps}
     return max(steps, key=lambda k: (round(val[k], 6), -k))
+
+# %% ../../nbs/sweeps/87_sweep_report.ipynb #ac000001
+AGREEMENT = ("theme", "material", "lighting")
+
+
+def committed_groups(dest: str | Path, key=None, sweep_root=None) -> dict[str, list]:
+    """A committed sweep's evaluations by group: its axes but the seed joined with " / " (or
+    `key(row)`), in run order; {} for a sweep not committed yet."""
+    dest = Path(dest)
+    if not (dest / "sweep.yaml").is_file():
+        return {}
+    res, groups = read_results(dest, sweep_root), {}
+    for r in res["rows"]:
+        k = key(r) if key else " / ".join(str(r[b]) for b in res["by"])
+        groups.setdefault(k, []).append(EvalResult.of_run(dest / "runs" / r["run"]))
+    return groups
+
+
+def _iv(p: dict, m: str, fmt: str = ".2f") -> str:
+    return with_interval(p[m], p[f"{m}_ci"], fmt)
+
+
+def apart(a: dict, b: dict, m: str = "psnr") -> str:
+    "Whether pooled groups `a` and `b` are separated on `m`: their intervals do not overlap."
+    (alo, ahi), (blo, bhi) = a[f"{m}_ci"], b[f"{m}_ci"]
+    return "separated" if ahi < blo or bhi < alo else "not separated"
+
+
+def figure_row(p: dict) -> dict:
+    "A pooled group's figures (`pooled`) as a table row's cells."
+    return {
+        "PSNR dB": _iv(p, "psnr"),
+        "walls PSNR dB": _iv(p, "psnr_walls"),
+        "SSIM": f"{p['ssim']:.3f}" if p["ssim"] is not None else "—",
+        "texture": _iv(p, "texture", ".3f"),
+        "temporal": f"{p['temporal']:.2f}" if p["temporal"] is not None else "—",
+        "agreement t / m / l": " / ".join(
+            f"{p[f + '_agreement']:.2f}" if p[f + "_agreement"] is not None else "—"
+            for f in AGREEMENT
+        ),
+    }
+
+
+def on_truth(evs: list) -> str:
+    "The classifiers' accuracy on the true test frames (theme / material / lighting), over `evs`."
+    p = pooled(evs, evs[0].steps[0])
+    return " / ".join(f"{p[f + '_on_truth']:.2f}" for f in AGREEMENT)
+
+
+def steps_table(groups: dict) -> str:
+    "Each group at each step count it was scored at, ✓ on the one its validation cells chose."
+    rows = []
+    for g, evs in groups.items():
+        for k in evs[0].steps:
+            mark = " ✓" if k == chosen_steps(evs) else ""
+            rows.append({"recipe": g, "steps": f"{k}{mark}", **figure_row(pooled(evs, k))})
+    return format_table(rows, markdown=True)
+
+
+def paths_table(groups: dict) -> str:
+    """Where each group's steps go wrong: the clean-frame estimate's PSNR at each timestep, from
+    the truth noised and along each sampler's path, averaged over the group's runs (eval.json's
+    `timesteps`); groups without them (the regressor) left out."""
+    import numpy as np
+
+    rows = []
+    for g, evs in groups.items():
+        ts = [ev.timesteps for ev in evs]
+        if not all(ts) or set(ts[0]["noised"]) == {"0"}:
+            continue
+        mean = lambda get: f"{float(np.mean([get(x) for x in ts])):.2f}"  # noqa: E731
+        rows.append(
+            {"recipe": g, "path": "truth noised"}
+            | {t: mean(lambda x, t=t: x["noised"][t]) for t in ts[0]["noised"]}
+        )
+        for K, path in ts[0]["sampled"].items():
+            rows.append(
+                {"recipe": g, "path": f"{K}-step sampler"}
+                | {t: mean(lambda x, t=t, K=K: x["sampled"][K][t]) for t in path}
+            )
+    ts = sorted({t for r in rows for t in r} - {"recipe", "path"}, key=lambda t: -int(t))
+    cols = ["recipe", "path", *ts]
+    return format_table([{c: r.get(c, "") for c in cols} for r in rows], markdown=True)
+
+
+def level_cells(level: int, root=None):
+    "`pooled`'s `cells`: a run's test cells of novelty `level` (4: a theme never seen)."
+    from qmind_render.data.splits import load_split, novelty
+
+    return lambda ev: test_cells(ev) & (novelty(load_split(ev.split, root)) == level)
+
+
+def train_cells(root=None):
+    "`pooled`'s `cells`: a run's training cells."
+    from qmind_render.data.splits import load_split
+
+    return lambda ev: load_split(ev.split, root).mask("train")
+
+
+def levels_table(runs: list, root=None, k: int = 1) -> str:
+    "`runs`' test cells pooled by novelty level, each level over the runs that have such cells."
+    from qmind_render.data.splits import NOVELTY_NAMES
+
+    rows = []
+    for lv in range(5):
+        have = [ev for ev in runs if level_cells(lv, root)(ev).any()]
+        if have:
+            p = pooled(have, k, cells=level_cells(lv, root))
+            name = NOVELTY_NAMES.get(lv, str(lv))
+            rows.append({"novelty": name, "runs": len(have), "cells a run": f"{p['cells']:.1f}"})
+            rows[-1] |= figure_row(p)
+    return format_table(rows, markdown=True)
+
+
+def coverage_table(groups: dict, root=None) -> str:
+    """Each coverage group (`nested_P`): its test cells, all and by novelty level, and its
+    training cells, pooled over the group's runs."""
+    from qmind_render.data.splits import NOVELTY_NAMES
+
+    rows, keep = [], ("PSNR dB", "walls PSNR dB", "texture")
+    for g, evs in groups.items():
+        sets = [("all test", test_cells)] + [
+            (NOVELTY_NAMES[lv], level_cells(lv, root)) for lv in range(4)
+        ]
+        for name, cells in sets:
+            have = [ev for ev in evs if cells(ev).any()]
+            if have:
+                p = pooled(have, 1, cells=cells)
+                rows.append({"split": g, "cells": name, "runs": len(have)})
+                rows[-1] |= {"cells a run": f"{p['cells']:.1f}"}
+                rows[-1] |= {c: v for c, v in figure_row(p).items() if c in keep}
+        p = pooled(evs, 1, cells=train_cells(root), part="train")
+        rows.append({"split": g, "cells": "training", "runs": len(evs)})
+        rows[-1] |= {"cells a run": f"{p['cells']:.1f}"}
+        rows[-1] |= {c: v for c, v in figure_row(p).items() if c in keep}
+    return format_table(rows, markdown=True)
+
+
+def arms_table(groups: dict, against: str, k: int | None = None) -> str:
+    """Each arm at `k` steps (None: its validation's choice), and whether it is separated from arm
+    `against` on test-cell PSNR."""
+    p = {g: pooled(evs, k or chosen_steps(evs)) for g, evs in groups.items()}
+    rows = []
+    for g, q in p.items():
+        rows.append({"arm": g, "runs": q["runs"], "steps": k or chosen_steps(groups[g])})
+        rows[-1] |= figure_row(q)
+        rows[-1][f"against {against}"] = apart(q, p[against]) if g != against else ""
+    return format_table(rows, markdown=True)
