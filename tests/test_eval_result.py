@@ -94,9 +94,9 @@ def test_a_file_from_before_the_schema_reads_with_the_same_rule(tmp_path):
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(ROOT / "results")))
 def test_every_committed_eval_json_reads_and_writes_back_unchanged(path):
     """Every eval.json under results/: one this evaluation wrote (schema 4) read and written back
-    the same, one of schema 3 the same but for the schema; an older one (schema 1) read, its headline chosen by the rule (1 step for every one
-    of them), written back the same but for the schema, the headline and, for the oldest,
-    `frames: dataset`."""
+    the same, one of schema 3 the same but for the schema; an older one (schema 1) read, its
+    headline chosen by the rule (1 step for every one of them), written back the same but for the
+    schema, the headline and, for the oldest, `frames: dataset`."""
     d = json.loads(path.read_text())
     ev = EvalResult.read(path)
     if d.get("schema") == SCHEMA:  # written by this evaluation: read and written back the same

@@ -65,7 +65,15 @@ def test_measure_model_counts_the_step_of_the_configs_diffusion(monkeypatch):
     monkeypatch.setattr(
         flops, "train_flops", lambda m, x0, cond, d: seen.append(d) or count(m, x0, cond, d)
     )
-    cfg = load_config(None, ["model.prediction=eps", "model.schedule=linear", "model.timesteps=50"])
+    cfg = load_config(
+        None,
+        [
+            "model.regression=false",
+            "model.prediction=eps",
+            "model.schedule=linear",
+            "model.timesteps=50",
+        ],
+    )
     measure_model(cfg.model)
     # not Diffusion()'s defaults
     assert [(d.prediction, d.schedule, d.T) for d in seen] == [

@@ -29,9 +29,10 @@ def choose_headline(psnr: dict[int, float]) -> int:
     return max(sorted(psnr), key=psnr.__getitem__)
 
 # %% ../../nbs/core/56_eval_result.ipynb #e1a0c011
-# eval.json's schema: 4 adds where the K-step samples go wrong (`timesteps`); 3 scores train, validation and test cells (walls, texture, the temporal
-# difference, intervals, by novelty); 2 recorded the headline step count; a file without one is
-# schema 1, every eval.json written before, and is read the same way
+# eval.json's schema: 4 adds where the K-step samples go wrong (`timesteps`); 3 scores train,
+# validation and test cells (walls, texture, the temporal difference, intervals, by novelty); 2
+# recorded the headline step count; a file without one is schema 1, every eval.json written
+# before, and is read the same way
 SCHEMA = 4
 
 

@@ -74,14 +74,15 @@ def load_sweep(sweep: str | Path | dict) -> dict:
     slurm = d.get("slurm") or {}
     if not isinstance(slurm, dict) or set(slurm) - set(SLURM_RESOURCES):
         raise ValueError(f"{src}: `slurm:` takes {', '.join(SLURM_RESOURCES)}; got {slurm!r}")
-    return {
+    out = {
         "name": d["name"],
         "base": d["base"],
         "grid": grid,
         "overrides": list(d.get("overrides") or []),
-        "arms": {a: [str(x) for x in v] for a, v in arms.items()},
         "slurm": slurm,
     }
+    # only a sweep with arms says so (a sweep without reads as it did before arms existed)
+    return out | ({"arms": {a: [str(x) for x in v] for a, v in arms.items()}} if arms else {})
 
 
 def sweep_axes(s: dict) -> list[str]:
@@ -142,7 +143,7 @@ def expand_sweep(
     <- the point."""
     s = load_sweep(sweep)
     base = find_config(s["base"], root)
-    keys, runs, arms = list(s["grid"]), [], s["arms"] or {None: []}
+    keys, runs, arms = list(s["grid"]), [], s.get("arms") or {None: []}
     points = itertools.product(arms.items(), itertools.product(*s["grid"].values()))
     for i, ((arm, changes), vals) in enumerate(points):
         short = [arm] * (arm is not None) + [_short(k, v) for k, v in zip(keys, vals)]

@@ -28,8 +28,8 @@ from ..util import atomic_write, format_cell, format_table, save_figure
 __all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'POOLED', 'AGREEMENT', 'sweep_results', 'run_frames', 'aggregate',
            'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results', 'switches', 'run_row', 'result_row',
            'result_table', 'headline_runs', 'separation', 'separation_table', 'test_cells', 'pooled', 'chosen_steps',
-           'committed_groups', 'apart', 'figure_row', 'on_truth', 'steps_table', 'paths_table', 'level_cells',
-           'train_cells', 'levels_table', 'coverage_table', 'arms_table']
+           'paired_difference', 'committed_groups', 'apart', 'figure_row', 'on_truth', 'steps_table', 'paths_table',
+           'level_cells', 'train_cells', 'levels_table', 'coverage_table', 'arms_table']
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -303,7 +303,7 @@ def write_report(
         f"Base `{s['base']}`, grid "
         + ", ".join(
             f"`{g}` {v}"
-            for g, v in (({"arm": list(s["arms"])} if s["arms"] else {}) | s["grid"]).items()
+            for g, v in (({"arm": list(s["arms"])} if s.get("arms") else {}) | s["grid"]).items()
         )
         + f"; {sum(r['status'] == 'done' for r in rows)} of {len(rows)} runs done. PSNR at "
         f"{k} DDIM steps, "
@@ -527,6 +527,48 @@ def chosen_steps(evs: list[EvalResult]) -> int:
     val = {k: _mean([ev.parts["validation"].psnr(k) for ev in evs]) for k in steps}
     return max(steps, key=lambda k: (round(val[k], 6), -k))
 
+# %% ../../nbs/sweeps/87_sweep_report.ipynb #ad000001
+def paired_difference(
+    a: list,
+    ka: int,
+    b: list,
+    kb: int,
+    m: str = "psnr",
+    cells=test_cells,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """Group `a` at `ka` steps minus group `b` at `kb` on figure `m` over the cells `cells(ev)`
+    picks (the same for every run): {"diff", "ci", "separated"}; the cells and frames resampled
+    jointly, each group's runs on their own (`a is b`: one group at two step counts, its runs
+    drawn once for both)."""
+    import numpy as np
+
+    from qmind_render.core.intervals import block_means, draws, percentile_interval
+
+    masks = [cells(ev) for ev in a + b]
+    if any((x != masks[0]).any() for x in masks):
+        raise ValueError("paired_difference: the runs do not score the same cells")
+    mats = [
+        np.array(ev.per_frame[k][m], float)[masks[0]]
+        for ev, k in [(e, ka) for e in a] + [(e, kb) for e in b]
+    ]
+    rng = np.random.default_rng(seed)
+    ri, ci = draws(mats[0].shape[0], n_boot, rng), draws(mats[0].shape[1], n_boot, rng)
+    boot = np.stack([block_means(x, ri, ci) for x in mats])  # [runs, n_boot]
+    pa = draws(len(a), n_boot, rng)
+    # one group at two step counts: its runs drawn once for both
+    pb = len(a) + (pa if a is b else draws(len(b), n_boot, rng))
+    cols = np.arange(n_boot)[:, None]
+    d = boot[pa, cols].mean(1) - boot[pb, cols].mean(1)
+    with np.errstate(invalid="ignore"):
+        diff = float(
+            np.mean([np.nanmean(x) for x in mats[: len(a)]])
+            - np.mean([np.nanmean(x) for x in mats[len(a) :]])
+        )
+    lo, hi = percentile_interval(d)
+    return {"diff": diff, "ci": [lo, hi], "separated": bool(lo > 0 or hi < 0)}
+
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #ac000001
 AGREEMENT = ("theme", "material", "lighting")
 
@@ -596,7 +638,10 @@ def paths_table(groups: dict) -> str:
         ts = [ev.timesteps for ev in evs]
         if not all(ts) or set(ts[0]["noised"]) == {"0"}:
             continue
-        mean = lambda get: f"{float(np.mean([get(x) for x in ts])):.2f}"  # noqa: E731
+
+        def mean(get, ts=ts) -> str:
+            return f"{float(np.mean([get(x) for x in ts])):.2f}"
+
         rows.append(
             {"recipe": g, "path": "truth noised"}
             | {t: mean(lambda x, t=t: x["noised"][t]) for t in ts[0]["noised"]}
