@@ -44,6 +44,8 @@ def small(work, name="small", *extra):
         "eval.ddim_steps=[1,2]",
         "eval.frames_per_cell=2",
         "eval.classifier_steps=60",
+        # a diffusion model, scored at 1 and 2 steps (the main job's regressor is one pass)
+        "model.regression=false",
         *extra,
     ]
 

@@ -41,8 +41,9 @@ torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 2)))
 
 
 def cfg(**kw):
-    "The default `ModelConfig` with `kw` changed (a real config, as training builds from)."
-    return model_config(**kw)
+    """The default `ModelConfig` as a diffusion model (the main job's is the regression control),
+    with `kw` changed (a real config, as training builds from)."""
+    return model_config(**({"regression": False} | kw))
 
 
 @pytest.fixture(scope="module")
@@ -614,10 +615,11 @@ def test_defaults_live_in_the_config():
     from qmind_render.core.config import load_config
 
     m = load_config().model
-    assert (
-        repr(Diffusion()) == repr(Diffusion.from_config(m)) == repr(Diffusion.from_config())
-        and Diffusion().prediction == "v"
-    )
+    # the default config is the main job's regression control; as a diffusion model it is
+    # Diffusion()'s process
+    assert repr(Diffusion.from_config(m)) == repr(Diffusion.from_config()) == "Regression()"
+    d = load_config(None, ["model.regression=false"]).model
+    assert repr(Diffusion()) == repr(Diffusion.from_config(d)) and Diffusion().prediction == "v"
     a, b = build_model(None, SPEC, TABLES), build_model(m, SPEC, TABLES)
     assert (a.size_name, a.cfg, a.channels_last, n_params(a)) == (
         b.size_name,
@@ -625,10 +627,10 @@ def test_defaults_live_in_the_config():
         b.channels_last,
         n_params(b),
     )
-    assert type(Diffusion.from_config(m).schedule) is Schedule
+    assert type(Diffusion.from_config(d).schedule) is Schedule
     assert type(b.cfg.theme_enc) is ThemeEnc and type(model_config(theme_enc="id").theme_enc) is str
     with pytest.raises(ValueError, match="model.prediction='x0' is not one of eps, v"):
-        Diffusion.from_config(model_config(prediction="x0"))
+        Diffusion.from_config(model_config(regression=False, prediction="x0"))
 
 
 def test_the_model_module_is_the_network():

@@ -1,4 +1,4 @@
-"""Where a K-step sample goes wrong: the network's clean-frame estimate at each timestep, from the truth noised and from the sampler's own path.
+"""Where a K-step sample goes wrong: the network's clean-frame estimate at each timestep.
 
 Docs: https://qmind.github.io/qmind-render/core/steps.html.md"""
 

@@ -575,14 +575,17 @@ AGREEMENT = ("theme", "material", "lighting")
 
 def committed_groups(dest: str | Path, key=None, sweep_root=None) -> dict[str, list]:
     """A committed sweep's evaluations by group: its axes but the seed joined with " / " (or
-    `key(row)`), in run order; {} for a sweep not committed yet."""
+    `key(row)`), in run order, runs not evaluated left out; {} for a sweep not committed yet."""
     dest = Path(dest)
     if not (dest / "sweep.yaml").is_file():
         return {}
     res, groups = read_results(dest, sweep_root), {}
     for r in res["rows"]:
+        ev = EvalResult.of_run(dest / "runs" / r["run"])
+        if ev is None:  # not finished when the sweep was committed
+            continue
         k = key(r) if key else " / ".join(str(r[b]) for b in res["by"])
-        groups.setdefault(k, []).append(EvalResult.of_run(dest / "runs" / r["run"]))
+        groups.setdefault(k, []).append(ev)
     return groups
 
 
@@ -710,12 +713,16 @@ def coverage_table(groups: dict, root=None) -> str:
 
 
 def arms_table(groups: dict, against: str, k: int | None = None) -> str:
-    """Each arm at `k` steps (None: its validation's choice), and whether it is separated from arm
-    `against` on test-cell PSNR."""
-    p = {g: pooled(evs, k or chosen_steps(evs)) for g, evs in groups.items()}
+    """Each arm at `k` steps (None: its validation's choice), and its test-cell PSNR minus arm
+    `against`'s, frame by frame on the same cells (`paired_difference`), separated or not."""
+    ks = {g: k or chosen_steps(evs) for g, evs in groups.items()}
     rows = []
-    for g, q in p.items():
-        rows.append({"arm": g, "runs": q["runs"], "steps": k or chosen_steps(groups[g])})
-        rows[-1] |= figure_row(q)
-        rows[-1][f"against {against}"] = apart(q, p[against]) if g != against else ""
+    for g, evs in groups.items():
+        rows.append({"arm": g, "runs": len(evs), "steps": ks[g]} | figure_row(pooled(evs, ks[g])))
+        if g == against:
+            rows[-1][f"− {against} dB"] = ""
+            continue
+        d = paired_difference(evs, ks[g], groups[against], ks[against])
+        said = "separated" if d["separated"] else "not separated"
+        rows[-1][f"− {against} dB"] = f"{with_interval(d['diff'], d['ci'])} ({said})"
     return format_table(rows, markdown=True)
