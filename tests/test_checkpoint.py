@@ -52,7 +52,12 @@ def test_names_both_ways():
 def test_load_model_gives_the_ema_weights_and_the_configs_diffusion():
     cfg = load_config(
         None,
-        ["model.regression=false", "model.size=tiny", "model.prediction=v", "model.schedule=linear"],
+        [
+            "model.regression=false",
+            "model.size=tiny",
+            "model.prediction=v",
+            "model.schedule=linear",
+        ],
     )
     torch.manual_seed(0)
     net = build_model(cfg.model, grid=load_grid())
