@@ -391,7 +391,9 @@ def run_row(run: str | Path) -> dict:
     out[f"SSIM {k}"] = f"{h.at[k]['ssim']:.3f}"
     gt = h.ground_truth_classifier
     for f in ("theme", "lighting"):
-        out[f"{f} agr."] = f"{h.at[k]['classifier'][f] / gt[f]:.2f}"
+        # a classifier that never names the factor on true frames (a theme held out whole) has
+        # nothing to agree with
+        out[f"{f} agr."] = f"{h.at[k]['classifier'][f] / gt[f]:.2f}" if gt[f] else "–"
     return out
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #3d03e458
