@@ -54,18 +54,23 @@ def env(work):
     return {**os.environ, "QMIND_CACHE": str(work / "cache"), "QMIND_RUNS": str(work / "runs")}
 
 
-@pytest.fixture(scope="module")
-def ran(work):
+def qmind_run(work, args: list[str], timeout: int = 600):
+    "`qmind run ARGS` in `work` as a user runs it; its completed process, checked."
     r = subprocess.run(
-        CLI + ["run", *small(work)],
+        CLI + ["run", *args],
         cwd=work,
         env=env(work),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     return r
+
+
+@pytest.fixture(scope="module")
+def ran(work):
+    return qmind_run(work, small(work))
 
 
 def test_run_end_to_end_writes_the_report(work, ran):
@@ -303,15 +308,7 @@ def test_the_regression_control_never_sees_a_frame_and_is_scored_once(work, ran)
     from qmind_render.core.model import build_model
     from qmind_render.world.grid import load_grid
 
-    r = subprocess.run(
-        CLI + ["run", *small(work, "reg", "model.regression=true", "train.steps=12")],
-        cwd=work,
-        env=env(work),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = qmind_run(work, small(work, "reg", "model.regression=true", "train.steps=12"), 300)
     ck = load_checkpoint(work / "runs" / "reg" / "checkpoints" / "0000012.pt")
     torch.manual_seed(0)
     init = build_model(load_config(None, ["model.regression=true"]).model, grid=load_grid())

@@ -76,7 +76,7 @@ class Diffusion:
         self.T = int(ModelConfig.timesteps if timesteps is None else timesteps)
         self.alphas_cumprod = make_schedule(self.schedule, self.T).float()
         self.t_end = int(ModelConfig.t_end if t_end is None else t_end)
-        if not 0 <= self.t_end < self.T - 1:
+        if not 0 <= self.t_end < max(self.T - 1, 1):
             raise ConfigError(f"model.t_end must be in 0..{self.T - 2} (below T-1), got {t_end}")
         self.sigma_data = SIGMA_DATA
         self._dev = {}
@@ -159,8 +159,7 @@ class Regression(Diffusion):
 
     def __init__(self):
         # one timestep, 0: the network's time embedding is a constant
-        super().__init__(Schedule.cosine, 2, Prediction.v, 0)
-        self.T = 1
+        super().__init__(Schedule.cosine, 1, Prediction.v, 0)
 
     def __repr__(self):
         return "Regression()"
