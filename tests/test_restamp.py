@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from qmind_render.core.checkpoint import load_shipped, read_shipped, shipped_path
+from qmind_render.core.eval_result import EvalResult
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "import sys; from qmind_render.cli import main; sys.exit(main())"]
@@ -35,9 +36,11 @@ def test_metrics_from_an_evaluation_of_the_file_replace_its_figures(tmp_path):
         CLI + ["ship", "--metrics-from", str(ev), "--out", str(f)], capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr
-    assert "test-cell PSNR 32.07" in r.stdout
+    # the committed evaluation's test-cell PSNR at one step, as `ship` rounds it
+    want = round(EvalResult.read(ev).part("test").psnr(1), 2)
+    assert f"test-cell PSNR {want:.2f}" in r.stdout and want > 30
     _, _, about = load_shipped(f)
-    assert about["metrics"]["test"]["ddim_1"] == 32.07
+    assert about["metrics"]["test"]["ddim_1"] == want
     assert about["metrics"]["headline_from"] == "validation" and len(about["held_out"]) == 20
     # the weights are untouched
     a, b = read_shipped(f)["ema"], read_shipped(shipped_path())["ema"]

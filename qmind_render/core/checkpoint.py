@@ -28,12 +28,12 @@ from ..util import atomic_write
 from ..world.grid import load_grid
 
 # %% auto #0
-__all__ = ['RESUME_USE', 'RESUME_FIXED', 'RUNTIME_MODEL_KEYS', 'CheckpointError', 'checkpoint_name', 'step_of', 'checkpoints',
-           'run_dir_of', 'find_checkpoint', 'WeightsError', 'content_hash', 'seal', 'seal_problem', 'is_sealed_ok',
-           'check_seal', 'move', 'save_sealed', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint', 'reseal',
-           'versions', 'check_versions', 'resume_from', 'newest_good', 'pick_resume', 'check_resume', 'rng_state',
-           'restore_rng', 'ema_weights', 'check_model_config', 'load_model', 'shipped_path', 'read_shipped',
-           'load_shipped']
+__all__ = ['RESUME_USE', 'RESUME_FIXED', 'RUNTIME_MODEL_KEYS', 'SHIPPED', 'CheckpointError', 'checkpoint_name', 'step_of',
+           'checkpoints', 'run_dir_of', 'find_checkpoint', 'WeightsError', 'content_hash', 'seal', 'seal_problem',
+           'is_sealed_ok', 'check_seal', 'move', 'save_sealed', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint',
+           'reseal', 'versions', 'check_versions', 'resume_from', 'newest_good', 'pick_resume', 'check_resume',
+           'rng_state', 'restore_rng', 'ema_weights', 'check_model_config', 'load_model', 'shipped_path',
+           'read_shipped', 'load_shipped']
 
 # %% ../../nbs/core/48_checkpoint.ipynb #5e80d7f3
 class CheckpointError(UserError, RuntimeError):
@@ -481,11 +481,19 @@ def load_model(
     return model.to(device).eval(), Diffusion.from_config(mcfg)
 
 # %% ../../nbs/core/48_checkpoint.ipynb #4f84a4bb
-def shipped_path() -> Path:
-    "Where the model that ships with the package is: `qmind_render/assets/shipped.pt`."
+SHIPPED = {
+    "shipped": "the model qmind serve plays (the regressor since issue 44)",
+    "diffusion": "the one-step diffusion model (shipped until issue 44), for the sampling chapters",
+}
+
+
+def shipped_path(name: str = "shipped") -> Path:
+    "Where a model that ships with the package is: `qmind_render/assets/{name}.pt` (`SHIPPED`)."
     import qmind_render
 
-    return Path(qmind_render.__file__).resolve().parent / "assets" / "shipped.pt"
+    if name not in SHIPPED:
+        raise ValueError(f"no shipped model named {name!r}: the package has {', '.join(SHIPPED)}")
+    return Path(qmind_render.__file__).resolve().parent / "assets" / f"{name}.pt"
 
 # %% ../../nbs/core/48_checkpoint.ipynb #21b259b8
 def read_shipped(path: str | Path | None = None) -> dict:

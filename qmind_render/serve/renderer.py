@@ -647,12 +647,13 @@ def showcase(served: Served, frames: int = 3, steps=None, seed: int = 100_000):
             ]
         )
         names.append(f"{g.theme_names[t]}\n{g.materials[m]}\n{g.lighting_names[l]}")
-    cols = ["surface", "depth", "ground truth", *[f"model, {k} step{'s' * (k > 1)}" for k in steps]]
+    one = served.cfg.model.regression  # one pass at any step count: no count to name
+    cols = ["surface", "depth", "ground truth"]
+    cols += ["model" if one else f"model, {k} step{'s' * (k > 1)}" for k in steps]
     return grid_figure(
         mosaic(rows),
         names,
         cols,
-        f"{served.name} (step {served.step}) on held-out factor cells: channels → ground "
-        "truth → model",
+        f"{served.name} (step {served.step}), held-out cells: channels → truth → model",
         size=1.5,
     )
