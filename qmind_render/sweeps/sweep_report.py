@@ -29,7 +29,7 @@ __all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'POOLED', 'AGREEMENT', 'swee
            'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results', 'switches', 'run_row', 'result_row',
            'result_table', 'headline_runs', 'separation', 'separation_table', 'test_cells', 'pooled', 'chosen_steps',
            'paired_difference', 'committed_groups', 'apart', 'figure_row', 'on_truth', 'steps_table', 'paths_table',
-           'level_cells', 'train_cells', 'levels_table', 'coverage_table', 'arms_table']
+           'level_cells', 'train_cells', 'levels_table', 'coverage_table', 'said_difference', 'arms_table']
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -714,6 +714,12 @@ def coverage_table(groups: dict, root=None) -> str:
     return format_table(rows, markdown=True)
 
 
+def said_difference(d: dict, fmt: str = ".2f") -> str:
+    "A `paired_difference` as the chapter writes it: difference, interval, separated or not."
+    said = "separated" if d["separated"] else "not separated"
+    return f"{with_interval(d['diff'], d['ci'], fmt)} ({said})"
+
+
 def arms_table(groups: dict, against: str, k: int | None = None) -> str:
     """Each arm at `k` steps (None: its validation's choice), and its test-cell PSNR minus arm
     `against`'s, frame by frame on the same cells (`paired_difference`), separated or not."""
@@ -725,6 +731,5 @@ def arms_table(groups: dict, against: str, k: int | None = None) -> str:
             rows[-1][f"− {against} dB"] = ""
             continue
         d = paired_difference(evs, ks[g], groups[against], ks[against])
-        said = "separated" if d["separated"] else "not separated"
-        rows[-1][f"− {against} dB"] = f"{with_interval(d['diff'], d['ci'])} ({said})"
+        rows[-1][f"− {against} dB"] = said_difference(d)
     return format_table(rows, markdown=True)
