@@ -195,6 +195,17 @@ def test_the_readme_headline_is_the_committed_results():
             assert phrase in prose, f"README: {name}'s {phrase} is not what it quotes"
 
 
+def test_the_readmes_figures_for_the_replaced_diffusion_model_are_its_committed_ones():
+    "The README's figures for the one-step diffusion model the shipped regressor replaced."
+    ev = EvalResult.of_run(ROOT / "results" / "shipped" / "shipped-diffusion")
+    a = ev.part("heldout").at[ev.headline_steps]
+    psnr = with_interval(a["psnr"], a["ci"]["psnr"])
+    said = (
+        f"The one-step diffusion model it replaced scored {psnr} dB with texture {a['texture']:.3f}"
+    )
+    assert said in " ".join((ROOT / "README.md").read_text().split()), said
+
+
 def test_the_results_chapter_shows_the_headline_table():
     assert result_table(HEADLINE) in chapter_outputs(), "89_results: the headline table is stale"
 
