@@ -25,7 +25,7 @@ from .diffusion import Diffusion
 from .encodings import model_config
 from .model import ConditionalUNet, build_model
 from ..util import atomic_write
-from ..world.grid import load_grid
+from ..world.themes import recipe_grid
 
 # %% auto #0
 __all__ = ['RESUME_USE', 'RESUME_FIXED', 'RUNTIME_MODEL_KEYS', 'SHIPPED', 'CheckpointError', 'checkpoint_name', 'step_of',
@@ -471,10 +471,12 @@ def load_model(
     that holds it already (parsed here otherwise)."""
     check_versions(ck, what)
     # keys added since the checkpoint: their defaults
-    trained = (trained if trained is not None else config_from_dict(ck["config"])).model
+    full = trained if trained is not None else config_from_dict(ck["config"])
+    trained = full.model
     mcfg = model_cfg if model_cfg is not None else trained
     check_model_config(mcfg, trained, what)
-    model = build_model(mcfg, grid=load_grid())
+    # the themes it trained on (the grid's, then any random ones): its theme tables' rows
+    model = build_model(mcfg, grid=recipe_grid(full.data.themes))
     model.load_state_dict(
         {k: v.float() if v.is_floating_point() else v for k, v in ema_weights(ck).items()}
     )

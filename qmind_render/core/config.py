@@ -377,6 +377,12 @@ def check_config(cfg: DictConfig) -> DictConfig:
                 f"bad value for '{key}': {shown!r} {need} (set it in the config file or "
                 f"as {key}=...)"
             )
+    if cfg.data.themes != "grid" and cfg.model.theme_enc == ThemeEnc.id:
+        raise ConfigError(
+            f"data.themes={cfg.data.themes} with model.theme_enc=id: an ID cannot describe a theme "
+            "it never trained on, so random themes teach it nothing about a new one; use "
+            "model.theme_enc=planes or param_vector, or data.themes=grid"
+        )
     return cfg
 
 # %% ../../nbs/core/01_config.ipynb #eb6e6ca1

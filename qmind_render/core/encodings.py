@@ -33,7 +33,7 @@ from ..world.grid import lighting_vector, load_grid
 __all__ = ['ENCODINGS', 'THEME', 'LIGHTING', 'COND_KEYS', 'ModelInputError', 'check_tensor', 'register', 'encoding_class',
            'model_config', 'condition_tables', 'Encoded', 'Factor', 'Encoding', 'keep_tables', 'MaterialEncoding',
            'MaterialOneHot', 'MaterialEmbedding', 'CondEncoding', 'PixelPlanes', 'IdEmbedding', 'ParamVector',
-           'NoCondition', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch']
+           'NoCondition', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch', 'NewThemeError']
 
 # %% ../../nbs/core/39_encodings.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -578,3 +578,31 @@ def synthetic_batch(
         np.random.default_rng(seed),
     )
     return {k: torch.from_numpy(v) for k, v in s.items()}
+
+# %% ../../nbs/core/39_encodings.ipynb #e39ne002
+class NewThemeError(UserError, ValueError):
+    "A model whose theme encoding cannot describe a theme it never trained on."
+
+
+@patch
+def use_themes(self: ConditionEncoder, grid) -> None:
+    """Condition on `grid`'s themes from now on: the theme tables are made again from `grid` (the
+    model's own themes first, then new ones), on the encoder's device. Raises `NewThemeError` for an
+    encoding that cannot describe a new theme (`id`, `none`)."""
+    enc = self.theme_enc
+    if isinstance(enc, (IdEmbedding, NoCondition)):
+        name = "id" if isinstance(enc, IdEmbedding) else "none"
+        why = (
+            "an ID names a theme the model trained on and cannot describe a new one"
+            if name == "id"
+            else "the theme does not reach it, so every theme renders alike"
+        )
+        raise NewThemeError(
+            f"model.theme_enc={name} cannot render a theme it never trained on: {why}; use a "
+            "model trained with model.theme_enc=planes or param_vector"
+        )
+    tables = condition_tables(grid, self.spec)
+    for k in enc.keeps:
+        old = getattr(self, k)
+        setattr(self, k, torch.as_tensor(tables[k], dtype=old.dtype, device=old.device))
+    self.n_themes = len(tables["theme_vec"])

@@ -227,7 +227,7 @@ def eval_parts(ld: Loaded, per_cell: int) -> dict[str, dict]:
 
 def _walk_frames(ld: Loaded, per_cell: int) -> dict:
     return walk_frames(
-        int(ld.ds.manifest.seeds[1]) + EVAL_SEEDS,
+        int(ld.ds.manifest.grid_seeds[1]) + EVAL_SEEDS,
         per_cell,
         ld.cfg.data.frames_per_episode,
         ld.split.grid.material,
@@ -312,7 +312,7 @@ def episode_video(
 ) -> Path:
     """GIF of surface | ground truth | model for an unseen episode in a held-out cell
     (`viz.episode_frames`, `viz.write_gif`)."""
-    seed = int(loaded.ds.manifest.seeds[1]) + 1000
+    seed = int(loaded.ds.manifest.grid_seeds[1]) + 1000
     batch, _ = walk_batch(seed, frames, loaded.split.held_out[0])
     pred = render_frames(loaded.sampler(frames), batch, steps).cpu().numpy()
     return write_gif(episode_frames(batch, pred), path, scale=scale)
@@ -378,12 +378,13 @@ def temporal_picture(first: dict, rep, k: int, path: Path, n: int = 5) -> Path:
 
 # %% ../../nbs/core/60_evaluate.ipynb #9b5e78fc
 def _classifiers(ld: Loaded) -> tuple[torch.nn.Module, dict]:
-    """The factor classifiers (`55_yardsticks`), fitted on unseen-walk frames of the training cells
-    only, and the grid's sizes."""
+    """The factor classifiers (`55_yardsticks`), fitted on unseen-walk frames of the training cells,
+    and of the held-out cells of a level no training cell shows (a theme held out whole: a
+    classifier must have seen a theme to name it), and the grid's sizes."""
     g = ld.ds.manifest.grid
     sizes = {"theme": g["theme"], "lighting": g["light"], "material": g["material"]}
-    seed = int(ld.ds.manifest.seeds[1]) + CLASSIFIER_SEEDS
-    b = classifier_batch(ld.split, seed, CLASSIFIER_FRAMES)
+    seed = int(ld.ds.manifest.grid_seeds[1]) + CLASSIFIER_SEEDS
+    b = classifier_batch(ld.split, seed, CLASSIFIER_FRAMES, unknown=True)
     return fit_classifier(b, sizes, ld.cfg.eval.classifier_steps, device=ld.device), sizes
 
 
@@ -403,6 +404,9 @@ def _fit_baselines(ld: Loaded, train_idx: np.ndarray, shards=None, n: int = 2000
     b = gather(ld.ds, pick, shards)
     assert_no_leak(b["cells"].numpy(), ld.split, "the baselines' frames")
     g = ld.ds.manifest.grid
+    keep = b["theme"] < g["theme"]  # a random theme's frames (`16_themes`) are not the grid's
+    if not bool(keep.all()):
+        b = {k: v[keep] for k, v in b.items()}
     return {
         "baseline": MeanColour(g["theme"]).fit(b),
         "baseline_additive": AdditiveColour(ld.split).fit(b),
@@ -502,7 +506,7 @@ def unseen_samples(ld: Loaded, per_cell: int) -> dict:
     (`episode_channels`, `skin_samples`) for as many episodes as the dataset has, past its seeds,
     picked as `eval_indices` picks the dataset's: the dataset's kind of frame, never trained on."""
     grid, spec, n = load_grid(), load_spec(), ld.cfg.data.frames_per_episode
-    first, stop = (int(x) for x in ld.ds.manifest.seeds)
+    first, stop = (int(x) for x in ld.ds.manifest.grid_seeds)
     seeds = range(stop + RECALL_SEEDS, stop + RECALL_SEEDS + stop - first)
     eps = [skin_samples(episode_channels(s, n, grid, spec), grid, spec) for s in seeds]
     s = {
@@ -622,7 +626,7 @@ def _step_errors(ld: Loaded, cb: CellBatch, steps: list) -> dict:
     rows = cb.rows(ld.split.mask(part))
     rows = rows[np.linspace(0, len(rows) - 1, min(STEP_FRAMES, len(rows))).astype(int)]
     x0, cond = prepare_batch(take(cb.batch, rows), ld.device)
-    r = step_errors(ld.model, ld.diffusion, x0, cond, steps, seed=int(ld.ds.manifest.seeds[1]))
+    r = step_errors(ld.model, ld.diffusion, x0, cond, steps, seed=int(ld.ds.manifest.grid_seeds[1]))
     return json.loads(json.dumps(r | {"part": part, "frames": len(rows)}))
 
 # %% ../../nbs/core/60_evaluate.ipynb #c46edc82
@@ -684,7 +688,7 @@ def evaluate(
     log(f"  where the steps go wrong, on validation frames ({time.monotonic() - t1:.1f} s)")
     t1, walks = time.monotonic(), {}
     for i, part in enumerate((res.held, "train")):
-        seed = int(ld.ds.manifest.seeds[1]) + 2000 + 100 * i
+        seed = int(ld.ds.manifest.grid_seeds[1]) + 2000 + 100 * i
         res.parts[part].temporal, walks[part] = temporal_part(ld, sampler, part, steps, seed)
     res.temporal_seconds = round(time.monotonic() - t1, 1)
     log(f"  temporal: the change against the truth's on unseen walks ({res.temporal_seconds} s)")

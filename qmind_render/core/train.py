@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from qmind_render.core.config import (
+    ConfigError,
     ExperimentConfig,
     Precision,
     config_to_dict,
@@ -50,7 +51,7 @@ from .encodings import prepare_batch
 from .model import build_model
 from .optim import make_ema, make_optimizer, masked_step
 from ..util import save_image
-from ..world.grid import load_grid
+from ..world.themes import recipe_grid
 
 # %% auto #0
 __all__ = ['SAMPLE_STEPS', 'RunsError', 'runs_root', 'make_runs_root', 'Dist', 'dist_from_env', 'step_seed', 'seed_step',
@@ -201,13 +202,20 @@ def _data(cfg: ExperimentConfig):
     """The split (a small file, checked first) and the fetched, verified dataset; their errors say
     what to do."""
     split = load_split(cfg.data.holdout)
-    return fetch(open_store(cfg.data.store), cfg.data.dataset), split
+    ds = fetch(open_store(cfg.data.store), cfg.data.dataset)
+    made = ds.manifest.generator.get("themes", "grid")
+    if made != cfg.data.themes:
+        raise ConfigError(
+            f"dataset {ds.id} was made with data.themes={made}, the config says "
+            f"data.themes={cfg.data.themes}: set data.themes={made}, or name a new data.dataset"
+        )
+    return ds, split
 
 # %% ../../nbs/core/50_train.ipynb #b892d8a4
 def _model(cfg: ExperimentConfig, dist: Dist, device: torch.device):
     # initial weights: a function of the seed
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, grid=load_grid()).to(device)
+    model = build_model(cfg.model, grid=recipe_grid(cfg.data.themes)).to(device)
     compile = cfg.train.compile if cfg.train.compile is not None else device.type == "cuda"
     net = torch.compile(model) if compile else model
     if dist.world > 1:

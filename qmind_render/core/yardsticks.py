@@ -18,25 +18,41 @@ from ..world.skinner import SURFACES
 from .walks import paired_batch, walk_frames
 
 # %% auto #0
-__all__ = ['WALK_LENGTH', 'CLASSIFIER_SEEDS', 'WALL', 'LOG_OFFSET', 'ATLAS', 'classifier_batch', 'MeanColour', 'AdditiveColour',
-           'factor_labels', 'unwrap_walls', 'classifier_inputs', 'FactorClassifier', 'fit_classifier',
-           'predict_factors', 'classify', 'confusion']
+__all__ = ['WALK_LENGTH', 'CLASSIFIER_SEEDS', 'WALL', 'LOG_OFFSET', 'ATLAS', 'unknown_level_cells', 'classifier_batch',
+           'MeanColour', 'AdditiveColour', 'factor_labels', 'unwrap_walls', 'classifier_inputs', 'FactorClassifier',
+           'fit_classifier', 'predict_factors', 'classify', 'confusion']
 
 # %% ../../nbs/core/57_yardsticks.ipynb #ccee5ac5
 WALK_LENGTH = 32  # frames rendered per walk the yardsticks fit on (two of them are taken)
 CLASSIFIER_SEEDS = 4000  # fitting walks start this far past the dataset's last episode seed
 
 
+def unknown_level_cells(split: Split) -> list[tuple[int, int, int]]:
+    """The held-out cells of a level no training cell shows (every cell of a theme held out whole,
+    say): a classifier fitted on training cells alone could never name that level."""
+    cells = np.array([split.grid.cell(int(i)) for i in range(split.grid.n_cells)])
+    train = cells[~split.mask()]
+    unknown = np.zeros(len(cells), bool)
+    for f in range(3):
+        unknown |= ~np.isin(cells[:, f], train[:, f])
+    return [tuple(map(int, c)) for c in cells[unknown & split.mask()]]
+
+
 def classifier_batch(
-    split: Split, seed: int, per_cell: int, grid: FactorGrid | None = None
+    split: Split, seed: int, per_cell: int, grid: FactorGrid | None = None, unknown: bool = False
 ) -> dict:
     """`per_cell` frames of unseen walks (episodes `seed`, `seed + 1`, ...) in each training cell of
     `split`, one wall material a frame: what the yardsticks fit on. Checked with the split's leak
-    check: no frame shows a held-out cell."""
+    check: no frame shows a held-out cell. `unknown`: the classifiers' batch, with the cells of
+    levels training never shows too (`unknown_level_cells`): the truth of a held-out theme, painted
+    on walks the model never saw, so a classifier can name it; the model never sees these."""
     frames = walk_frames(seed, per_cell, WALK_LENGTH, split.grid.material)
     cells = [split.grid.cell(int(i)) for i in np.flatnonzero(~split.mask())]
     batch = paired_batch(frames, cells, grid)
     assert_no_leak(batch["cells"].numpy(), split, f"classifier_batch of {split.name}, seed {seed}")
+    if unknown and (extra := unknown_level_cells(split)):
+        more = paired_batch(frames, extra, grid)
+        batch = {k: torch.cat([batch[k], more[k]]) for k in batch}
     return batch
 
 # %% ../../nbs/core/57_yardsticks.ipynb #52775600

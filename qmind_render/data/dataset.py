@@ -232,6 +232,13 @@ class Manifest:
         return Grid(**self.grid)
 
     @property
+    def grid_seeds(self) -> tuple[int, int]:
+        """[start, stop) of the episodes painted with the grid's themes: every seed, unless the
+        recipe added random themes' episodes after them (`data.themes=grid+random:N`)."""
+        g, (start, stop) = self.generator, self.seeds
+        return (start, start + g["episodes"]) if g.get("random_episodes") else (start, stop)
+
+    @property
     def content_sha256(self) -> str:
         return manifest_hash(asdict(self))
 
@@ -318,10 +325,11 @@ def manifest_fault(d, dataset: str) -> str | None:
     if (
         _whole(g.get("episodes"))
         and _whole(g.get("frames_per_episode"))
-        and g["episodes"] * g["frames_per_episode"] != total
+        and (g["episodes"] + g.get("random_episodes", 0)) * g["frames_per_episode"] != total
     ):
         return (
-            f"its recipe makes {g['episodes']} episodes × {g['frames_per_episode']} frames "
+            f"its recipe makes {g['episodes'] + g.get('random_episodes', 0)} episodes × "
+            f"{g['frames_per_episode']} frames "
             f"but the shards hold {total} samples"
         )
 

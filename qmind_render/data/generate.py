@@ -45,11 +45,12 @@ from .splits import Split, apply_split
 from .stores import Store, open_store
 from ..util import atomic_write, pool_map
 from ..world.grid import load_grid
+from ..world.themes import n_random, recipe_grid
 
 # %% auto #0
-__all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'plan_shards', 'generator_record',
-           'check_workers', 'generate', 'summary', 'sample_sheet', 'rebuild_manifest', 'regenerate_shards',
-           'repair_dataset']
+__all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'random_episodes', 'plan_shards',
+           'generator_record', 'check_workers', 'generate', 'summary', 'sample_sheet', 'rebuild_manifest',
+           'regenerate_shards', 'repair_dataset']
 
 # %% ../../nbs/data/35_generate.ipynb #87b98f6d
 def frame_factors(
@@ -71,14 +72,21 @@ class ShardJob:
     frames: int
     staging: str
     fingerprint: str
+    themes: str = "grid"  # the dataset's `data.themes` recipe
+    grid_stop: int | None = None  # episodes from this seed on are painted with the random themes
 
 # %% ../../nbs/data/35_generate.ipynb #21eadced
-def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
-    "One episode's engine channels and factor labels (not yet skinned)."
+def episode_channels(
+    seed: int, n_frames: int, grid, spec: ChannelSpec, themes: range | None = None
+) -> dict[str, np.ndarray]:
+    """One episode's engine channels and factor labels (not yet skinned); its frames cycle through
+    the (theme, lighting) pairs of `themes` (default: every theme of `grid`)."""
     from qmind_render.world.episode import render_episode
     from qmind_render.world.cells import episode_materials
 
-    theme, lighting = frame_factors(seed, n_frames, grid.shape)
+    themes = themes or range(grid.shape[0])
+    theme, lighting = frame_factors(seed, n_frames, (len(themes), *grid.shape[1:]))
+    theme = (theme + themes.start).astype(np.int16)
     frames = list(
         render_episode(
             seed, n_frames, materials=episode_materials(seed, spec.n_materials), spec=spec
@@ -94,9 +102,10 @@ def episode_channels(seed: int, n_frames: int, grid, spec: ChannelSpec) -> dict[
     return out
 
 # %% ../../nbs/data/35_generate.ipynb #cea226b9
-def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]:
+def skin_samples(arrays: dict, grid, spec: ChannelSpec, shape=None) -> dict[str, np.ndarray]:
     """Add the skinned frames and the factor cells, painting all frames of one (theme, lighting) in
-    one call."""
+    one call. `shape`: the factor grid's (T, M, L) the cells are counted on (default `grid`'s); a
+    theme past its T (a random theme) shows no cell."""
     from qmind_render.world.cells import cell_mask
     from qmind_render.world.skinner import skin
 
@@ -106,16 +115,31 @@ def skin_samples(arrays: dict, grid, spec: ChannelSpec) -> dict[str, np.ndarray]
         sel = np.flatnonzero((theme == t) & (lighting == l))
         rgb[sel] = skin({c: arrays[c][sel] for c in spec.names}, grid.themes[t], grid.lightings[l])
     cells = cell_mask(
-        {"material": arrays["material"], "surface": arrays["surface"]}, theme, lighting, grid.shape
+        {"material": arrays["material"], "surface": arrays["surface"]},
+        theme,
+        lighting,
+        shape or grid.shape,
     )
     return {**arrays, "rgb": rgb, "cells": cells}
 
 # %% ../../nbs/data/35_generate.ipynb #f396a0e3
 def make_shard(job: ShardJob) -> ShardInfo:
     "Worker: render, skin and write one shard into the staging folder, with its record."
-    spec, grid = load_spec(), load_grid()
-    eps = [episode_channels(s, job.frames, grid, spec) for s in job.seeds]
-    arrays = skin_samples({k: np.concatenate([e[k] for e in eps]) for k in eps[0]}, grid, spec)
+    spec, grid, T0 = load_spec(), recipe_grid(job.themes), load_grid().shape[0]
+    eps = [
+        episode_channels(
+            s,
+            job.frames,
+            grid,
+            spec,
+            range(0, T0)
+            if job.grid_stop is None or s < job.grid_stop
+            else range(T0, len(grid.themes)),
+        )
+        for s in job.seeds
+    ]
+    arrays = {k: np.concatenate([e[k] for e in eps]) for k in eps[0]}
+    arrays = skin_samples(arrays, grid, spec, load_grid().shape)
     name = shard_name(job.index)
     info = write_shard(arrays, Path(job.staging) / name)
     atomic_write(
@@ -136,12 +160,29 @@ def _reusable(job: ShardJob) -> ShardInfo | None:
     return ShardInfo(**d)
 
 # %% ../../nbs/data/35_generate.ipynb #f0983799
+def random_episodes(cfg: DataConfig) -> int:
+    """How many episodes recipe `cfg.themes` adds after the grid's for its random themes: as many
+    frames for each random theme as a grid theme gets (0 for `grid`)."""
+    n, T0 = n_random(getattr(cfg, "themes", "grid")), load_grid().shape[0]
+    return -(-cfg.episodes * n // T0)
+
+
 def plan_shards(cfg: DataConfig, staging: Path, fingerprint: str) -> list[ShardJob]:
-    "Consecutive seeds grouped into shards of about `cfg.shard_size` samples."
+    """Consecutive seeds grouped into shards of about `cfg.shard_size` samples: the grid's episodes,
+    then the random themes' (`random_episodes`)."""
     per = max(1, cfg.shard_size // cfg.frames_per_episode)
-    seeds = list(range(cfg.seed_start, cfg.seed_start + cfg.episodes))
+    stop, extra = cfg.seed_start + cfg.episodes, random_episodes(cfg)
+    seeds = list(range(cfg.seed_start, stop + extra))
     return [
-        ShardJob(i, tuple(seeds[j : j + per]), cfg.frames_per_episode, str(staging), fingerprint)
+        ShardJob(
+            i,
+            tuple(seeds[j : j + per]),
+            cfg.frames_per_episode,
+            str(staging),
+            fingerprint,
+            getattr(cfg, "themes", "grid"),
+            stop if extra else None,
+        )
         for i, j in enumerate(range(0, len(seeds), per))
     ]
 
@@ -161,6 +202,8 @@ def generator_record(cfg: DataConfig, shape) -> tuple[dict, str]:
         "grid": list(shape),
         "git": git_commit(),
     }
+    if getattr(cfg, "themes", "grid") != "grid":  # datasets of the grid's themes keep their record
+        gen.update(themes=cfg.themes, random_episodes=random_episodes(cfg))
     return gen, hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:16]
 
 # %% ../../nbs/data/35_generate.ipynb #95755921
@@ -181,6 +224,7 @@ def generate(
     from tqdm.auto import tqdm
 
     store, spec, fgrid = open_store(cfg.store), load_spec(), load_grid()
+    recipe_grid(getattr(cfg, "themes", "grid"))  # a bad recipe: one line before anything is made
     writer = DatasetWriter(store, cfg.dataset, spec, Grid.of(fgrid))
     staging = (
         store.local_path(dataset_key(cfg.dataset))
@@ -190,7 +234,7 @@ def generate(
     gen, fp = generator_record(cfg, fgrid.shape)
     jobs = plan_shards(cfg, staging, fp)
     bar = tqdm(
-        total=cfg.episodes * cfg.frames_per_episode,
+        total=(cfg.episodes + random_episodes(cfg)) * cfg.frames_per_episode,
         unit="sample",
         disable=not progress,
         desc=f"generating {cfg.dataset}",
@@ -210,7 +254,8 @@ def generate(
     for info in pool_map(lib.make_shard, todo, workers, bar, count=lambda info: info.n):
         writer.put(staging / info.file, info)
     bar.close()
-    m = writer.commit((cfg.seed_start, cfg.seed_start + cfg.episodes), gen)
+    stop = cfg.seed_start + cfg.episodes + random_episodes(cfg)
+    m = writer.commit((cfg.seed_start, stop), gen)
     for j in jobs:
         (staging / f".{shard_name(j.index)}.json").unlink(missing_ok=True)
     return m
@@ -322,7 +367,10 @@ def regenerate_shards(store: Store, m: Manifest, files: list[str]) -> list[str]:
     records, done = {s.file: s for s in m.shards}, []
     with tempfile.TemporaryDirectory() as td:
         # seeds, frames, shard size
-        recipe = DataConfig(**{k: g[k] for k in RECIPE if k in DataConfig.__dataclass_fields__})
+        recipe = DataConfig(
+            **{k: g[k] for k in RECIPE if k in DataConfig.__dataclass_fields__},
+            themes=g.get("themes", "grid"),
+        )
         jobs = {shard_name(j.index): j for j in plan_shards(recipe, Path(td), "repair")}
         for f in files:
             if f not in jobs:

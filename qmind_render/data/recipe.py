@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..world.themes import THEMES_RULE
+
 # %% auto #0
 __all__ = ['FOLDER_NAME', 'DataConfig']
 
@@ -35,3 +37,7 @@ class DataConfig:
     episodes: int = field(default=64, metadata={"ge": 1})
     frames_per_episode: int = field(default=32, metadata={"ge": 1})
     shard_size: int = field(default=1000, metadata={"ge": 1})
+    # the themes frames are painted with: `grid` (the grid file's five) or `grid+random:N` (then N
+    # random themes drawn within the theme schema's bounds, each on as many frames as a grid theme;
+    # their frames show no grid cell, so they are training frames under every split: 16_themes)
+    themes: str = field(default="grid", metadata={**THEMES_RULE, "switch": True, "before": "grid"})

@@ -69,7 +69,8 @@ def cell_mask(
     channels: dict, theme_ids, lighting_ids, shape: tuple[int, int, int] | None = None
 ) -> np.ndarray:
     """Cells present as a bool [B, T·M·L] mask (or [T·M·L] for one frame), index (t·M + m)·L + l;
-    `shape`: (T, M, L), default the grid file's."""
+    `shape`: (T, M, L), default the grid file's. A theme id past the grid's (a random theme,
+    `16_themes`) shows no cell."""
     present = materials_present(channels)
     one = present.ndim == 1
     present = present.reshape(-1, present.shape[-1])
@@ -80,7 +81,7 @@ def cell_mask(
         np.broadcast_to(lighting_ids, (B,)).astype(np.int64),
     )
     out = np.zeros((B, T * M * L), bool)
-    b, m = np.nonzero(present)
+    b, m = np.nonzero(present & (t < T)[:, None])
     out[b, (t[b] * M + m) * L + l[b]] = True
     return out[0] if one else out
 
