@@ -65,6 +65,10 @@ COMMANDS: dict[str, Command] = {
         "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, "
         "the playable page at /",
     ),
+    "themes": Command(
+        "qmind_render.core.new_themes:themes_main",
+        "measure a model on themes it never trained on; the figure a designed theme is shown with",
+    ),
     "ship": Command(
         "qmind_render.serve.renderer:ship_main",
         "write a trained, evaluated run as the model `qmind serve` plays by default",
