@@ -539,15 +539,40 @@ def paired_difference(
     cells=test_cells,
     n_boot: int = 1000,
     seed: int = 0,
+    by=None,
 ) -> dict:
     """Group `a` at `ka` steps minus group `b` at `kb` on figure `m` over the cells `cells(ev)`
     picks (the same for every run): {"diff", "ci", "separated"}; the cells and frames resampled
     jointly, each group's runs on their own (`a is b`: one group at two step counts, its runs
-    drawn once for both)."""
+    drawn once for both). `by` (a run's fold, e.g. its split): runs paired within each fold, whose
+    cells differ from fold to fold, and the folds' differences averaged, draw by draw."""
     import numpy as np
 
-    from qmind_render.core.intervals import block_means, draws, percentile_interval
+    from qmind_render.core.intervals import percentile_interval
 
+    if by is None:
+        diff, d = _boot_difference(a, ka, b, kb, m, cells, n_boot, seed)
+    else:
+        folds = list(dict.fromkeys(by(ev) for ev in a))
+        if sorted(folds) != sorted(set(by(ev) for ev in b)):
+            raise ValueError("paired_difference: the groups do not cover the same folds")
+        parts = []
+        for i, f in enumerate(folds):
+            fa = [e for e in a if by(e) == f]
+            fb = fa if a is b else [e for e in b if by(e) == f]
+            parts.append(_boot_difference(fa, ka, fb, kb, m, cells, n_boot, seed + i))
+        diff, d = float(np.mean([p[0] for p in parts])), np.mean([p[1] for p in parts], axis=0)
+    lo, hi = percentile_interval(d)
+    return {"diff": diff, "ci": [lo, hi], "separated": bool(lo > 0 or hi < 0)}
+
+
+def _boot_difference(a, ka, b, kb, m, cells, n_boot, seed):
+    "`paired_difference` of runs scoring the same cells: (the difference, its bootstrap draws)."
+    import numpy as np
+
+    from qmind_render.core.intervals import block_means, draws
+
+    same = a is b
     masks = [cells(ev) for ev in a + b]
     if any((x != masks[0]).any() for x in masks):
         raise ValueError("paired_difference: the runs do not score the same cells")
@@ -560,7 +585,7 @@ def paired_difference(
     boot = np.stack([block_means(x, ri, ci) for x in mats])  # [runs, n_boot]
     pa = draws(len(a), n_boot, rng)
     # one group at two step counts: its runs drawn once for both
-    pb = len(a) + (pa if a is b else draws(len(b), n_boot, rng))
+    pb = len(a) + (pa if same else draws(len(b), n_boot, rng))
     cols = np.arange(n_boot)[:, None]
     d = boot[pa, cols].mean(1) - boot[pb, cols].mean(1)
     with np.errstate(invalid="ignore"):
@@ -568,8 +593,7 @@ def paired_difference(
             np.mean([np.nanmean(x) for x in mats[: len(a)]])
             - np.mean([np.nanmean(x) for x in mats[len(a) :]])
         )
-    lo, hi = percentile_interval(d)
-    return {"diff": diff, "ci": [lo, hi], "separated": bool(lo > 0 or hi < 0)}
+    return diff, d
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #ac000001
 AGREEMENT = ("theme", "material", "lighting")
@@ -720,9 +744,10 @@ def said_difference(d: dict, fmt: str = ".2f") -> str:
     return f"{with_interval(d['diff'], d['ci'], fmt)} ({said})"
 
 
-def arms_table(groups: dict, against: str, k: int | None = None) -> str:
+def arms_table(groups: dict, against: str, k: int | None = None, by=None) -> str:
     """Each arm at `k` steps (None: its validation's choice), and its test-cell PSNR minus arm
-    `against`'s, frame by frame on the same cells (`paired_difference`), separated or not."""
+    `against`'s, frame by frame on the same cells (`paired_difference`; `by`: within folds),
+    separated or not."""
     ks = {g: k or chosen_steps(evs) for g, evs in groups.items()}
     rows = []
     for g, evs in groups.items():
@@ -730,6 +755,6 @@ def arms_table(groups: dict, against: str, k: int | None = None) -> str:
         if g == against:
             rows[-1][f"− {against} dB"] = ""
             continue
-        d = paired_difference(evs, ks[g], groups[against], ks[against])
+        d = paired_difference(evs, ks[g], groups[against], ks[against], by=by)
         rows[-1][f"− {against} dB"] = said_difference(d)
     return format_table(rows, markdown=True)
