@@ -77,6 +77,8 @@ def collect(sweep: Path, dest: Path, runs_dir: Path, command: str) -> dict:
         src, d = runs_dir / r.name, dest / "runs" / r.name
         (d / "eval").mkdir(parents=True, exist_ok=True)
         shutil.copy(src / "eval" / "eval.json", d / "eval" / "eval.json")
+        if (src / "eval" / "new_themes.json").is_file():  # `qmind themes RUN`: new themes' figure
+            shutil.copy(src / "eval" / "new_themes.json", d / "eval" / "new_themes.json")
         shutil.copy(src / "config.yaml", d / "config.yaml")
         timings[r.name] = run_timing(src) | {"git": run_commit(src)}
         write_json(d / "timing.json", timings[r.name])
@@ -96,7 +98,8 @@ def collect(sweep: Path, dest: Path, runs_dir: Path, command: str) -> dict:
         f"{sorted(walls)[len(walls) // 2] / 60:.1f} "
         f"a run) and "
         f"{span / 60:.1f} minutes of wall time from the first start to the last finish.\n\n"
-        f"`runs/` holds each run's eval.json, config.yaml and timing.json; report.md, psnr.png and "
+        "`runs/` holds each run's eval.json (and new_themes.json where `qmind themes RUN` "
+        "measured it), config.yaml and timing.json; report.md, psnr.png and "
         "results.json are made from them by `tools/collect_sweep.py` (the function "
         "`report_from_results`).\n"
     )

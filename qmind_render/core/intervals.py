@@ -11,7 +11,7 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['N_BOOT', 'LEVEL', 'percentile_interval', 'draws', 'block_means', 'mean_interval', 'gap_interval', 'frame_interval',
-           'rms_interval', 'runs_interval', 'with_interval']
+           'rms_interval', 'runs_interval', 'groups_difference', 'with_interval']
 
 # %% ../../nbs/core/54_intervals.ipynb #4c924205
 N_BOOT = 1000  # bootstrap draws per interval
@@ -141,6 +141,29 @@ def runs_interval(
     )  # [runs, n_boot]
     pick = draws(len(xs), n_boot, rng)
     return percentile_interval(inner[pick, np.arange(n_boot)[:, None]].mean(1), level)
+
+# %% ../../nbs/core/54_intervals.ipynb #iv54pd02
+def groups_difference(
+    a: list[np.ndarray],
+    b: list[np.ndarray],
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    same: bool = False,
+) -> tuple[float, np.ndarray]:
+    """Mean of runs `a` minus mean of runs `b` (each [cells, frames], all the same cells and
+    frames), and its `n_boot` bootstrap draws: cells and frames drawn jointly, runs per group
+    (`same`: `a` and `b` are one group's runs, drawn once)."""
+    mats = list(a) + list(b)
+    rng = np.random.default_rng(seed)
+    ri, ci = draws(mats[0].shape[0], n_boot, rng), draws(mats[0].shape[1], n_boot, rng)
+    boot = np.stack([block_means(x, ri, ci) for x in mats])  # [runs, n_boot]
+    pa = draws(len(a), n_boot, rng)
+    pb = len(a) + (pa if same else draws(len(b), n_boot, rng))
+    cols = np.arange(n_boot)[:, None]
+    d = boot[pa, cols].mean(1) - boot[pb, cols].mean(1)
+    with np.errstate(invalid="ignore"):
+        diff = float(np.mean([np.nanmean(x) for x in a]) - np.mean([np.nanmean(x) for x in b]))
+    return diff, d
 
 # %% ../../nbs/core/54_intervals.ipynb #53996520
 def with_interval(x: float | None, ci, fmt: str = ".2f") -> str:

@@ -18,7 +18,7 @@ import torch
 
 from .diffusion import to_uint8
 from .encodings import prepare_batch
-from .intervals import mean_interval
+from .intervals import groups_difference, mean_interval, percentile_interval
 from .metrics import as_float, score_frames
 from .sampler import GraphSampler
 from .walks import paired_batch, walk_frames
@@ -29,7 +29,7 @@ from ..world.themes import NEW_SEED, nearest_theme, random_themes, with_themes
 
 # %% auto #0
 __all__ = ['NEW_THEMES', 'PER_CELL', 'WALK_SEED', 'WALK_LENGTH', 'FIGURES', 'new_theme_batch', 'new_theme_eval', 'figure_path',
-           'measured_new_themes', 'new_themes_line', 'measure', 'themes_main']
+           'measured_new_themes', 'new_themes_line', 'new_themes_difference', 'measure', 'themes_main']
 
 # %% ../../nbs/core/61_new_themes.ipynb #n61a0007
 NEW_THEMES = 8  # random themes of NEW_SEED a model is measured on
@@ -64,8 +64,9 @@ def new_theme_eval(
     seed: int = NEW_SEED,
     chunk: int = 64,
 ) -> dict:
-    """The model's figures on `n_themes` themes it never trained on (`FIGURES`, each with `_ci`),
-    at `steps` DDIM steps, and the nearest-grid-theme yardstick's. Raises `NewThemeError` for a
+    """The model's figures on `n_themes` themes it never trained on (`FIGURES`, each with `_ci`, and
+    `per_frame`: each one's [cells, frames] matrix, so two models compare frame by frame), at
+    `steps` DDIM steps, and the nearest-grid-theme yardstick's. Raises `NewThemeError` for a
     theme encoding that cannot describe a new theme."""
     t0 = time.monotonic()
     model = copy.deepcopy(model).eval()
@@ -87,12 +88,14 @@ def new_theme_eval(
             ch = {k: batch[k][sel].numpy() for k in ("depth", "surface", "material", "uv", "light")}
             near[sel] = skin(ch, grid.themes[j], grid.lightings[l])
     truth, surface = as_float(batch["rgb"]), batch["surface"]
-    out = {"themes": n_themes, "seed": seed, "frames": len(pred), "steps": steps}
+    out = {"themes": n_themes, "seed": seed, "frames": len(pred), "steps": steps, "per_frame": {}}
     for name, frames in (("model", pred), ("nearest", torch.from_numpy(near))):
         s = score_frames(as_float(frames), truth, surface)
         for k in FIGURES:
             m = np.asarray(s[k], np.float64).reshape(-1, per_cell)  # [cells, frames]
             key = k if name == "model" else f"nearest_{k}"
+            if name == "model":
+                out["per_frame"][k] = np.round(m, 4).tolist()
             out[key] = round(float(np.nanmean(m)), 4)
             ci = mean_interval(m)
             out[f"{key}_ci"] = None if ci is None else [round(float(c), 4) for c in ci]
@@ -138,6 +141,15 @@ def new_themes_line(d: dict | None, source: str | None = None) -> str:
         f"[{ci[0]:.1f}, {ci[1]:.1f}], walls {d['psnr_walls']:.1f} dB, texture "
         f"{d['texture']:.2f} (painting the nearest trained theme: {d['nearest_psnr']:.1f} dB)"
     )
+
+# %% ../../nbs/core/61_new_themes.ipynb #n61a0021
+def new_themes_difference(a: list[dict], b: list[dict], m: str = "psnr", seed: int = 0) -> dict:
+    """Runs `a` minus runs `b` (their `new_theme_eval` results, with `per_frame`) on figure `m`,
+    frame by frame: {"diff", "ci", "separated"}."""
+    mats = lambda rs: [np.array(r["per_frame"][m], float) for r in rs]  # noqa: E731
+    diff, d = groups_difference(mats(a), mats(b), seed=seed, same=a is b)
+    lo, hi = percentile_interval(d)
+    return {"diff": diff, "ci": [lo, hi], "separated": bool(lo > 0 or hi < 0)}
 
 # %% ../../nbs/core/61_new_themes.ipynb #n61a0017
 def measure(target: str | None = None, steps: int | None = None, log=print) -> Path:

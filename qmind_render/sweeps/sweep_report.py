@@ -570,30 +570,16 @@ def _boot_difference(a, ka, b, kb, m, cells, n_boot, seed):
     "`paired_difference` of runs scoring the same cells: (the difference, its bootstrap draws)."
     import numpy as np
 
-    from qmind_render.core.intervals import block_means, draws
+    from qmind_render.core.intervals import groups_difference
 
-    same = a is b
     masks = [cells(ev) for ev in a + b]
     if any((x != masks[0]).any() for x in masks):
         raise ValueError("paired_difference: the runs do not score the same cells")
-    mats = [
-        np.array(ev.per_frame[k][m], float)[masks[0]]
-        for ev, k in [(e, ka) for e in a] + [(e, kb) for e in b]
-    ]
-    rng = np.random.default_rng(seed)
-    ri, ci = draws(mats[0].shape[0], n_boot, rng), draws(mats[0].shape[1], n_boot, rng)
-    boot = np.stack([block_means(x, ri, ci) for x in mats])  # [runs, n_boot]
-    pa = draws(len(a), n_boot, rng)
+    mat = lambda ev, k: np.array(ev.per_frame[k][m], float)[masks[0]]  # noqa: E731
     # one group at two step counts: its runs drawn once for both
-    pb = len(a) + (pa if same else draws(len(b), n_boot, rng))
-    cols = np.arange(n_boot)[:, None]
-    d = boot[pa, cols].mean(1) - boot[pb, cols].mean(1)
-    with np.errstate(invalid="ignore"):
-        diff = float(
-            np.mean([np.nanmean(x) for x in mats[: len(a)]])
-            - np.mean([np.nanmean(x) for x in mats[len(a) :]])
-        )
-    return diff, d
+    return groups_difference(
+        [mat(e, ka) for e in a], [mat(e, kb) for e in b], n_boot, seed, same=a is b
+    )
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #ac000001
 AGREEMENT = ("theme", "material", "lighting")
