@@ -218,7 +218,7 @@ def test_every_stage_notebook_ends_with_its_stored_picture():
 
 
 def test_only_picture_cells_store_outputs():
-    """Outputs are stored for the cells tagged `picture` (PNGs at 80 dpi, large ones in 256
+    """Outputs are stored for the cells tagged `picture` (PNGs at 80 dpi, large ones in 128
     colours) and `output` (a small text where it teaches) alone, so notebooks stay small."""
     stored = {
         name: sum(len(json.dumps(c["outputs"])) for c in _code(nb))

@@ -6,8 +6,8 @@ as `nbdev-test --flags slow` does (nbdev's runner, in the notebook's folder, `#|
 included, `#| eval: false` cells skipped), each notebook in a process of its own, and then writes
 back the outputs of the tagged cells only (`picture`, and `output`: a small table or printed shape
 where it teaches): every other cell's outputs are cleared, so the notebooks
-stay small. PNGs are re-encoded without metadata (matplotlib's at 80 dpi), those over 64 kB reduced
-to 256 colours, so the same pictures give the same bytes; a notebook whose run fails is left as it
+stay small. PNGs are re-encoded without metadata (matplotlib's at 80 dpi), those over 32 kB reduced
+to 128 colours, so the same pictures give the same bytes; a notebook whose run fails is left as it
 was, and the script exits 1 naming it.
 
     python tools/pictures.py                      # every notebook in nbs/ tagged `picture`
@@ -35,7 +35,7 @@ TAG = "picture"
 OUTPUT_TAG = "output"
 OUTPUT_LIMIT = 4_000  # bytes of text an `output` cell may keep
 DPI = 80
-LIMIT = 64_000  # bytes of a PNG kept as it is
+LIMIT = 32_000  # bytes of a PNG kept as it is
 
 
 def tagged(cell: dict) -> bool:
@@ -62,15 +62,15 @@ def picture_notebooks(root: Path = ROOT) -> list[Path]:
 
 def small_png(b64: str, limit: int = LIMIT) -> str:
     """A PNG re-encoded by PIL (optimised, no text chunks such as matplotlib's Software), reduced to
-    256 colours when over `limit` bytes; base64."""
+    128 colours when over `limit` bytes; base64."""
     from PIL import Image
 
     im, buf = Image.open(io.BytesIO(base64.b64decode(b64))), io.BytesIO()
     im.save(buf, "png", optimize=True)
-    # a rendered frame's textures: 256 colours look the same, at a third
+    # a rendered frame's textures: 128 colours look the same, at a third
     if buf.tell() > limit:
         buf = io.BytesIO()
-        im.convert("RGB").quantize(256).save(buf, "png", optimize=True)
+        im.convert("RGB").quantize(128).save(buf, "png", optimize=True)
     return base64.b64encode(buf.getvalue()).decode()
 
 
