@@ -65,8 +65,8 @@ def new_theme_eval(
     chunk: int = 64,
 ) -> dict:
     """The model's figures on `n_themes` themes it never trained on (`FIGURES`, each with `_ci`, and
-    `per_frame`: each figure's [cells, frames] matrix, so two models can be compared frame by frame),
-    at `steps` DDIM steps, and the nearest-grid-theme yardstick's. Raises `NewThemeError` for a
+    `per_frame`: each one's [cells, frames] matrix, so two models compare frame by frame), at
+    `steps` DDIM steps, and the nearest-grid-theme yardstick's. Raises `NewThemeError` for a
     theme encoding that cannot describe a new theme."""
     t0 = time.monotonic()
     model = copy.deepcopy(model).eval()
