@@ -41,8 +41,9 @@ COMMANDS: dict[str, Command] = {
         "resolve an experiment config (file + key=value) and print it",
     ),
     "render": Command(
-        "qmind_render.world.explorer:render_main",
-        "write an episode's channels, map and skinned frames as PNGs",
+        "qmind_render.serve.designed:render_main",
+        "write an episode's channels, map and skinned frames as PNGs; with --theme FILE, a theme "
+        "you designed painted by the skinner and by a trained model, side by side",
     ),
     "data": Command(
         "qmind_render.data.data_cli:data_main",

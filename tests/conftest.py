@@ -41,6 +41,7 @@ HEAVY_FIRST = {
     "test_notebook[77_gpu.ipynb]": 50,
     "test_model.py": 45,
     "test_jupyterlab.py": 40,
+    "test_designed.py": 40,
     "test_engine.py": 34,
     "test_notebook[core/41_diffusion.ipynb]": 32,
     "test_data_cli.py": 31,

@@ -51,11 +51,17 @@ function onFrame(m) {
   $("frame").textContent = m.frame;
   request();                               // only if a key is still held or a menu changed meanwhile
 }
-function fill(id, names, chosen) {
+function fill(id, names, chosen, label = n => n) {
   const s = $(id);
-  for (const n of names) { const o = document.createElement("option"); o.value = o.textContent = n; s.appendChild(o); }
+  for (const n of names) { const o = document.createElement("option"); o.value = n; o.textContent = label(n); s.appendChild(o); }
   s.value = chosen;
   s.addEventListener("change", () => { pending[id] = id === "steps" ? Number(s.value) : s.value; s.blur(); request(); });
+}
+function themeNote(info) {                 // a designed theme: said plainly, with what the model measured on new ones
+  const i = info.themes.indexOf($("theme").value), note = $("theme-note");
+  note.hidden = !info.theme_trained || info.theme_trained[i] !== false;
+  note.textContent = note.hidden ? "" : `“${info.themes[i]}” is a designed theme: this model was never trained on it, and paints ` +
+    `it from the theme's palette and pattern alone. Held-out-theme quality: ${info.new_themes}.`;
 }
 function connect() {
   const q = new URLSearchParams({theme: $("theme").value, lighting: $("lighting").value, steps: $("steps").value});
@@ -79,7 +85,10 @@ async function main() {
   $("about").textContent = `Model: ${info.model}, ${info.source}, step ${info.step}` + (h ? `. ${info.heldout_cells === "test" ? "Test-cell" : "Held-out"} PSNR ${ks.map(k => h[k].toFixed(2)).join(" / ")} dB at ` +
     `${ks.map(k => k.slice(5)).join(" / ")} DDIM steps (the mean-colour baseline: ${h.baseline.toFixed(2)} dB), on factor combinations it never saw in ` +
     `training` + (info.trained ? `; trained ${info.trained.minutes} min on ${info.trained.on}.` : ".") : ".");
-  fill("theme", info.themes, info.themes[0]); fill("lighting", info.lightings, info.lightings[0]);
+  const designed = n => info.theme_trained && info.theme_trained[info.themes.indexOf(n)] === false;
+  fill("theme", info.themes, info.themes[0], n => designed(n) ? `${n} (designed, never trained on)` : n);
+  fill("lighting", info.lightings, info.lightings[0]);
+  themeNote(info); $("theme").addEventListener("change", () => themeNote(info));
   fill("steps", info.step_choices.map(String), String(info.steps));       // every value the server accepts
   connect();
 }

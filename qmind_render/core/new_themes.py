@@ -1,4 +1,4 @@
-"""A model measured on themes it never trained on: random themes held out whole, scored with the full frame, the walls and the texture figure, with intervals; the figure the page shows beside a designed theme.
+"""A model measured on themes it never trained on, beside painting the nearest grid theme
 
 Docs: https://qmind.github.io/qmind-render/core/new_themes.html.md"""
 

@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
+from ..core.new_themes import new_themes_line
 from .batcher import Metrics, MicroBatcher, model_thread
 from qmind_render.serve.protocol import (
     DIGITS,
@@ -205,6 +206,10 @@ class _State:
             "steps": s.steps,
             "step_choices": s.step_choices,
             "themes": sv.grid.theme_names,
+            # per theme, whether the model trained on it (False: designed), and, when one is
+            # designed, the model's measured figure on themes it never trained on, in one line
+            "theme_trained": sv.theme_trained,
+            "new_themes": new_themes_line(sv.new_themes, sv.name) if sv.designed else None,
             "lightings": sv.grid.lighting_names,
             "frame_size": list(sv.spec.size),
             "channel_spec": sv.spec.version,

@@ -13,7 +13,8 @@ import io
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -35,19 +36,21 @@ from ..core.config import ExperimentConfig, config_from_dict, load_config
 from ..core.eval_result import EvalResult, summary_headline, summary_psnr
 from ..contracts import UserError, ChannelSpec
 from ..core.diffusion import Diffusion, to_uint8
+from ..core.encodings import NewThemeError
 from ..core.model import build_model
 from .protocol import RenderItem
 from ..util import device_sync, interleaved
 from ..core.sampler import GraphSampler, InferenceNet, fast_dtype
 from ..util import atomic_write
 from ..world.grid import load_grid
+from ..world.themes import ThemeFileError, load_theme, with_themes
 
 # %% auto #0
 __all__ = ['REPRODUCE', 'DEFAULT_STEPS', 'DEFAULT_MAX_BATCH', 'DEFAULT_MAX_WAIT_MS', 'WARM_STEPS', 'BACKENDS', 'AOT_MAX_BATCH',
            'Served', 'ServeError', 'load_served', 'find_run_eval', 'random_served', 'ship', 'restamp', 'ship_main',
            'eager_net', 'compiled_path', 'compile_package', 'compiled_net', 'export_onnx', 'onnx_net', 'make_net',
-           'stack_cond', 'start_noise', 'serve_buckets', 'Renderer', 'time_backends', 'candidate_nets', 'pick_backend',
-           'showcase']
+           'stack_cond', 'start_noise', 'serve_buckets', 'Renderer', 'load_designed', 'with_designed', 'designed_note',
+           'time_backends', 'candidate_nets', 'pick_backend', 'showcase']
 
 # %% ../../nbs/serve/71_renderer.ipynb #18a8356a
 @dataclass
@@ -62,6 +65,10 @@ class Served:
     step: int = 0
     # the shipped model's provenance: metrics, commit, dataset, command
     about: dict = field(default_factory=dict)
+    # the themes it plays but never trained on (`with_designed`), by name, and its measured figure
+    # on themes it never trained on (`measured_new_themes`; None: not measured)
+    designed: tuple = ()
+    new_themes: dict | None = None
 
     @property
     def spec(self) -> ChannelSpec:
@@ -72,6 +79,11 @@ class Served:
         """The headline DDIM step count of this model's evaluation (its best training-cell PSNR,
         `eval_result.summary_headline`): what `qmind serve` plays at; None when it has none."""
         return summary_headline(self.about.get("metrics", {}))
+
+    @property
+    def theme_trained(self) -> list[bool]:
+        "For each theme of `grid`, whether the model trained on it (False: a designed theme)."
+        return [n not in self.designed for n in self.grid.theme_names]
 
     @property
     def device(self) -> torch.device:
@@ -551,6 +563,66 @@ class Renderer:
                 idx = [i for i, it in enumerate(items) if it.steps == k]
                 out[idx] = to_uint8(self.sample([items[i] for i in idx], k))
         return out
+
+# %% ../../nbs/serve/71_renderer.ipynb #3010bb74
+def load_designed(paths, grid=None) -> list[dict]:
+    """The theme records in theme files `paths`, in order (`load_theme`: each checked against the
+    theme schema and `grid`'s names); a name two files give is refused, naming both."""
+    themes, seen = [], {}
+    for p in paths:
+        t = load_theme(p, grid)
+        if t["name"] in seen:
+            raise ThemeFileError(
+                f"theme file {p}: name {t['name']!r} is the name of theme file {seen[t['name']]} "
+                "too; give each designed theme a name of its own"
+            )
+        seen[t["name"]] = p
+        themes.append(t)
+    return themes
+
+# %% ../../nbs/serve/71_renderer.ipynb #93a103f6
+def _measured(source: str) -> dict | None:
+    "The new-theme figure of a checkpoint file or the shipped model; None for anything else."
+    from qmind_render.core.new_themes import measured_new_themes
+
+    if source.startswith("shipped") or Path(source).is_file():
+        return measured_new_themes(source)
+    return None
+
+
+def with_designed(served: Served, themes, copy: bool = True) -> Served:
+    """`served` conditioned on its trained themes and then `themes` (theme records; ids after the
+    trained ones), its grid holding them, `designed` naming them, `new_themes` its measured figure
+    on themes it never trained on. The model is a copy unless `copy` is False; designed themes
+    `served` had are replaced. `NewThemeError`, naming the model, for an encoding that cannot
+    describe one."""
+    if not themes and not served.designed:
+        return served
+    kept = tuple(t for t in served.grid.themes if t["name"] not in served.designed)
+    grid = with_themes(replace(served.grid, themes=kept), themes)
+    model = deepcopy(served.model) if copy else served.model
+    try:
+        model.encoder.use_themes(grid)
+    except NewThemeError as e:
+        raise NewThemeError(f"{served.name} cannot play a designed theme: {e}") from None
+    return replace(
+        served,
+        model=model,
+        grid=grid,
+        designed=tuple(t["name"] for t in themes),
+        new_themes=served.new_themes if served.designed else _measured(served.source),
+    )
+
+
+def designed_note(served: Served) -> str:
+    "One line: the designed themes `served` plays (with their ids), and its measured figure."
+    from qmind_render.core.new_themes import new_themes_line
+
+    ids = ", ".join(f"{n} (id {served.grid.theme_id(n)})" for n in served.designed)
+    return (
+        f"designed theme(s) {ids}, never trained on; "
+        f"{new_themes_line(served.new_themes, served.source)}"
+    )
 
 # %% ../../nbs/serve/71_renderer.ipynb #61807ed7
 def time_backends(

@@ -17,7 +17,14 @@ from typing import get_type_hints
 
 from .app import create_app
 from .batcher import on_model_thread
-from .renderer import Served, ServeError, load_served
+from qmind_render.serve.renderer import (
+    Served,
+    ServeError,
+    designed_note,
+    load_designed,
+    load_served,
+    with_designed,
+)
 from .settings import LOOPBACK_HOSTS, ServeSettings, hosts_for
 
 # %% auto #0
@@ -192,6 +199,16 @@ def serve_parser() -> argparse.ArgumentParser:
         "(default: the model that ships with the package)",
     )
     p.add_argument(
+        "--theme",
+        dest="themes",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a theme file you designed (YAML or JSON: name, palette, pattern; "
+        "contracts/theme_schema.yaml), played beside the grid's themes without retraining; repeat "
+        "for several",
+    )
+    p.add_argument(
         "--host",
         default="127.0.0.1",
         help="interface to bind (default 127.0.0.1: this machine only)",
@@ -214,8 +231,8 @@ def serve_parser() -> argparse.ArgumentParser:
 
 # %% ../../nbs/serve/75_server.ipynb #a697e9f5
 def serve_main(argv: list[str]) -> int:
-    """`qmind serve [--checkpoint RUN_OR_FILE] [--host] [--port] [--steps K] [--backend]
-    [--max-batch] [--max-wait-ms] [--max-sessions] ...`"""
+    """`qmind serve [--checkpoint RUN_OR_FILE] [--theme FILE ...] [--host] [--port] [--steps K]
+    [--backend] [--max-batch] [--max-wait-ms] [--max-sessions] ...`"""
     d = ServeSettings()
     a = serve_parser().parse_args(argv)
     settings = settings_from(a, steps=d.steps if a.steps is None else a.steps)
@@ -225,11 +242,15 @@ def serve_main(argv: list[str]) -> int:
 
     # a device this machine lacks: one line, before loading
     device = pick_device(a.device, key="--device")
+    # a theme file that breaks the schema: one line naming the file and the field, before loading
+    designed = load_designed(a.themes)
     # a port in use: one line, before anything slow
     sock = bind(a.host, a.port)
     print(f"qmind serve: listening on {serve_url(a.host, a.port)}; loading the model", flush=True)
     try:
         served = on_model_thread(load_served, a.checkpoint, str(device))
+        # an ID-encoded model asked to play a designed theme: refused by name, in one line
+        served = on_model_thread(with_designed, served, designed)
     except BaseException:
         sock.close()
         raise
@@ -240,5 +261,7 @@ def serve_main(argv: list[str]) -> int:
             "step count (--steps to change)",
             flush=True,
         )
+    if served.designed:
+        print(f"qmind serve: {designed_note(served)}", flush=True)
     serve(served, settings, a.host, a.port, sock)
     return 0

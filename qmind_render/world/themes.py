@@ -1,4 +1,4 @@
-"""Themes nobody trained: drawn at random within the theme schema's bounds, or designed in a file; the dataset recipe that adds them, and the nearest grid theme to any of them.
+"""Themes nobody trained: random within the schema's bounds, or designed in a file
 
 Docs: https://qmind.github.io/qmind-render/world/themes.html.md"""
 
@@ -103,7 +103,7 @@ def with_themes(grid: FactorGrid, themes) -> FactorGrid:
     return replace(grid, themes=tuple(grid.themes) + tuple(themes))
 
 
-def recipe_grid(themes: str = "grid", grid: FactorGrid | None = None) -> FactorGrid:
+def recipe_grid(themes: str, grid: FactorGrid | None = None) -> FactorGrid:
     "The factor grid a dataset of recipe `themes` draws on: the grid file's, then random themes."
     grid, n = grid or load_grid(), n_random(themes)
     return with_themes(grid, random_themes(n)) if n else grid
