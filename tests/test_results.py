@@ -26,7 +26,9 @@ from qmind_render.sweeps.sweep_report import (  # noqa: E402
     headline_runs,
     read_results,
     levels_table,
+    paired_difference,
     paths_table,
+    pooled,
     result_table,
     run_row,
     separation_table,
@@ -276,10 +278,36 @@ def test_the_results_chapter_shows_issue_44s_tables():
             assert f"results/{name}: not run yet" in shown
 
 
+def test_the_results_chapter_shows_issue_45s_tables():
+    """The held-out-theme arms, compared within each held-out theme, as the committed runs make
+    them; and the README's held-out-theme figures are theirs."""
+    shown = chapter_outputs()
+    themes = committed_groups(
+        ROOT / "results" / "themes_out", key=lambda r: r["arm"], sweep_root=ROOT
+    )
+    if not themes:
+        assert "results/themes_out: not run yet" in shown
+        return
+    assert set(themes) == {"planes", "vector", "planes_random", "vector_random"}
+    assert all(len(evs) == 10 for evs in themes.values())
+    table = arms_table(themes, "planes", k=1, by=lambda ev: ev.split)
+    assert table in shown, "89_results: the held-out-theme table is stale"
+    prose = " ".join((ROOT / "README.md").read_text().split())
+    planes = pooled(themes["planes"], 1)
+    d = paired_difference(themes["planes_random"], 1, themes["planes"], 1, by=lambda ev: ev.split)
+    assert f"scores {with_interval(planes['psnr'], planes['psnr_ci'])} dB" in prose
+    assert f"by {with_interval(d['diff'], d['ci'])} dB" in prose
+    from qmind_render.core.new_themes import measured_new_themes
+
+    ship = measured_new_themes(None)  # the shipped model's, tied to its file's sha256
+    assert ship is not None, "qmind_render/assets/shipped_new_themes.json: run `qmind themes`"
+    assert f"{with_interval(ship['psnr'], ship['psnr_ci'])} dB on 8 random themes" in prose
+
+
 def test_the_readmes_controls_figures_are_the_committed_ones():
     """What the README says diffusion adds (the regressor against the best diffusion recipe, frame
     by frame) and what the main job replaced are the committed runs' figures."""
-    from qmind_render.sweeps.sweep_report import chosen_steps, paired_difference, pooled
+    from qmind_render.sweeps.sweep_report import chosen_steps
 
     prose = " ".join((ROOT / "README.md").read_text().split())
     g = committed_groups(ROOT / "results" / "controls", sweep_root=ROOT)
