@@ -239,3 +239,31 @@ def test_repair_refuses_what_it_cannot_make_again(tmp_path):
     with pytest.raises(DatasetError, match=r"not sealed: 1 problem"):
         edit_manifest(store, "ds-none", lambda d: d.pop("content_sha256"))
         seal_manifest(store, "ds-none")
+
+
+def test_a_random_themes_dataset_keeps_the_grids_frames_and_repairs_from_its_recipe(tmp_path):
+    """`data.themes=grid+random:N`: the grid's episodes byte for byte as `grid` makes them, then
+    the random themes' episodes, whose frames show no grid cell (training frames under every
+    split); a corrupt random-theme shard is made again from the recipe."""
+    store = open_store(str(tmp_path / "store"))
+    base = dict(store=store.uri, episodes=5, frames_per_episode=8, shard_size=16)
+    grid = generate(DataConfig(dataset="ds-g", **base), workers=1, progress=False)
+    cfg = DataConfig(dataset="ds-r", themes="grid+random:2", **base)
+    m = generate(cfg, workers=1, progress=False)
+    assert m.generator["themes"] == "grid+random:2" and m.generator["random_episodes"] == 2
+    assert m.seeds == [0, 7] and m.grid_seeds == (0, 5) and grid.grid_seeds == (0, 5)
+    g, r = fetch(store, "ds-g", tmp_path / "c"), fetch(store, "ds-r", tmp_path / "c")
+    n = g.manifest.n_samples
+    for k in ("rgb", "theme", "lighting", "cells"):
+        a = np.concatenate([g.read_shard(i, [k])[k] for i in range(len(g.paths))])
+        b = np.concatenate([r.read_shard(i, [k])[k] for i in range(len(r.paths))])
+        assert np.array_equal(a, b[:n]), k
+    theme = np.concatenate([r.read_shard(i, ["theme"])["theme"] for i in range(len(r.paths))])
+    assert set(theme[n:].tolist()) == {5, 6} and not r.cells[n:].any()
+    last = r.paths[-1]
+    data = bytearray(last.read_bytes())
+    data[200] ^= 0xFF
+    last.write_bytes(bytes(data))
+    done = repair_dataset(store, "ds-r")
+    assert any("made again from the recipe" in line for line in done), done
+    verify_dataset(store, "ds-r")
