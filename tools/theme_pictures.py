@@ -68,8 +68,8 @@ def main(runs: str = "runs", out: str = "results/themes_out/heldout_themes.png")
         print(f"no themes_out runs with checkpoints under {runs}", file=sys.stderr)
         return 1
     cols = ["truth", "planes", "vector", "planes+random", "vector+random", "nearest theme"]
-    fig = grid_figure(mosaic(rows), names, cols)
-    path = save_figure(fig, out, dpi=90)
+    fig = grid_figure(mosaic(rows), names, cols, size=1.1)
+    path = save_figure(fig, out, dpi=80)
     print(f"wrote {path}: {len(rows)} held-out themes x {len(cols)} columns")
     return 0
 
