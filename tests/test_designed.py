@@ -164,14 +164,14 @@ def test_a_bad_theme_file_is_one_line_naming_the_field(theme_file, tmp_path, cap
     )
 
 
-def id_checkpoint(run: Path) -> Path:
-    "A tiny untrained model with `model.theme_enc=id`, saved as a checkpoint of run `run`."
+def id_checkpoint(run: Path, theme_enc: str = "id") -> Path:
+    "A tiny untrained model with `model.theme_enc=theme_enc`, saved as a checkpoint of run `run`."
     from qmind_render.core.checkpoint import save_checkpoint, versions
     from qmind_render.core.config import config_to_dict, load_config
     from qmind_render.core.model import build_model
     from qmind_render.world.grid import load_grid
 
-    cfg = load_config(None, ["model.size=tiny", "model.theme_enc=id", f"name={run.name}"])
+    cfg = load_config(None, ["model.size=tiny", f"model.theme_enc={theme_enc}", f"name={run.name}"])
     sd = build_model(cfg.model, grid=load_grid()).state_dict()
     state = {
         "model": sd,
@@ -238,3 +238,25 @@ def test_render_without_a_theme_file_is_the_worlds_command_unchanged(tmp_path):
     for p in made:
         if p.name != "map.png":
             assert (tmp_path / "cli" / p).read_bytes() == (tmp_path / "world" / p).read_bytes(), p
+
+
+def test_qmind_themes_measures_a_run_and_the_figure_follows_its_file(tmp_path, capsys):
+    """`qmind themes RUN` writes RUN/eval/new_themes.json, which `measured_new_themes` gives for
+    that checkpoint and no other file; an ID-encoded run is refused in one line."""
+    import json
+
+    from qmind_render.core.new_themes import measured_new_themes
+
+    ck = id_checkpoint(tmp_path / "run", theme_enc="planes")
+    assert main(["themes", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    d = json.loads((tmp_path / "run" / "eval" / "new_themes.json").read_text())
+    assert d["themes"] == 8 and d["frames"] == 8 * 5 * 4 * 2 and d["psnr_ci"][0] < d["psnr"]
+    assert f"{d['psnr']:.1f} dB PSNR" in out and "written:" in out
+    assert measured_new_themes(ck)["psnr"] == d["psnr"]
+    ck.write_bytes(ck.read_bytes() + b" ")  # another file: not this figure's
+    assert measured_new_themes(ck) is None
+    bad = id_checkpoint(tmp_path / "idrun")
+    assert main(["themes", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "model.theme_enc=id cannot render a theme" in err and len(err.splitlines()) == 1
