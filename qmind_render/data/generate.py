@@ -163,7 +163,7 @@ def _reusable(job: ShardJob) -> ShardInfo | None:
 def random_episodes(cfg: DataConfig) -> int:
     """How many episodes recipe `cfg.themes` adds after the grid's for its random themes: as many
     frames for each random theme as a grid theme gets (0 for `grid`)."""
-    n, T0 = n_random(getattr(cfg, "themes", "grid")), load_grid().shape[0]
+    n, T0 = n_random(cfg.themes), load_grid().shape[0]
     return -(-cfg.episodes * n // T0)
 
 
@@ -180,7 +180,7 @@ def plan_shards(cfg: DataConfig, staging: Path, fingerprint: str) -> list[ShardJ
             cfg.frames_per_episode,
             str(staging),
             fingerprint,
-            getattr(cfg, "themes", "grid"),
+            cfg.themes,
             stop if extra else None,
         )
         for i, j in enumerate(range(0, len(seeds), per))
@@ -202,7 +202,7 @@ def generator_record(cfg: DataConfig, shape) -> tuple[dict, str]:
         "grid": list(shape),
         "git": git_commit(),
     }
-    if getattr(cfg, "themes", "grid") != "grid":  # datasets of the grid's themes keep their record
+    if cfg.themes != "grid":  # datasets of the grid's themes keep their record
         gen.update(themes=cfg.themes, random_episodes=random_episodes(cfg))
     return gen, hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -224,7 +224,7 @@ def generate(
     from tqdm.auto import tqdm
 
     store, spec, fgrid = open_store(cfg.store), load_spec(), load_grid()
-    recipe_grid(getattr(cfg, "themes", "grid"))  # a bad recipe: one line before anything is made
+    recipe_grid(cfg.themes)  # a bad recipe: one line before anything is made
     writer = DatasetWriter(store, cfg.dataset, spec, Grid.of(fgrid))
     staging = (
         store.local_path(dataset_key(cfg.dataset))
