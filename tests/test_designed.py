@@ -254,6 +254,14 @@ def test_qmind_themes_measures_a_run_and_the_figure_follows_its_file(tmp_path, c
     assert d["themes"] == 8 and d["frames"] == 8 * 5 * 4 * 2 and d["psnr_ci"][0] < d["psnr"]
     assert f"{d['psnr']:.1f} dB PSNR" in out and "written:" in out
     assert measured_new_themes(ck)["psnr"] == d["psnr"]
+    # the validation themes (another seed, to choose between models on): a file of their own
+    assert main(["themes", str(tmp_path / "run"), "--themes", "validation"]) == 0
+    v = json.loads((tmp_path / "run" / "eval" / "new_themes_validation.json").read_text())
+    assert (v["seed"], v["set"], d["seed"], d["set"]) == (2000, "validation", 1000, "test")
+    assert v["per_frame"]["psnr"] != d["per_frame"]["psnr"]  # other themes, other frames
+    assert measured_new_themes(ck, "validation")["psnr"] == v["psnr"]
+    assert measured_new_themes(ck)["psnr"] == d["psnr"]  # the test figure left as it was
+    assert v["command"].endswith("--themes validation")
     ck.write_bytes(ck.read_bytes() + b" ")  # another file: not this figure's
     assert measured_new_themes(ck) is None
     bad = id_checkpoint(tmp_path / "idrun")

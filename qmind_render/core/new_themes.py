@@ -25,14 +25,32 @@ from .walks import paired_batch, walk_frames
 from ..util import atomic_write
 from ..world.grid import load_grid
 from ..world.skinner import skin
-from ..world.themes import NEW_SEED, nearest_theme, random_themes, with_themes
+from qmind_render.world.themes import (
+    NEW_SEED,
+    VALIDATION_SEED,
+    nearest_theme,
+    random_themes,
+    with_themes,
+)
 
 # %% auto #0
-__all__ = ['NEW_THEMES', 'PER_CELL', 'WALK_SEED', 'WALK_LENGTH', 'FIGURES', 'new_theme_batch', 'new_theme_eval', 'figure_path',
-           'measured_new_themes', 'new_themes_line', 'new_themes_difference', 'measure', 'themes_main']
+__all__ = ['NEW_THEMES', 'THEME_SETS', 'PER_CELL', 'WALK_SEED', 'WALK_LENGTH', 'FIGURES', 'theme_seed', 'new_theme_batch',
+           'new_theme_eval', 'figure_path', 'measured_new_themes', 'new_themes_line', 'new_themes_difference',
+           'measure', 'themes_main']
 
 # %% ../../nbs/core/61_new_themes.ipynb #n61a0007
 NEW_THEMES = 8  # random themes of NEW_SEED a model is measured on
+# the new themes of each set: test (reported) and validation (where a choice between models is made)
+THEME_SETS = {"test": NEW_SEED, "validation": VALIDATION_SEED}
+
+
+def theme_seed(themes: str) -> int:
+    "The seed of the `themes` set of new themes (`THEME_SETS`)."
+    if themes not in THEME_SETS:
+        raise ValueError(f"no new-theme set {themes!r}: the sets are {', '.join(THEME_SETS)}")
+    return THEME_SETS[themes]
+
+
 PER_CELL = 2  # unseen-walk frames per (theme, material, lighting) cell
 WALK_SEED = 9000  # the walks' first episode seed: past every dataset's and evaluation's
 WALK_LENGTH = 32
@@ -107,22 +125,26 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def figure_path(source: str | Path | None = None) -> Path:
-    """Where the figure of `source` lives: a checkpoint's run's `eval/new_themes.json`; the shipped
-    model's (None, or a `shipped:` name) in the package's assets."""
+def figure_path(source: str | Path | None = None, themes: str = "test") -> Path:
+    """Where the figure of `source` on the `themes` set lives: a checkpoint's run's
+    `eval/new_themes.json` (`new_themes_validation.json`); the shipped model's (None, or a
+    `shipped:` name) in the package's assets."""
     from qmind_render.core.checkpoint import run_dir_of, shipped_path
 
+    theme_seed(themes)  # a set that is not one: refused here
+    name = "new_themes" if themes == "test" else f"new_themes_{themes}"
     if source is None or str(source).startswith("shipped"):
-        return shipped_path().parent / "shipped_new_themes.json"
-    return run_dir_of(Path(source)) / "eval" / "new_themes.json"
+        return shipped_path().parent / f"shipped_{name}.json"
+    return run_dir_of(Path(source)) / "eval" / f"{name}.json"
 
 
-def measured_new_themes(source: str | Path | None = None) -> dict | None:
+def measured_new_themes(source: str | Path | None = None, themes: str = "test") -> dict | None:
     """The new-theme figure of what `source` names (a checkpoint file; None or `shipped:...`: the
-    shipped model), or None when it was not measured (or measured for another model file)."""
+    shipped model) on the `themes` set, or None when it was not measured (or measured for another
+    model file)."""
     from qmind_render.core.checkpoint import shipped_path
 
-    p = figure_path(source)
+    p = figure_path(source, themes)
     if not p.is_file():
         return None
     d = json.loads(p.read_text())
@@ -152,9 +174,12 @@ def new_themes_difference(a: list[dict], b: list[dict], m: str = "psnr", seed: i
     return {"diff": diff, "ci": [lo, hi], "separated": bool(lo > 0 or hi < 0)}
 
 # %% ../../nbs/core/61_new_themes.ipynb #n61a0017
-def measure(target: str | None = None, steps: int | None = None, log=print) -> Path:
+def measure(
+    target: str | None = None, steps: int | None = None, themes: str = "test", log=print
+) -> Path:
     """Measure the model `target` names (a run dir, a checkpoint; None or `shipped`: the shipped
-    model) on new themes; write its figure where `measured_new_themes` finds it."""
+    model) on the `themes` set of new themes (`THEME_SETS`); write its figure where
+    `measured_new_themes` finds it."""
     from qmind_render.core.checkpoint import (
         find_checkpoint,
         load_checkpoint,
@@ -165,6 +190,7 @@ def measure(target: str | None = None, steps: int | None = None, log=print) -> P
     from qmind_render.core.config import config_from_dict
     from qmind_render.core.eval_result import summary_headline
 
+    seed = theme_seed(themes)  # a set that is not one: refused before the model loads
     if target in (None, "shipped"):
         ck, path = read_shipped(), shipped_path()
         k = steps or summary_headline(ck.get("metrics", {})) or 1
@@ -175,14 +201,19 @@ def measure(target: str | None = None, steps: int | None = None, log=print) -> P
     cfg = config_from_dict(ck["config"])
     model, diffusion = load_model(ck, what=str(path), trained=cfg)
     k = 1 if cfg.model.regression else k
-    log(f"new themes: {NEW_THEMES} random themes of seed {NEW_SEED}, {k} DDIM step(s), {path}")
-    d = new_theme_eval(model, diffusion, steps=k)
+    log(
+        f"new themes ({themes}): {NEW_THEMES} random themes of seed {seed}, {k} DDIM step(s), "
+        f"{path}"
+    )
+    d = new_theme_eval(model, diffusion, steps=k, seed=seed)
+    flag = "" if themes == "test" else f" --themes {themes}"
     d.update(
+        set=themes,
         model_sha256=_sha(path),
         model=str(path.name),
-        command=f"qmind themes {target or ''}".strip(),
+        command=f"qmind themes {target or ''}{flag}".strip(),
     )
-    out = figure_path(None if target in (None, "shipped") else path)
+    out = figure_path(None if target in (None, "shipped") else path, themes)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, (json.dumps(d, indent=1) + "\n").encode())
     log(f"{new_themes_line(d)}\nwritten: {out} ({d['seconds']} s)")
@@ -190,7 +221,7 @@ def measure(target: str | None = None, steps: int | None = None, log=print) -> P
 
 
 def themes_main(argv: list[str]) -> int:
-    "`qmind themes [RUN_DIR|CHECKPOINT|shipped] [--steps K]`"
+    "`qmind themes [RUN_DIR|CHECKPOINT|shipped] [--steps K] [--themes test|validation]`"
     import argparse
 
     p = argparse.ArgumentParser(
@@ -202,6 +233,13 @@ def themes_main(argv: list[str]) -> int:
         "target", nargs="?", default="shipped", help="a run dir, a checkpoint, or shipped"
     )
     p.add_argument("--steps", type=int, default=None, help="DDIM steps (default: its headline)")
+    p.add_argument(
+        "--themes",
+        choices=tuple(THEME_SETS),
+        default="test",
+        help="which new themes: test (reported, what the page shows) or validation (to choose "
+        "between models on)",
+    )
     a = p.parse_args(argv)
-    measure(a.target, a.steps)
+    measure(a.target, a.steps, a.themes)
     return 0

@@ -24,12 +24,13 @@ from qmind_render.contracts import (
 from .grid import FactorGrid, load_grid
 
 # %% auto #0
-__all__ = ['TRAIN_SEED', 'NEW_SEED', 'THEMES_RULE', 'random_theme', 'random_themes', 'n_random', 'with_themes', 'recipe_grid',
-           'ThemeFileError', 'load_theme', 'save_theme', 'nearest_theme']
+__all__ = ['TRAIN_SEED', 'NEW_SEED', 'VALIDATION_SEED', 'THEMES_RULE', 'random_theme', 'random_themes', 'n_random', 'with_themes',
+           'recipe_grid', 'ThemeFileError', 'load_theme', 'save_theme', 'nearest_theme']
 
 # %% ../../nbs/world/16_themes.ipynb #t16a0007
 TRAIN_SEED = 0  # the random themes of `grid+random:N` datasets
 NEW_SEED = 1000  # the random themes an evaluation shows as never trained on
+VALIDATION_SEED = 2000  # new themes a choice between models is made on, never reported
 
 
 def _bounds(schema, path: str) -> tuple[float, float]:
