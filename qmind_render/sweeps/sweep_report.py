@@ -25,11 +25,12 @@ from qmind_render.sweeps.sweep import (
 from ..util import atomic_write, format_cell, format_table, save_figure
 
 # %% auto #0
-__all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'POOLED', 'AGREEMENT', 'sweep_results', 'run_frames', 'aggregate',
-           'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results', 'switches', 'run_row', 'result_row',
-           'result_table', 'headline_runs', 'separation', 'separation_table', 'test_cells', 'pooled', 'chosen_steps',
-           'paired_difference', 'committed_groups', 'apart', 'figure_row', 'on_truth', 'steps_table', 'paths_table',
-           'level_cells', 'train_cells', 'levels_table', 'coverage_table', 'said_difference', 'arms_table']
+__all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'POOLED', 'SHIP_BAR_DB', 'AGREEMENT', 'sweep_results', 'run_frames',
+           'aggregate', 'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results', 'switches', 'run_row',
+           'result_row', 'result_table', 'headline_runs', 'separation', 'separation_table', 'split_mask', 'test_cells',
+           'validation_cells', 'pooled', 'chosen_steps', 'paired_difference', 'ship_choice', 'committed_groups',
+           'apart', 'figure_row', 'on_truth', 'steps_table', 'paths_table', 'level_cells', 'train_cells',
+           'levels_table', 'coverage_table', 'said_difference', 'arms_table']
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -479,16 +480,26 @@ def separation_table(agg: list[dict], by: list[str], metric: str = "heldout_psnr
 POOLED = ("psnr", "psnr_walls", "texture", "texture_walls")  # eval.json's per-frame figures
 
 
-def test_cells(ev: EvalResult):
-    "A run's test cells as a mask over the grid's cells."
+def split_mask(ev: EvalResult, part: str = "test"):
+    "A run's `part` cells (test, validation) as a mask over the grid's cells."
     import numpy as np
 
     from qmind_render.data.dataset import Grid
 
     grid = Grid.of()
     m = np.zeros(grid.n_cells, bool)
-    m[[grid.index(*c) for c in ev.split_cells.get("test", [])]] = True
+    m[[grid.index(*c) for c in ev.split_cells.get(part, [])]] = True
     return m
+
+
+def test_cells(ev: EvalResult):
+    "A run's test cells as a mask over the grid's cells."
+    return split_mask(ev, "test")
+
+
+def validation_cells(ev: EvalResult):
+    "A run's validation cells as a mask over the grid's cells: where a choice between runs is made."
+    return split_mask(ev, "validation")
 
 
 def _mean(xs) -> float | None:
@@ -580,6 +591,41 @@ def _boot_difference(a, ka, b, kb, m, cells, n_boot, seed):
     return groups_difference(
         [mat(e, ka) for e in a], [mat(e, kb) for e in b], n_boot, seed, same=a is b
     )
+
+# %% ../../nbs/sweeps/87_sweep_report.ipynb #ae000001
+SHIP_BAR_DB = (
+    0.5  # what a shipped model may give up on the grid's cells for a better new-theme figure
+)
+
+
+def ship_choice(
+    candidate: EvalResult,
+    candidate_themes: dict,
+    incumbent: EvalResult,
+    incumbent_themes: dict,
+    k: int = 1,
+    bar: float = SHIP_BAR_DB,
+) -> dict:
+    """Candidate minus incumbent at `k` steps, frame by frame: on the grid's cells (their
+    evaluations) and on new themes (their `qmind themes` figures by set, {"test": ...,
+    "validation": ...}), for validation (`grid_validation`, `themes_validation`) and test
+    (`grid_test`, `themes_test`); `ships`: whether the candidate clears the bar on validation."""
+    from qmind_render.core.new_themes import new_themes_difference
+
+    out = {
+        "grid_validation": paired_difference(
+            [candidate], k, [incumbent], k, cells=validation_cells
+        ),
+        "grid_test": paired_difference([candidate], k, [incumbent], k),
+    }
+    for s in ("validation", "test"):
+        out[f"themes_{s}"] = new_themes_difference([candidate_themes[s]], [incumbent_themes[s]])
+    gain = out["themes_validation"]
+    out["ships"] = bool(
+        gain["diff"] > 0 and gain["separated"] and out["grid_validation"]["diff"] >= -bar
+    )
+    out["bar"] = bar
+    return out
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #ac000001
 AGREEMENT = ("theme", "material", "lighting")
