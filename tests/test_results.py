@@ -304,6 +304,41 @@ def test_the_results_chapter_shows_issue_45s_tables():
     assert f"{with_interval(ship['psnr'], ship['psnr_ci'])} dB on 8 random themes" in prose
 
 
+def test_the_shipped_model_is_the_one_the_choice_on_validation_picks():
+    """Issue 45's candidate with random themes against the shipped model, as `ship_choice` makes
+    it from the committed files: the package ships the model it picks (by `data.themes`), and the
+    README's and the chapter's figures for it are these."""
+    from qmind_render.core.checkpoint import read_shipped
+    from qmind_render.core.config import config_from_dict
+    from qmind_render.sweeps.sweep_report import ship_choice
+
+    def run(name):
+        d = ROOT / "results" / "shipped" / name
+        nt = {
+            s: json.loads((d / f"new_themes{'' if s == 'test' else '_' + s}.json").read_text())
+            for s in ("test", "validation")
+        }
+        return load_config(d / "config.yaml").data.themes, EvalResult.of_run(d), nt
+
+    (inc_themes, inc, inc_nt), (cand_themes, cand, cand_nt) = run("shipped"), run("shipped_random")
+    assert (inc_themes, cand_themes) == ("grid", "grid+random:16")
+    choice = ship_choice(cand, cand_nt, inc, inc_nt)
+    shipped = config_from_dict(read_shipped()["config"]).data.themes
+    assert shipped == (cand_themes if choice["ships"] else inc_themes), shipped
+    # the shipped model's own new-theme figure is its run's (the bf16 file scores within 0.05 dB)
+    ship = json.loads((ROOT / "qmind_render" / "assets" / "shipped_new_themes.json").read_text())
+    assert abs(ship["psnr"] - inc_nt["test"]["psnr"]) < 0.05
+    prose = " ".join((ROOT / "README.md").read_text().split())
+    shown = chapter_outputs()
+    for key in ("themes_test", "grid_test"):
+        said = with_interval(choice[key]["diff"], choice[key]["ci"])
+        assert said in prose, f"README: the shipped-scale {key} figure is not {said}"
+        assert said in shown, f"89_results: the shipped-scale {key} figure is not {said}"
+    for key in ("themes_validation", "grid_validation"):
+        assert f"{choice[key]['diff']:+.2f}" in prose or f"{choice[key]['diff']:.2f}" in prose
+        assert with_interval(choice[key]["diff"], choice[key]["ci"]) in shown
+
+
 def test_the_readmes_controls_figures_are_the_committed_ones():
     """What the README says diffusion adds (the regressor against the best diffusion recipe, frame
     by frame) and what the main job replaced are the committed runs' figures."""

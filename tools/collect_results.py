@@ -31,6 +31,9 @@ def main(argv=None) -> int:
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(run / "eval" / "eval.json", d / "eval.json")
         shutil.copy(run / "config.yaml", d / "config.yaml")
+        # its figures on new themes (`qmind themes RUN [--themes validation]`), where measured
+        for f in sorted((run / "eval").glob("new_themes*.json")):
+            shutil.copy(f, d / f.name)
     commit = git_commit()
     # the runs given first, then those committed here before, kept
     given = [run.name for run in a.runs]
