@@ -45,7 +45,7 @@ from .splits import Split, apply_split
 from .stores import Store, open_store
 from ..util import atomic_write, pool_map
 from ..world.grid import load_grid
-from ..world.themes import n_random, recipe_grid
+from ..world.themes import n_random, random_share, recipe_grid
 
 # %% auto #0
 __all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'random_episodes', 'plan_shards',
@@ -162,8 +162,12 @@ def _reusable(job: ShardJob) -> ShardInfo | None:
 # %% ../../nbs/data/35_generate.ipynb #f0983799
 def random_episodes(cfg: DataConfig) -> int:
     """How many episodes recipe `cfg.themes` adds after the grid's for its random themes: as many
-    frames for each random theme as a grid theme gets (0 for `grid`)."""
-    n, T0 = n_random(cfg.themes), load_grid().shape[0]
+    frames for each random theme as a grid theme gets, or (`grid+random:N@S`) enough for S% of
+    the frames (rounded up); 0 for `grid`."""
+    n, share, T0 = n_random(cfg.themes), random_share(cfg.themes), load_grid().shape[0]
+    if share is not None:
+        pct = round(share * 100)
+        return -(-cfg.episodes * pct // (100 - pct))
     return -(-cfg.episodes * n // T0)
 
 

@@ -24,8 +24,8 @@ from qmind_render.contracts import (
 from .grid import FactorGrid, load_grid
 
 # %% auto #0
-__all__ = ['TRAIN_SEED', 'NEW_SEED', 'VALIDATION_SEED', 'THEMES_RULE', 'random_theme', 'random_themes', 'n_random', 'with_themes',
-           'recipe_grid', 'ThemeFileError', 'load_theme', 'save_theme', 'nearest_theme']
+__all__ = ['TRAIN_SEED', 'NEW_SEED', 'VALIDATION_SEED', 'THEMES_RULE', 'random_theme', 'random_themes', 'n_random',
+           'random_share', 'with_themes', 'recipe_grid', 'ThemeFileError', 'load_theme', 'save_theme', 'nearest_theme']
 
 # %% ../../nbs/world/16_themes.ipynb #t16a0007
 TRAIN_SEED = 0  # the random themes of `grid+random:N` datasets
@@ -80,16 +80,32 @@ def random_themes(n: int, seed: int = TRAIN_SEED) -> tuple[dict, ...]:
 
 # %% ../../nbs/world/16_themes.ipynb #t16a0010
 THEMES_RULE = {
-    "pattern": r"grid(\+random:[1-9][0-9]?)?",
-    "means": "`grid` or `grid+random:N` (N random themes after the grid's, 1 to 99)",
+    "pattern": r"grid(\+random:[1-9][0-9]?(@[1-9][0-9]?)?)?",
+    "means": "`grid`, `grid+random:N` (N random themes after the grid's, 1 to 99, as many frames "
+    "each as a grid theme) or `grid+random:N@S` (their frames S% of the dataset's, 1 to 99)",
 }
+
+
+def _recipe(themes: str) -> tuple[int, int | None]:
+    "Recipe `themes` as (random themes, their share of the frames in percent or None)."
+    if not re.fullmatch(THEMES_RULE["pattern"], str(themes)):
+        raise UserError(f"data.themes={themes!r}: must be {THEMES_RULE['means']}")
+    if "+" not in themes:
+        return 0, None
+    n, _, share = themes.split(":")[1].partition("@")
+    return int(n), int(share) if share else None
 
 
 def n_random(themes: str) -> int:
     "How many random themes recipe `themes` adds to the grid (`grid`: 0)."
-    if not re.fullmatch(THEMES_RULE["pattern"], str(themes)):
-        raise UserError(f"data.themes={themes!r}: must be {THEMES_RULE['means']}")
-    return int(themes.split(":")[1]) if "+" in themes else 0
+    return _recipe(themes)[0]
+
+
+def random_share(themes: str) -> float | None:
+    """The share of a dataset's frames recipe `themes` gives its random themes (`@S`: S / 100);
+    None where each random theme gets as many frames as a grid theme (or there are none)."""
+    share = _recipe(themes)[1]
+    return None if share is None else share / 100
 
 
 def with_themes(grid: FactorGrid, themes) -> FactorGrid:
