@@ -593,9 +593,8 @@ def _boot_difference(a, ka, b, kb, m, cells, n_boot, seed):
     )
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #ae000001
-SHIP_BAR_DB = (
-    0.5  # what a shipped model may give up on the grid's cells for a better new-theme figure
-)
+# what a shipped model may give up on the grid's cells for a better new-theme figure
+SHIP_BAR_DB = 0.5
 
 
 def ship_choice(
