@@ -14,7 +14,7 @@ from .config import load_config
 from ..data.dataset import list_datasets
 from .eval_result import EvalResult
 from .evaluate import evaluate, headline
-from ..data.generate import check_workers, generate, random_episodes
+from ..data.generate import check_workers, generate, n_episodes
 from ..data.stores import open_store
 from .train import make_runs_root, runs_root, train
 
@@ -41,8 +41,7 @@ def run(
     else:
         log(
             f"[1/3] dataset {cfg.data.dataset}: not in {store.uri}, generating "
-            f"{(cfg.data.episodes + random_episodes(cfg.data)) * cfg.data.frames_per_episode} "
-            "samples"
+            f"{n_episodes(cfg.data) * cfg.data.frames_per_episode} samples"
         )
         generate(cfg.data, workers=workers)
     log(

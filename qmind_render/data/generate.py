@@ -45,12 +45,12 @@ from .splits import Split, apply_split
 from .stores import Store, open_store
 from ..util import atomic_write, pool_map
 from ..world.grid import load_grid
-from ..world.themes import n_random, random_share, recipe_grid
+from ..world.themes import n_random, random_percent, recipe_grid
 
 # %% auto #0
-__all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'random_episodes', 'plan_shards',
-           'generator_record', 'check_workers', 'generate', 'summary', 'sample_sheet', 'rebuild_manifest',
-           'regenerate_shards', 'repair_dataset']
+__all__ = ['frame_factors', 'ShardJob', 'episode_channels', 'skin_samples', 'make_shard', 'random_episodes', 'n_episodes',
+           'plan_shards', 'generator_record', 'check_workers', 'generate', 'summary', 'sample_sheet',
+           'rebuild_manifest', 'regenerate_shards', 'repair_dataset']
 
 # %% ../../nbs/data/35_generate.ipynb #87b98f6d
 def frame_factors(
@@ -164,19 +164,24 @@ def random_episodes(cfg: DataConfig) -> int:
     """How many episodes recipe `cfg.themes` adds after the grid's for its random themes: as many
     frames for each random theme as a grid theme gets, or (`grid+random:N@S`) enough for S% of
     the frames (rounded up); 0 for `grid`."""
-    n, share, T0 = n_random(cfg.themes), random_share(cfg.themes), load_grid().shape[0]
-    if share is not None:
-        pct = round(share * 100)
+    n, pct, T0 = n_random(cfg.themes), random_percent(cfg.themes), load_grid().shape[0]
+    if pct is not None:
         return -(-cfg.episodes * pct // (100 - pct))
     return -(-cfg.episodes * n // T0)
+
+
+def n_episodes(cfg: DataConfig) -> int:
+    "How many episodes a dataset of `cfg` holds: the grid's, then the random themes'."
+    return cfg.episodes + random_episodes(cfg)
 
 
 def plan_shards(cfg: DataConfig, staging: Path, fingerprint: str) -> list[ShardJob]:
     """Consecutive seeds grouped into shards of about `cfg.shard_size` samples: the grid's episodes,
     then the random themes' (`random_episodes`)."""
     per = max(1, cfg.shard_size // cfg.frames_per_episode)
-    stop, extra = cfg.seed_start + cfg.episodes, random_episodes(cfg)
-    seeds = list(range(cfg.seed_start, stop + extra))
+    # episodes from `stop` on are the random themes'
+    stop = cfg.seed_start + cfg.episodes
+    seeds = list(range(cfg.seed_start, cfg.seed_start + n_episodes(cfg)))
     return [
         ShardJob(
             i,
@@ -185,7 +190,7 @@ def plan_shards(cfg: DataConfig, staging: Path, fingerprint: str) -> list[ShardJ
             str(staging),
             fingerprint,
             cfg.themes,
-            stop if extra else None,
+            stop if len(seeds) > cfg.episodes else None,
         )
         for i, j in enumerate(range(0, len(seeds), per))
     ]
@@ -238,7 +243,7 @@ def generate(
     gen, fp = generator_record(cfg, fgrid.shape)
     jobs = plan_shards(cfg, staging, fp)
     bar = tqdm(
-        total=(cfg.episodes + random_episodes(cfg)) * cfg.frames_per_episode,
+        total=n_episodes(cfg) * cfg.frames_per_episode,
         unit="sample",
         disable=not progress,
         desc=f"generating {cfg.dataset}",
@@ -258,8 +263,7 @@ def generate(
     for info in pool_map(lib.make_shard, todo, workers, bar, count=lambda info: info.n):
         writer.put(staging / info.file, info)
     bar.close()
-    stop = cfg.seed_start + cfg.episodes + random_episodes(cfg)
-    m = writer.commit((cfg.seed_start, stop), gen)
+    m = writer.commit((cfg.seed_start, cfg.seed_start + n_episodes(cfg)), gen)
     for j in jobs:
         (staging / f".{shard_name(j.index)}.json").unlink(missing_ok=True)
     return m

@@ -25,7 +25,8 @@ from .grid import FactorGrid, load_grid
 
 # %% auto #0
 __all__ = ['TRAIN_SEED', 'NEW_SEED', 'VALIDATION_SEED', 'THEMES_RULE', 'random_theme', 'random_themes', 'n_random',
-           'random_share', 'with_themes', 'recipe_grid', 'ThemeFileError', 'load_theme', 'save_theme', 'nearest_theme']
+           'random_percent', 'with_themes', 'recipe_grid', 'ThemeFileError', 'load_theme', 'save_theme',
+           'nearest_theme']
 
 # %% ../../nbs/world/16_themes.ipynb #t16a0007
 TRAIN_SEED = 0  # the random themes of `grid+random:N` datasets
@@ -101,11 +102,10 @@ def n_random(themes: str) -> int:
     return _recipe(themes)[0]
 
 
-def random_share(themes: str) -> float | None:
-    """The share of a dataset's frames recipe `themes` gives its random themes (`@S`: S / 100);
-    None where each random theme gets as many frames as a grid theme (or there are none)."""
-    share = _recipe(themes)[1]
-    return None if share is None else share / 100
+def random_percent(themes: str) -> int | None:
+    """The percent of a dataset's frames recipe `themes` gives its random themes (`@S`: S); None
+    where each random theme gets as many frames as a grid theme (or there are none)."""
+    return _recipe(themes)[1]
 
 
 def with_themes(grid: FactorGrid, themes) -> FactorGrid:
