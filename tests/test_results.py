@@ -310,14 +310,12 @@ def test_the_shipped_model_is_the_one_the_choice_on_validation_picks():
     picks (by `data.themes`), and the README's and the chapter's figures for them are these."""
     from qmind_render.core.checkpoint import read_shipped
     from qmind_render.core.config import config_from_dict
-    from qmind_render.sweeps.sweep_report import ship_choice
+    from qmind_render.core.new_themes import figure_name
+    from qmind_render.sweeps.sweep_report import ship_choice, ship_pick
 
     def run(name):
         d = ROOT / "results" / "shipped" / name
-        nt = {
-            s: json.loads((d / f"new_themes{'' if s == 'test' else '_' + s}.json").read_text())
-            for s in ("test", "validation")
-        }
+        nt = {s: json.loads((d / figure_name(s)).read_text()) for s in ("test", "validation")}
         return load_config(d / "config.yaml").data.themes, EvalResult.of_run(d), nt
 
     grid_themes, grid, grid_nt = run("shipped")
@@ -325,8 +323,7 @@ def test_the_shipped_model_is_the_one_the_choice_on_validation_picks():
     cands = {name: run(name) for name in ("shipped_random", "shipped_share15")}
     assert [c[0] for c in cands.values()] == ["grid+random:16", "grid+random:16@15"]
     choices = {name: ship_choice(ev, nt, grid, grid_nt) for name, (_, ev, nt) in cands.items()}
-    cleared = [n for n, c in choices.items() if c["ships"]]
-    pick = max(cleared, key=lambda n: choices[n]["themes_validation"]["diff"]) if cleared else None
+    pick = ship_pick(choices)
     shipped = config_from_dict(read_shipped()["config"]).data.themes
     assert shipped == (cands[pick][0] if pick else grid_themes), shipped
     # the shipped model's own new-theme figure is its run's (the bf16 file scores within 0.05 dB)

@@ -35,8 +35,8 @@ from qmind_render.world.themes import (
 
 # %% auto #0
 __all__ = ['NEW_THEMES', 'THEME_SETS', 'PER_CELL', 'WALK_SEED', 'WALK_LENGTH', 'FIGURES', 'theme_seed', 'new_theme_batch',
-           'new_theme_eval', 'figure_path', 'measured_new_themes', 'new_themes_line', 'new_themes_difference',
-           'measure', 'themes_main']
+           'new_theme_eval', 'figure_name', 'figure_path', 'measured_new_themes', 'new_themes_line',
+           'new_themes_difference', 'measure', 'themes_main']
 
 # %% ../../nbs/core/61_new_themes.ipynb #n61a0007
 NEW_THEMES = 8  # random themes of NEW_SEED a model is measured on
@@ -125,17 +125,22 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def figure_name(themes: str = "test") -> str:
+    "A figure's file name on set `themes`: `new_themes.json`, `new_themes_validation.json`."
+    theme_seed(themes)  # a set that is not one: refused here
+    return "new_themes.json" if themes == "test" else f"new_themes_{themes}.json"
+
+
 def figure_path(source: str | Path | None = None, themes: str = "test") -> Path:
     """Where the figure of `source` on the `themes` set lives: a checkpoint's run's
     `eval/new_themes.json` (`new_themes_validation.json`); the shipped model's (None, or a
     `shipped:` name) in the package's assets."""
     from qmind_render.core.checkpoint import run_dir_of, shipped_path
 
-    theme_seed(themes)  # a set that is not one: refused here
-    name = "new_themes" if themes == "test" else f"new_themes_{themes}"
+    name = figure_name(themes)
     if source is None or str(source).startswith("shipped"):
-        return shipped_path().parent / f"shipped_{name}.json"
-    return run_dir_of(Path(source)) / "eval" / f"{name}.json"
+        return shipped_path().parent / f"shipped_{name}"
+    return run_dir_of(Path(source)) / "eval" / name
 
 
 def measured_new_themes(source: str | Path | None = None, themes: str = "test") -> dict | None:

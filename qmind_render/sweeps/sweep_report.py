@@ -28,9 +28,9 @@ from ..util import atomic_write, format_cell, format_table, save_figure
 __all__ = ['METRICS', 'CI', 'SWITCHES', 'HEADLINE', 'POOLED', 'SHIP_BAR_DB', 'AGREEMENT', 'sweep_results', 'run_frames',
            'aggregate', 'plot_sweep', 'md_table', 'group_table', 'write_report', 'read_results', 'switches', 'run_row',
            'result_row', 'result_table', 'headline_runs', 'separation', 'separation_table', 'split_mask', 'test_cells',
-           'validation_cells', 'pooled', 'chosen_steps', 'paired_difference', 'ship_choice', 'committed_groups',
-           'apart', 'figure_row', 'on_truth', 'steps_table', 'paths_table', 'level_cells', 'train_cells',
-           'levels_table', 'coverage_table', 'said_difference', 'arms_table']
+           'validation_cells', 'pooled', 'chosen_steps', 'paired_difference', 'ship_choice', 'ship_pick',
+           'committed_groups', 'apart', 'figure_row', 'on_truth', 'steps_table', 'paths_table', 'level_cells',
+           'train_cells', 'levels_table', 'coverage_table', 'said_difference', 'arms_table']
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #0f9d3f8c
 METRICS = ("heldout_psnr", "in_dist_psnr", "baseline_psnr")
@@ -625,6 +625,13 @@ def ship_choice(
     )
     out["bar"] = bar
     return out
+
+
+def ship_pick(choices: dict) -> str | None:
+    """Of candidates' `ship_choice`s by name, the one that ships: of those that clear the bar, the
+    best on the validation themes; None where none does (the incumbent stays)."""
+    cleared = [n for n, c in choices.items() if c["ships"]]
+    return max(cleared, key=lambda n: choices[n]["themes_validation"]["diff"]) if cleared else None
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #ac000001
 AGREEMENT = ("theme", "material", "lighting")
