@@ -77,8 +77,9 @@ def collect(sweep: Path, dest: Path, runs_dir: Path, command: str) -> dict:
         src, d = runs_dir / r.name, dest / "runs" / r.name
         (d / "eval").mkdir(parents=True, exist_ok=True)
         shutil.copy(src / "eval" / "eval.json", d / "eval" / "eval.json")
-        if (src / "eval" / "new_themes.json").is_file():  # `qmind themes RUN`: new themes' figure
-            shutil.copy(src / "eval" / "new_themes.json", d / "eval" / "new_themes.json")
+        # `qmind themes RUN [--themes validation]`: its figures on new themes, where measured
+        for f in sorted((src / "eval").glob("new_themes*.json")):
+            shutil.copy(f, d / "eval" / f.name)
         shutil.copy(src / "config.yaml", d / "config.yaml")
         timings[r.name] = run_timing(src) | {"git": run_commit(src)}
         write_json(d / "timing.json", timings[r.name])
