@@ -164,7 +164,7 @@ def test_a_bad_theme_file_is_one_line_naming_the_field(theme_file, tmp_path, cap
     )
 
 
-def id_checkpoint(run: Path, theme_enc: str = "id") -> Path:
+def tiny_checkpoint(run: Path, theme_enc: str = "id") -> Path:
     "A tiny untrained model with `model.theme_enc=theme_enc`, saved as a checkpoint of run `run`."
     from qmind_render.core.checkpoint import save_checkpoint, versions
     from qmind_render.core.config import config_to_dict, load_config
@@ -184,7 +184,7 @@ def id_checkpoint(run: Path, theme_enc: str = "id") -> Path:
 
 
 def test_an_id_encoded_model_is_refused_by_name(theme_file, tmp_path, capsys):
-    ck = id_checkpoint(tmp_path / "idrun")
+    ck = tiny_checkpoint(tmp_path / "idrun")
     why = (
         "idrun/0000001.pt cannot play a designed theme: model.theme_enc=id cannot render a theme "
         "it never trained on"
@@ -247,7 +247,7 @@ def test_qmind_themes_measures_a_run_and_the_figure_follows_its_file(tmp_path, c
 
     from qmind_render.core.new_themes import measured_new_themes
 
-    ck = id_checkpoint(tmp_path / "run", theme_enc="planes")
+    ck = tiny_checkpoint(tmp_path / "run", theme_enc="planes")
     assert main(["themes", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     d = json.loads((tmp_path / "run" / "eval" / "new_themes.json").read_text())
@@ -264,7 +264,7 @@ def test_qmind_themes_measures_a_run_and_the_figure_follows_its_file(tmp_path, c
     assert v["command"].endswith("--themes validation")
     ck.write_bytes(ck.read_bytes() + b" ")  # another file: not this figure's
     assert measured_new_themes(ck) is None
-    bad = id_checkpoint(tmp_path / "idrun")
+    bad = tiny_checkpoint(tmp_path / "idrun")
     assert main(["themes", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert "model.theme_enc=id cannot render a theme" in err and len(err.splitlines()) == 1
