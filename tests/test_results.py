@@ -302,6 +302,37 @@ def test_the_results_chapter_shows_issue_45s_tables():
     ship = measured_new_themes(None)  # the shipped model's, tied to its file's sha256
     assert ship is not None, "qmind_render/assets/shipped_new_themes.json: run `qmind themes`"
     assert f"{with_interval(ship['psnr'], ship['psnr_ci'])} dB on 8 random themes" in prose
+    near = with_interval(ship["nearest_psnr"], ship["nearest_psnr_ci"])
+    assert f"{near} dB for painting the nearest grid theme" in prose
+    v = paired_difference(themes["vector"], 1, themes["planes"], 1, by=lambda ev: ev.split)
+    assert (
+        f"as its parameter vector, {with_interval(v['diff'], v['ci'])} dB against planes" in prose
+    )
+
+
+def test_the_readmes_random_theme_figures_at_400_steps_are_the_committed_ones():
+    """What random themes cost the grid's test cells and buy on new themes at 400 steps
+    (results/themes_grid against results/encoding_arms' planes), as the README says them."""
+    from qmind_render.core.new_themes import figure_name, new_themes_difference
+
+    grid = committed_groups(
+        ROOT / "results" / "themes_grid", key=lambda r: r["arm"], sweep_root=ROOT
+    )
+    enc = committed_groups(ROOT / "results" / "encoding_arms", sweep_root=ROOT)
+
+    def new_themes(dest, arm):
+        rows = read_results(dest, ROOT)["rows"]
+        runs = [dest / "runs" / r["run"] / "eval" / figure_name() for r in rows if r["arm"] == arm]
+        return [json.loads(f.read_text()) for f in runs]
+
+    cost = paired_difference(grid["planes_random"], 1, enc["planes"], 1)
+    na = new_themes(ROOT / "results" / "themes_grid", "planes_random")
+    nb = new_themes(ROOT / "results" / "encoding_arms", "planes")
+    assert len(na) == len(grid["planes_random"]) and len(nb) == len(enc["planes"])
+    gain = new_themes_difference(na, nb)
+    prose = " ".join((ROOT / "README.md").read_text().split())
+    assert f"by {with_interval(gain['diff'], gain['ci'])} dB, for" in prose
+    assert f"{with_interval(cost['diff'], cost['ci'])} dB on the grid's own test cells" in prose
 
 
 def test_the_shipped_model_is_the_one_the_choice_on_validation_picks():
