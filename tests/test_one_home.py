@@ -144,8 +144,6 @@ BENCH_POINTS = {
     ("gpu.py", "loop_config", "batch"),
     ("model_bench.py", "bench_throughput", "batch"),
     ("model_bench.py", "bench_cpu", "batch"),
-    ("train.py", "bench_train", "size"),
-    ("train.py", "bench_train", "precision"),
     ("train.py", "overfit_one_batch", "lr"),
     ("train.py", "quick_train", "batch"),
     ("data_cli.py", "bench_data", "batch"),

@@ -139,6 +139,9 @@ class ModelConfig:
     # width of a per-pixel MLP from the lighting planes to a gain and offset on the output (0: none;
     # 64 moved the gap by less than a seed does, results/main/)
     lit_head: int = field(default=0, metadata={"ge": 0, "switch": True, "before": 0})
+    # the U-Net's trunk runs at 1/patch of the frame's resolution under the full-resolution
+    # per-pixel head (40_model): 2 is a third of the FLOPs of 1
+    patch: int = field(default=1, metadata={"ge": 1, "switch": True, "before": 1})
 
 # %% ../../nbs/core/01_config.ipynb #0488c609
 @dataclass

@@ -137,7 +137,10 @@ SIZES: dict[str, UNetSize] = {
 
 # %% ../../nbs/core/40_model.ipynb #7ec40529
 class UNet(nn.Module):
-    "The denoiser: (x [B, in_ch, H, W], t [B], global vector [B, E] or None) -> [B, out_ch, H, W]."
+    """The denoiser: (x [B, in_ch, H, W], t [B], global vector [B, E] or None) -> [B, out_ch, H, W].
+    With `patch` > 1 its trunk runs at 1/`patch` of the resolution: a `patch`×`patch` strided conv
+    in, a learned sub-pixel upsampling (1×1 conv, pixel shuffle) out to the per-pixel head, which
+    sees the input at full resolution."""
 
     def __init__(
         self,
@@ -147,12 +150,16 @@ class UNet(nn.Module):
         res: int,
         dropout: float = 0.0,
         pixel_head: int = 0,
+        patch: int = 1,
     ):
         super().__init__()
         w, E, G = size.width, 4 * size.width, size.groups
-        self.emb_dim, self.in_ch, self.levels = E, in_ch, len(size.mults)
+        self.emb_dim, self.in_ch, self.levels, self.patch = E, in_ch, len(size.mults), patch
         self.time = nn.Sequential(nn.Linear(w, E), nn.SiLU(), nn.Linear(E, E))
-        self.conv_in = nn.Conv2d(in_ch, w, 3, padding=1)
+        self.conv_in = (
+            nn.Conv2d(in_ch, w, 3, padding=1) if patch == 1 else nn.Conv2d(in_ch, w, patch, patch)
+        )
+        res //= patch
         block = lambda cin, cout, r: (
             [ResBlock(cin, cout, E, G, dropout)]
             + ([Attention(cout, size.head_dim, G)] if r in size.attn else [])
@@ -184,6 +191,11 @@ class UNet(nn.Module):
                 r *= 2
         self.out = nn.Sequential(
             nn.GroupNorm(G, ch), nn.SiLU(), _zero(nn.Conv2d(ch, out_ch, 3, padding=1))
+        )
+        self.unpatch = (
+            nn.Sequential(nn.Conv2d(ch, ch * patch * patch, 1), nn.PixelShuffle(patch))
+            if patch > 1
+            else None
         )
         # a per-pixel MLP (1×1 convs) on the last features and the input, added to the output
         p = pixel_head
@@ -235,10 +247,13 @@ class UNet(nn.Module):
                 h = torch.cat([h, hs.pop()], 1)
             for f in layers:
                 h = run(f, h)
-        if self.head is None:
+        if self.head is None and self.unpatch is None:
             return self.out(h)
         h = self.out[1](self.out[0](h))
-        return self.out[2](h) + self.head(torch.cat([h, x], 1))
+        if self.unpatch is not None:
+            h = self.unpatch(h)
+        out = self.out[2](h)
+        return out if self.head is None else out + self.head(torch.cat([h, x], 1))
 
 # %% ../../nbs/core/40_model.ipynb #7fb27b941602401d91542211134fc71a
 # what lighting depends on in a frame, beside the lighting's own planes: how far (the depth plane,
@@ -290,10 +305,11 @@ class ConditionalUNet(nn.Module):
         self.size = SIZES[cfg.size] if size is None else size
         self.image_channels = 3
         H, W = spec.size
-        if H % 2 ** (len(self.size.mults) - 1) or W % 2 ** (len(self.size.mults) - 1):
+        div = int(cfg.patch) * 2 ** (len(self.size.mults) - 1)
+        if H % div or W % div:
             raise ValueError(
-                f"frame size {spec.size} is not divisible by "
-                f"2**{len(self.size.mults) - 1} (size {self.size_name})"
+                f"frame size {spec.size} is not divisible by {div} (model.patch={cfg.patch} times "
+                f"2**{len(self.size.mults) - 1}, size {self.size_name})"
             )
         self.encoder = ConditionEncoder(spec, cfg, tables, 4 * self.size.width)
         keep, lit = lit_split(self.encoder.layout, int(cfg.lit_head))
@@ -307,6 +323,7 @@ class ConditionalUNet(nn.Module):
             H,
             float(cfg.dropout),
             int(cfg.pixel_head),
+            int(cfg.patch),
         )
         self.channels_last = False
         if cfg.channels_last:

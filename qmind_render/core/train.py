@@ -58,7 +58,7 @@ __all__ = ['SAMPLE_STEPS', 'RunsError', 'runs_root', 'make_runs_root', 'Dist', '
            'lr_factor', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'pin_precision', 'resume',
            'NonFiniteError', 'draw_timesteps', 'sampler_timesteps', 'objective', 'train_step', 'batches', 'Meter',
            'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main',
-           'overfit_one_batch', 'quick_train', 'bench_train']
+           'overfit_one_batch', 'quick_train']
 
 # %% ../../nbs/core/50_train.ipynb #f3675302
 class RunsError(UserError, OSError):
@@ -722,65 +722,3 @@ def quick_train(
         ema.update_parameters(model)
         losses.append(loss.item())
     return ema, losses
-
-# %% ../../nbs/core/50_train.ipynb #ee801a2c
-def bench_train(
-    steps: int = 60,
-    batch: int = 32,
-    size: str = "tiny",
-    log_every: int = 10,
-    precision: str = "auto",
-) -> dict:
-    """Loop overhead (data, logging, bookkeeping) as a fraction of step time, on this machine's CPU
-    (medians)."""
-    import tempfile
-    from qmind_render.data.generate import generate
-    from qmind_render.data.splits import make_split, save_split
-
-    with tempfile.TemporaryDirectory() as td:
-        os.environ.setdefault("QMIND_CACHE", f"{td}/cache")
-        # its own split file: runs from any folder
-        split = save_split(make_split("random_15"), td)
-        o = [
-            f"data.store={td}/store",
-            "data.dataset=ds-bench",
-            "data.episodes=16",
-            "data.frames_per_episode=32",
-            f"data.holdout={split}",
-            f"train.batch={batch}",
-            f"train.steps={steps}",
-            f"train.log_every={log_every}",
-            "train.sample_every=0",
-            "tracker=none",
-            f"model.size={size}",
-            "train.ckpt_every_min=1e9",
-            "train.resume=never",
-            "train.device=cpu",
-            f"train.precision={precision}",
-        ]
-        generate(load_config(None, o).data, workers=1, progress=False)
-        cfg = load_config(None, o + ["name=bench"])
-        train(cfg, f"{td}/runs")
-        loop = (
-            float(np.median([m["step_ms"] for m in read_metrics(Path(td) / "runs" / "bench")[1:]]))
-            / 1000
-        )
-        run = setup(cfg, f"{td}/runs")
-        micro = [[b] for b, _ in zip(batches(run), range(steps))]
-        times = []
-        for m in micro:
-            t0 = time.perf_counter()
-            train_step(run, m)
-            run.step += 1
-            times.append(time.perf_counter() - t0)
-        bare = float(np.median(times[log_every:]))
-    return {
-        "step_ms_loop": 1000 * loop,
-        "step_ms_bare": 1000 * bare,
-        "overhead_fraction": 1 - bare / loop,
-        "model": size,
-        "batch": batch,
-        "precision": resolve_precision(precision).value,
-        "steps": steps,
-        "threads": torch.get_num_threads(),
-    }
