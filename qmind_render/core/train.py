@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import time
@@ -55,10 +56,10 @@ from ..world.themes import recipe_grid
 
 # %% auto #0
 __all__ = ['SAMPLE_STEPS', 'RunsError', 'runs_root', 'make_runs_root', 'Dist', 'dist_from_env', 'step_seed', 'seed_step',
-           'lr_factor', 'fixed_samples', 'Guard', 'Run', 'setup', 'state_dict', 'restore', 'pin_precision', 'resume',
-           'NonFiniteError', 'draw_timesteps', 'sampler_timesteps', 'objective', 'train_step', 'batches', 'Meter',
-           'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory', 'loop_step', 'train', 'train_main',
-           'overfit_one_batch', 'quick_train']
+           'lr_factor', 'fixed_samples', 'Guard', 'Run', 'compile_blocker', 'setup', 'state_dict', 'restore',
+           'pin_precision', 'resume', 'NonFiniteError', 'draw_timesteps', 'sampler_timesteps', 'objective',
+           'train_step', 'batches', 'Meter', 'check_finite', 'save', 'sample', 'stop_on_signals', 'OutOfMemory',
+           'loop_step', 'train', 'train_main', 'overfit_one_batch', 'quick_train']
 
 # %% ../../nbs/core/50_train.ipynb #f3675302
 class RunsError(UserError, OSError):
@@ -212,11 +213,24 @@ def _data(cfg: ExperimentConfig):
     return ds, split
 
 # %% ../../nbs/core/50_train.ipynb #b892d8a4
+def compile_blocker(device: torch.device) -> str | None:
+    """Why `torch.compile` cannot run on `device` here (None: it can): Inductor's CPU kernels are
+    C++, built with the compiler `$CXX` names or g++, c++ or clang++ on the PATH."""
+    if device.type != "cpu":
+        return None
+    if os.environ.get("CXX") or any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        return None
+    return "no C++ compiler for Inductor's CPU kernels (`make deps` installs g++)"
+
+
 def _model(cfg: ExperimentConfig, dist: Dist, device: torch.device):
     # initial weights: a function of the seed
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, grid=recipe_grid(cfg.data.themes)).to(device)
     compile = cfg.train.compile if cfg.train.compile is not None else device.type == "cuda"
+    if compile and (why := compile_blocker(device)):
+        print(f"train.compile=true: {why}; training eager", file=sys.stderr)
+        compile = False
     net = torch.compile(model) if compile else model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
