@@ -151,6 +151,7 @@ class UNet(nn.Module):
         dropout: float = 0.0,
         pixel_head: int = 0,
         patch: int = 1,
+        fine: int = 0,
     ):
         super().__init__()
         w, E, G = size.width, 4 * size.width, size.groups
@@ -197,6 +198,8 @@ class UNet(nn.Module):
             if patch > 1
             else None
         )
+        # residual blocks at full resolution between the sub-pixel upsampling and the head
+        self.fine = nn.ModuleList([ResBlock(ch, ch, E, G, dropout) for _ in range(fine)])
         # a per-pixel MLP (1×1 convs) on the last features and the input, added to the output
         p = pixel_head
         self.head = (
@@ -252,6 +255,8 @@ class UNet(nn.Module):
         h = self.out[1](self.out[0](h))
         if self.unpatch is not None:
             h = self.unpatch(h)
+        for f in self.fine:
+            h = run(f, h)
         out = self.out[2](h)
         return out if self.head is None else out + self.head(torch.cat([h, x], 1))
 
@@ -324,6 +329,7 @@ class ConditionalUNet(nn.Module):
             float(cfg.dropout),
             int(cfg.pixel_head),
             int(cfg.patch),
+            int(cfg.fine_blocks),
         )
         self.channels_last = False
         if cfg.channels_last:
