@@ -228,6 +228,9 @@ def bench_gpu(
     root = Path(tempfile.mkdtemp(prefix="qmind-bench-gpu-"))
     os.environ.setdefault("QMIND_CACHE", str(root / "cache"))
     # on a CPU: each part once, briefly (the code, not the numbers)
+    # the model, loop and serve parts measure the trunk at full resolution (model.patch=1), the
+    # network sweeps/exp/gpu.yaml trains (bench_throughput and random_served pin it); the sampler
+    # and eval parts build the defaults' network (bench_sampler, bench_eval: patch=2 since issue 53)
     compiles = (False, True) if cuda else (False,)
     _part(
         r,

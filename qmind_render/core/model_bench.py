@@ -105,8 +105,9 @@ def _cpu_variants(size: str, batch: int, compile: bool):
     """(ours, diffusers' twin) in fp32, channels-last, bf16 autocast, and ours compiled: {name:
     (model, autocast)}."""
     torch.manual_seed(0)
-    # the main job's encodings, but no per-pixel head: the twin has none, so both are one U-Net
-    ours = build_model(model_config(size=size, channels_last=False, pixel_head=0))
+    # the main job's encodings, but no per-pixel head and the trunk at full resolution (patch=1):
+    # the twin has neither a head nor a patched trunk, so both are one U-Net of the same layout
+    ours = build_model(model_config(size=size, channels_last=False, pixel_head=0, patch=1))
     theirs = _DiffusersAdapter(ours, diffusers_twin(ours))
     cl = lambda m: (setattr(m, "channels_last", True), m.to(memory_format=torch.channels_last))[1]
     v = {
@@ -195,7 +196,9 @@ def bench_throughput(
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
-    cfg = model_config(size=size, channels_last=channels_last)
+    # the trunk at full resolution, as the GPU recipe (sweeps/exp/gpu.yaml) trains it: the main
+    # job's patch=2 would be a different network
+    cfg = model_config(size=size, channels_last=channels_last, patch=1)
     model = build_model(cfg).to(dev)
     x0, cond = prepare_batch(synthetic_batch(batch), dev)
     d = Diffusion.from_config(cfg)

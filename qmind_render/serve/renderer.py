@@ -159,11 +159,16 @@ def _shipped_served(device: str = "cpu") -> Served:
 
 # %% ../../nbs/serve/71_renderer.ipynb #8d172c49
 def random_served(
-    size: str = "small", seed: int = 0, overrides: list[str] = (), device: str = "cpu"
+    size: str = "small",
+    seed: int = 0,
+    overrides: list[str] = (),
+    device: str = "cpu",
+    patch: int = 1,
 ) -> Served:
     """An untrained model of `size` (the output layer randomised too, so frames are not constant):
-    for benchmarks and tests."""
-    cfg = load_config(None, [f"model.size={size}", *overrides])
+    for benchmarks and tests. Its trunk runs at 1/`patch` of the resolution (1: the shipped model's
+    full-resolution trunk; patch=2 is the main job's); `overrides` come last."""
+    cfg = load_config(None, [f"model.size={size}", f"model.patch={patch}", *overrides])
     torch.manual_seed(seed)
     model = build_model(cfg.model, grid=load_grid())
     with torch.no_grad():
