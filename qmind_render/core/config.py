@@ -161,7 +161,7 @@ class TrainConfig:
     # samples seen)
     batch: int = field(default=8, metadata={"ge": 1, "switch": True})
     # with model.patch=2, 2,800 steps: 30.75 dB on the validation cells at 8e-3, 30.44 at 4e-3,
-    # 29.71 at 2e-3 (63_train_bench's validation_curve; the full-resolution trunk at 2e-3: 31.06)
+    # 29.71 at 2e-3 (evaluate.psnr_curve on validation; the full-resolution trunk at 2e-3: 31.06)
     lr: float = field(default=8e-3, metadata={"gt": 0})
     warmup: int = field(default=100, metadata={"ge": 0})
     grad_clip: float = field(default=1.0, metadata={"gt": 0})

@@ -218,11 +218,12 @@ def part_cells(split, part: str) -> list[tuple[int, int, int]]:
     return [split.grid.cell(int(i)) for i in np.flatnonzero(split.mask(part))]
 
 
-def eval_parts(ld: Loaded, per_cell: int) -> dict[str, dict]:
-    """The batches of the held-out and training parts: `per_cell` frames of unseen walks in each of
-    their cells, the same frames in every cell (`walk_frames`, `paired_batch`)."""
+def eval_parts(ld: Loaded, per_cell: int, parts=("heldout", "train")) -> dict[str, dict]:
+    """The batches of `parts` (held-out and training by default; any `part_cells` names):
+    `per_cell` frames of unseen walks in each of their cells, the same frames in every cell
+    (`walk_frames`, `paired_batch`)."""
     frames = _walk_frames(ld, per_cell)
-    return {part: paired_batch(frames, part_cells(ld.split, part)) for part in ("heldout", "train")}
+    return {part: paired_batch(frames, part_cells(ld.split, part)) for part in parts}
 
 
 def _walk_frames(ld: Loaded, per_cell: int) -> dict:
@@ -779,15 +780,20 @@ def _to_tracker(ld: Loaded, out: Path, res: EvalResult) -> None:
 
 # %% ../../nbs/core/60_evaluate.ipynb #af32b950
 def psnr_curve(
-    run_dir: str | Path, ddim_steps: int = 2, frames_per_cell: int = 2, device: str | None = None
+    run_dir: str | Path,
+    ddim_steps: int = 2,
+    frames_per_cell: int = 2,
+    device: str | None = None,
+    parts=("heldout", "train"),
 ) -> list[dict]:
-    """Held-out and training-cell PSNR of every checkpoint in `run_dir` on unseen walks
-    (`eval_parts`), with its step and minutes of training."""
+    """PSNR on `parts` (held-out and training cells by default; `("validation", "train")` for a
+    curve to choose on) of every checkpoint in `run_dir` on unseen walks (`eval_parts`), with its
+    step and minutes of training."""
     rows = []
     for ck in checkpoints(run_dir):
         ld = load_for_eval(ck, [], device)
         row, sampler = {"step": ld.step, "minutes": round(ld.elapsed_s / 60, 2)}, ld.sampler()
-        for part, b in eval_parts(ld, frames_per_cell).items():
+        for part, b in eval_parts(ld, frames_per_cell, parts).items():
             pred = as_float(render_frames(sampler, b, ddim_steps))
             row[f"{part}_psnr"] = round(float(psnr(pred, as_float(b["rgb"], ld.device)).mean()), 2)
         rows.append(row)

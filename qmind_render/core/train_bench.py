@@ -20,6 +20,7 @@ import torch.nn as nn
 from .config import load_config
 from .device import native_bf16, pick_device, precision_dtype, resolve_precision
 from .encodings import prepare_batch
+from .evaluate import psnr_curve
 from .flops import train_flops
 from .model_bench import matmul_peak_tflops
 from .tracking import read_metrics
@@ -27,8 +28,8 @@ from .train import batches, setup, train, train_step
 from ..util import median_time
 
 # %% auto #0
-__all__ = ['OLD_RECIPE', 'cpu_features', 'kernel_path', 'conv_shapes', 'conv_ceiling', 'bench_train', 'validation_curve',
-           'minutes_to', 'race', 'bench_race']
+__all__ = ['OLD_RECIPE', 'cpu_features', 'kernel_path', 'conv_shapes', 'conv_ceiling', 'bench_train', 'minutes_to', 'race',
+           'bench_race']
 
 # %% ../../nbs/core/63_train_bench.ipynb #d9ecf9c9
 def cpu_features() -> dict:
@@ -192,7 +193,8 @@ def bench_train(
         mm = 1000 * matmul_peak_tflops(run.device, mm_n, dtype, iters=5)
         shapes = conv_shapes(run.model, x0, cond)
         conv = conv_ceiling(shapes, len(x0), dtype, cfg.model.channels_last, device=run.device)
-    compiled = run.device.type == "cuda" if cfg.train.compile is None else cfg.train.compile
+    # what setup built (train.compile may have fallen back to eager: compile_blocker)
+    compiled = hasattr(getattr(run.net, "module", run.net), "_orig_mod")
     achieved = flops / bare / 1e9
     return {
         "recipe": recipe,
@@ -216,34 +218,16 @@ def bench_train(
         "pct_of_conv_ceiling": 100 * achieved / conv,
     }
 
-# %% ../../nbs/core/63_train_bench.ipynb #e88ee93c
-def validation_curve(run_dir, per_cell: int = 8, device=None) -> list[dict]:
-    """Validation- and training-cell PSNR (dB, one pass, `per_cell` unseen-walk frames in each cell)
-    of every checkpoint in `run_dir`, with its step and minutes of training."""
-    from qmind_render.core.checkpoint import checkpoints
-    from qmind_render.core.evaluate import cell_batch, load_for_eval, render_frames, take
-    from qmind_render.core.metrics import as_float, psnr
-
-    rows = []
-    for ck in checkpoints(run_dir):
-        ld = load_for_eval(ck, [], device)
-        cb, sampler = cell_batch(ld, per_cell), ld.sampler()
-        row = {"step": ld.step, "minutes": round(ld.elapsed_s / 60, 2)}
-        for part in ("validation", "train"):
-            b = take(cb.batch, cb.rows(ld.split.mask(part)))
-            pred = as_float(render_frames(sampler, b, 1))
-            row[part] = round(float(psnr(pred, as_float(b["rgb"], ld.device)).mean()), 2)
-        rows.append(row)
-    return rows
-
 # %% ../../nbs/core/63_train_bench.ipynb #c24bb330
 def minutes_to(curve: list[dict], target: float) -> float | None:
-    """Minutes of training at which `curve`'s validation PSNR first reaches `target`, linear between
-    its checkpoints (from 0 dB at minute 0); None when no checkpoint reaches it."""
-    prev = {"minutes": 0.0, "validation": 0.0}
+    """Minutes of training at which `curve`'s (`psnr_curve`'s) validation PSNR first reaches
+    `target`, linear between its checkpoints (from 0 dB at minute 0); None when none reaches it."""
+    prev = {"minutes": 0.0, "validation_psnr": 0.0}
     for r in curve:
-        if r["validation"] >= target:
-            f = (target - prev["validation"]) / (r["validation"] - prev["validation"])
+        if r["validation_psnr"] >= target:
+            f = (target - prev["validation_psnr"]) / (
+                r["validation_psnr"] - prev["validation_psnr"]
+            )
             return round(prev["minutes"] + f * (r["minutes"] - prev["minutes"]), 2)
         prev = r
     return None
@@ -272,14 +256,15 @@ def race(
         if cfg.data.dataset not in list_datasets(open_store(cfg.data.store)):
             generate(cfg.data)
         train(cfg, root)
-        curves[name] = validation_curve(Path(root or "runs") / cfg.name, per_cell)
+        run_dir = Path(root or "runs") / cfg.name
+        curves[name] = psnr_curve(run_dir, 1, per_cell, parts=("validation", "train"))
     old_end, new_end = curves["old"][-1], curves["new"][-1]
-    new_to_old = minutes_to(curves["new"], old_end["validation"])
-    old_to_new = minutes_to(curves["old"], new_end["validation"])
+    new_to_old = minutes_to(curves["new"], old_end["validation_psnr"])
+    old_to_new = minutes_to(curves["old"], new_end["validation_psnr"])
     return {
-        "old_validation_psnr": old_end["validation"],
+        "old_validation_psnr": old_end["validation_psnr"],
         "old_minutes": old_end["minutes"],
-        "new_validation_psnr": new_end["validation"],
+        "new_validation_psnr": new_end["validation_psnr"],
         "new_minutes": new_end["minutes"],
         # to the old recipe's final quality: None where the new one stops short of it
         "new_minutes_to_old_psnr": new_to_old,
@@ -298,7 +283,7 @@ OLD_RECIPE = ["model.patch=1", "train.lr=2e-3", "train.steps=2800"]
 # %% ../../nbs/core/63_train_bench.ipynb #80c64d26
 def _curve_line(curve: list[dict]) -> str:
     return " | ".join(
-        f"{r['step']}: {r['minutes']:.1f} min {r['validation']:.2f} dB" for r in curve
+        f"{r['step']}: {r['minutes']:.1f} min {r['validation_psnr']:.2f} dB" for r in curve
     )
 
 
