@@ -7,11 +7,11 @@ Docs: https://qmind.github.io/qmind-render/core/train_bench.html.md"""
 # %% ../../nbs/core/63_train_bench.ipynb #63e95b3a
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
@@ -117,20 +117,6 @@ def conv_ceiling(
         seconds += median_time(_conv_step(conv, x, dtype), iters, 1) * spent / once
     return 3 * sum(shapes.values()) / seconds / 1e9 if seconds else float("nan")
 
-# %% ../../nbs/core/63_train_bench.ipynb #a7f9ac35
-@contextlib.contextmanager
-def _env(key: str, value: str):
-    "Environment variable `key` set to `value` inside the block, as it was after."
-    was = os.environ.get(key)
-    os.environ[key] = value
-    try:
-        yield
-    finally:
-        if was is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = was
-
 # %% ../../nbs/core/63_train_bench.ipynb #0e40910d
 def _bench_run(recipe: str, overrides: dict, steps: int, log_every: int, td: str):
     "The recipe's config with the benchmark's own data, run dir and logging; its dataset made."
@@ -179,7 +165,10 @@ def bench_train(
     precision, and the kernel path it took."""
     from qmind_render.core.train import pin_precision
 
-    with tempfile.TemporaryDirectory() as td, _env("QMIND_CACHE", f"{td}/cache"):
+    with (
+        tempfile.TemporaryDirectory() as td,
+        mock.patch.dict(os.environ, QMIND_CACHE=f"{td}/cache"),
+    ):
         cfg = _bench_run(recipe, overrides, steps, log_every, td)
         train(cfg, f"{td}/runs", progress=False)
         logged = read_metrics(Path(td) / "runs" / "bench")
