@@ -12,6 +12,7 @@ import base64
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -67,12 +68,9 @@ class PlaySession:
         self.theme, self.lighting, self.steps, self.noise_seed = theme, lighting, steps, noise_seed
         self.noise = noise
 
-    def step(self, change: dict, grid, spec) -> tuple[RenderItem, dict, dict]:
-        """Apply a parsed message, step the engine, skin the ground truth: the item to render, the
-        images, the timings."""
-        from qmind_render.world.skinner import skin
-        from qmind_render.viz import channel_strip
-
+    def advance(self, change: dict, spec) -> tuple[RenderItem, dict]:
+        """Apply a parsed message and step the engine: the item to render and the timings. What
+        the model needs, and no more: the page's other pictures are `images`' work."""
         self.theme, self.lighting = (
             change.get("theme", self.theme),
             change.get("lighting", self.lighting),
@@ -80,9 +78,6 @@ class PlaySession:
         self.steps = change.get("steps", self.steps)
         t0 = time.perf_counter()
         ch = self.game.step(change["action"])
-        t1 = time.perf_counter()
-        truth = skin(ch, grid.themes[self.theme], grid.lightings[self.lighting])
-        t2 = time.perf_counter()
         item = RenderItem(
             ch,
             self.theme,
@@ -91,11 +86,26 @@ class PlaySession:
             steps=self.steps,
             noise=self._noise(ch, spec),
         )
-        return (
-            item,
-            {"truth": truth, "channels": channel_strip(ch)},
-            {"engine_ms": (t1 - t0) * 1e3, "skin_ms": (t2 - t1) * 1e3},
-        )
+        return item, {"engine_ms": (time.perf_counter() - t0) * 1e3}
+
+    def images(self, item: RenderItem, grid) -> tuple[dict, dict]:
+        """The page's other pictures of `item`: the skinner's ground truth and the channel strip;
+        and the skinner's time. The server paints them while the model renders."""
+        from qmind_render.world.skinner import skin
+        from qmind_render.viz import channel_strip
+
+        t0 = time.perf_counter()
+        truth = skin(item.channels, grid.themes[item.theme], grid.lightings[item.lighting])
+        t1 = time.perf_counter()
+        return {"truth": truth, "channels": channel_strip(item.channels)}, {
+            "skin_ms": (t1 - t0) * 1e3
+        }
+
+    def step(self, change: dict, grid, spec) -> tuple[RenderItem, dict, dict]:
+        """`advance`, then `images`: the item to render, the images, the timings."""
+        item, timings = self.advance(change, spec)
+        images, more = self.images(item, grid)
+        return item, images, {**timings, **more}
 
     def frame_message(self, frame: np.ndarray, images: dict, timings: dict) -> str:
         imgs = {"model": frame, **images}
@@ -361,10 +371,22 @@ async def _close(ws, code: int, reason: str):
         pass  # the client may already be gone
 
 # %% ../../nbs/serve/74_app.ipynb #b9818d4e
+_PAINTER: ThreadPoolExecutor | None = None
+
+
+def _painter() -> ThreadPoolExecutor:
+    """The thread that paints each frame's ground truth and channel strip (numpy, no torch) while
+    the model thread renders: off the event loop, and off a player's critical path."""
+    global _PAINTER
+    if _PAINTER is None:
+        _PAINTER = ThreadPoolExecutor(1, thread_name_prefix="qmind-paint")
+    return _PAINTER
+
+
 async def _play(ws, st: _State):
     from starlette.websockets import WebSocketDisconnect
 
-    sv, s = st.served, st.settings
+    sv, s, loop = st.served, st.settings, asyncio.get_running_loop()
     await ws.accept()
     if st.sessions >= s.max_sessions:
         st.metrics.count("play refused: busy")
@@ -427,10 +449,14 @@ async def _play(ws, st: _State):
                 return await _close(
                     ws, e.status if e.status >= 1000 else 1007, f"{e.where}: {e.msg}"
                 )
-            item, images, timings = session.step(change, sv.grid, sv.spec)
+            item, timings = session.advance(change, sv.spec)
             t1 = time.perf_counter()
+            # the truth and the channel strip are painted on another thread while the model renders
+            painted = loop.run_in_executor(_painter(), session.images, item, sv.grid)
             frame, batch = await st.batcher.submit(item, interactive=True)
             timings.update(model_ms=(time.perf_counter() - t1) * 1e3, batch=batch)
+            images, more = await painted
+            timings.update(more)
             timings["total_ms"] = (time.perf_counter() - t0) * 1e3
             await ws.send_text(session.frame_message(frame, images, timings))
             st.metrics.observe("play_frame", timings["total_ms"])

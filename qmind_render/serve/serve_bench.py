@@ -118,19 +118,33 @@ def bench_serve(
     compile: bool = True,
     max_wait_ms: float = ServeSettings.max_wait_ms,
     device: str = "cpu",
+    checkpoint: str | None = None,
+    patch: int = 1,
 ) -> dict:
     """Network time per backend; a frame's render time at batch 1 (network + DDIM, no server) with
     the fastest; then end-to-end fps and latency through a live server for each step count and
     client count: the median of `repeats` load tests of `seconds` each (each test's fps is kept too:
-    on a shared 2-core VM they spread). `device=cuda` for the GPU figures."""
+    on a shared 2-core VM they spread). The model: `checkpoint` (a run, a checkpoint file, or
+    `shipped`), with its test PSNR where its run was evaluated; else an untrained one of `size` and
+    `patch`, as fast as a trained one. `device=cuda` for the GPU figures."""
     from qmind_render.world.game import Game
 
-    served = on_model_thread(random_served, size, device=device)
+    if checkpoint is None:
+        served = on_model_thread(random_served, size, device=device, patch=patch)
+    else:
+        served = on_model_thread(
+            load_served, None if checkpoint == "shipped" else checkpoint, device=device
+        )
+    m = served.about.get("metrics", {})
     # stdout is the result (--json)
     log = lambda m: print(m, file=sys.stderr)
     nets = on_model_thread(candidate_nets, served, compile, log=log)
     out = {
-        "model": size,
+        "model": served.name,
+        "size": served.model.size_name,
+        "patch": served.cfg.model.patch,
+        # the headline: the test cells at the step count validation chose
+        "test_psnr": m.get("test", {}).get(f"ddim_{m.get('headline_steps')}"),
         "device": device,
         "threads": torch.get_num_threads(),
         **on_model_thread(time_backends, served, nets),
