@@ -24,6 +24,9 @@ __all__ = ['COMMANDS', 'BENCHES', 'Command', 'load_target', 'main', 'versions', 
 class Command(NamedTuple):
     target: str  # "module:function"; the function takes argv (list[str]) and returns an exit code
     help: str
+    # "module:function" of a quick check of argv, run before `target` is imported (torch): the
+    # files a user hands in, refused in a second
+    check: str | None = None
 
     @property
     def wing(self) -> str:
@@ -44,6 +47,7 @@ COMMANDS: dict[str, Command] = {
         "qmind_render.serve.designed:render_main",
         "write an episode's channels, map and skinned frames as PNGs; with --theme FILE, a theme "
         "you designed painted by the skinner and by a trained model, side by side",
+        "qmind_render.world.themes:check_theme_files",
     ),
     "data": Command(
         "qmind_render.data.data_cli:data_main",
@@ -65,6 +69,7 @@ COMMANDS: dict[str, Command] = {
         "qmind_render.serve.server:serve_main",
         "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, "
         "the playable page at /",
+        "qmind_render.world.themes:check_theme_files",
     ),
     "themes": Command(
         "qmind_render.core.new_themes:themes_main",
@@ -151,7 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         print("qmind: error: a COMMAND is required (see qmind --help)", file=sys.stderr)
         return 2
     cmd = p.parse_args(argv[:1]).command
-    return guarded(f"qmind {cmd}", lambda: load_target(COMMANDS[cmd].target)(argv[1:]))
+    c = COMMANDS[cmd]
+
+    def run():
+        if c.check:
+            load_target(c.check)(argv[1:])
+        return load_target(c.target)(argv[1:])
+
+    return guarded(f"qmind {cmd}", run)
 
 # %% ../nbs/90_cli.ipynb #f79f1d92
 def versions() -> dict[str, str]:

@@ -8,8 +8,12 @@ Docs: https://qmind.github.io/qmind-render/contracts.html.md"""
 from __future__ import annotations
 
 import functools
+import json
+import math
 import os
 import re
+import reprlib
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +23,12 @@ import numpy as np
 import yaml
 
 # %% auto #0
-__all__ = ['INPUT_ERRORS', 'contracts_dir', 'project_dirs', 'UserError', 'one_line', 'error_exit', 'guarded', 'strip_debug',
-           'parse_version', 'is_compatible', 'IncompatibleVersion', 'check_compatible', 'ChannelSpec', 'load_spec',
-           'bytes_per_pixel', 'random_frame', 'ChannelError', 'validate', 'check_spec_version', 'jsonschema',
-           'ThemeSchema', 'load_theme_schema', 'ThemeError', 'validate_theme', 'theme_parts', 'theme_vector',
-           'contract_versions']
+__all__ = ['USER_FILE_BYTES', 'MAX_NESTING', 'INPUT_ERRORS', 'contracts_dir', 'project_dirs', 'UserError', 'one_line',
+           'UserFileError', 'cut', 'clip', 'read_user_file', 'SafeLoader', 'parse_user_file', 'load_user_file',
+           'error_exit', 'guarded', 'strip_debug', 'parse_version', 'is_compatible', 'IncompatibleVersion',
+           'check_compatible', 'ChannelSpec', 'load_spec', 'bytes_per_pixel', 'random_frame', 'ChannelError',
+           'validate', 'check_spec_version', 'jsonschema', 'ThemeSchema', 'load_theme_schema', 'ThemeError',
+           'validate_theme', 'theme_parts', 'theme_vector', 'contract_versions']
 
 # %% ../nbs/00_contracts.ipynb #a9ae0412
 def contracts_dir() -> Path:
@@ -68,6 +73,168 @@ def one_line(e: BaseException) -> str:
     "An error's message as one line: a `KeyError`'s text without its quotes, newlines folded."
     msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
     return " ".join(str(msg).split())
+
+# %% ../nbs/00_contracts.ipynb #b57e78ed
+USER_FILE_BYTES = 1 << 20  # a config, split or sweep file; a theme file takes far less
+MAX_NESTING = 32  # the deepest file the project writes nests 5 levels
+
+
+class UserFileError(UserError, ValueError):
+    "A file a user handed in that cannot be read or parsed: the message names it, where, the fix."
+
+
+def _repr(n: int) -> reprlib.Repr:
+    "A `reprlib.Repr` that writes a value in about `n` characters, two levels deep, four items."
+    r = reprlib.Repr()  # Python 3.11's takes no arguments
+    r.maxstring = r.maxother = r.maxlong = n
+    r.maxlevel, r.maxlist, r.maxdict, r.maxtuple = 2, 4, 4, 4
+    return r
+
+
+def cut(value, n: int = 40) -> str:
+    """`value`'s repr in at most about `n` characters, with its length when it was cut: a refusal
+    that quotes a value never grows with it."""
+    r = _repr(n).repr(value)
+    size = len(value) if isinstance(value, (str, bytes, list, dict, tuple)) else None
+    if size is not None and "..." in r:
+        r += f" ({size} {'characters' if isinstance(value, str) else 'items'})"
+    return r
+
+
+def clip(text: str, n: int = 120) -> str:
+    "`text` in at most `n` characters and its length: a message quoted inside another stays short."
+    return text if len(text) <= n else f"{text[:n]}... ({len(text)} characters)"
+
+# %% ../nbs/00_contracts.ipynb #45ff5b7b
+def _kind(mode: int) -> str | None:
+    "What a file that is not a regular file is, in words (None: a regular file)."
+    for test, word in [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]:
+        if test(mode):
+            return word
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def read_user_file(
+    path: str | Path, what: str, limit: int = USER_FILE_BYTES, error: type = UserFileError
+) -> str:
+    """The text of file `path`, handed in as `what` ("theme file"): a regular file of at most
+    `limit` bytes, UTF-8 (a BOM allowed). Anything else is `error` (a `UserError`) in one line
+    naming the file; a FIFO or device is refused before it is opened, so nothing waits on it."""
+    path = Path(path)
+    fail = lambda why: error(f"{what} {path}: {why}")
+    try:
+        st = os.stat(path)
+        kind = _kind(st.st_mode)
+        if kind is None and st.st_size > limit:
+            raise fail(f"{st.st_size} bytes is more than the {limit}-byte limit of a {what}")
+        if kind is not None:
+            raise fail(f"is {kind}, not a regular file; give the path of a {what}")
+        # O_NONBLOCK: a file swapped for a FIFO since the stat is not waited on
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            if _kind(os.fstat(f.fileno()).st_mode) is not None:
+                raise fail(f"is not a regular file; give the path of a {what}")
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise fail(f"cannot read it ({e.strerror or e})") from None
+    if len(data) > limit:
+        raise fail(f"more than the {limit}-byte limit of a {what}")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise fail(
+            f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}); save it as UTF-8"
+        ) from None
+
+# %% ../nbs/00_contracts.ipynb #64c69c36
+class SafeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader for files a user hands in: aliases (`*name`) refused, so a few hundred
+    bytes cannot expand to gigabytes, and nesting bounded at `MAX_NESTING`, so the composer cannot
+    recurse out of stack; tags beyond YAML's own are refused as the safe loader refuses them."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"alias *{event.anchor[:40]}: aliases are not accepted here, write the value out",
+                event.start_mark,
+            )
+        if self._depth >= MAX_NESTING:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_NESTING} deep", event.start_mark
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+# %% ../nbs/00_contracts.ipynb #6fc9d163
+def _yaml_problem(e: yaml.YAMLError, text: str) -> str:
+    "Where and what a PyYAML error found in `text`: `line L, column C: problem`."
+    if isinstance(e, yaml.reader.ReaderError):  # a NUL or another control character
+        before = text[: e.position]
+        line, col = before.count("\n") + 1, e.position - before.rfind("\n")
+        ch = chr(e.character) if isinstance(e.character, int) else e.character
+        return f"line {line}, column {col}: the character {ascii(ch)} is not allowed in YAML"
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None) or str(e)
+    context = getattr(e, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return where + clip(one_line(ValueError(f"{context}, {problem}" if context else problem)))
+
+
+def _too_deep(doc, limit: int = MAX_NESTING) -> bool:
+    "Whether `doc` (parsed JSON) nests lists and dicts more than `limit` deep; walked with a stack."
+    todo = [(doc, 1)]
+    while todo:
+        v, depth = todo.pop()
+        if isinstance(v, (dict, list)):
+            if depth > limit:
+                return True
+            todo += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
+    return False
+
+
+def parse_user_file(text: str, path: str | Path, what: str, error: type = UserFileError):
+    """The document in `text`, read from `path` (`read_user_file`): JSON for a `.json` file, else
+    one YAML document (`SafeLoader`). A parse error is `error` in one line naming the file, the
+    line and the column."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".json":
+            doc = json.loads(text)
+            if _too_deep(doc):
+                raise ValueError(f"nested more than {MAX_NESTING} deep")
+            return doc
+        return yaml.load(text, Loader=SafeLoader)
+    except json.JSONDecodeError as e:
+        why = f"not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
+    except RecursionError:
+        why = f"not valid JSON: nested more than {MAX_NESTING} deep"
+    except yaml.YAMLError as e:
+        why = f"not valid YAML at {_yaml_problem(e, text)}"
+    except ValueError as e:  # a number too long to convert, too deep a JSON document
+        kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
+        why = f"not valid {kind}: {clip(one_line(e))}"
+    raise error(f"{what} {path}: {why}")
+
+
+def load_user_file(
+    path: str | Path, what: str, limit: int = USER_FILE_BYTES, error: type = UserFileError
+):
+    "The document in file `path`, handed in as `what`: `read_user_file`, then `parse_user_file`."
+    return parse_user_file(read_user_file(path, what, limit, error), path, what, error)
 
 # %% ../nbs/00_contracts.ipynb #266bad03
 # MemoryError: train.OutOfMemory says what to change
@@ -385,8 +552,15 @@ class ThemeSchema:
 
     @functools.cached_property
     def validator(self):
-        "The compiled JSON Schema validator (made once per schema)."
-        return jsonschema().Draft202012Validator(self.schema)
+        """The compiled JSON Schema validator (made once per schema), its `pattern`s matched whole
+        (`re.fullmatch`): JSON Schema searches, and `$` matches before a final newline."""
+        js = jsonschema()
+
+        def pattern(validator, patrn, instance, schema):
+            if validator.is_type(instance, "string") and not re.fullmatch(patrn, instance):
+                yield js.ValidationError(f"{cut(instance)} does not match {patrn!r} as a whole")
+
+        return js.validators.extend(js.Draft202012Validator, {"pattern": pattern})(self.schema)
 
 # %% ../nbs/00_contracts.ipynb #f55c51ca
 def load_theme_schema(path: str | Path | None = None) -> ThemeSchema:
@@ -418,21 +592,48 @@ class ThemeError(UserError, ValueError):
 def _field_path(parts) -> str:
     out = ""
     for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+        p = p if isinstance(p, int) else str(p)[:40]  # a key as long as the file: cut
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
     return out or "<record>"
 
 # %% ../nbs/00_contracts.ipynb #bd6162ac
+def _not_finite(record) -> tuple | None:
+    "The path of the first NaN or infinite number in `record` (nested dicts and lists), else None."
+    todo = [((), record)]
+    while todo:
+        path, v = todo.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return path
+        if isinstance(v, dict):
+            todo += [((*path, k), x) for k, x in reversed(v.items())]
+        elif isinstance(v, list):
+            todo += [((*path, i), x) for i, x in reversed(list(enumerate(v)))]
+    return None
+
+
+def _detail(e) -> str:
+    "A schema error's message with the offending value quoted short (`cut`), at most a line."
+    msg, whole = e.message, repr(e.instance)
+    if len(whole) > 60:
+        msg = msg.replace(whole, cut(e.instance))
+    return clip(one_line(ValueError(msg)), 200)
+
+
 def validate_theme(record: dict, schema: ThemeSchema) -> dict:
-    """Check a theme record against the schema; raise `ThemeError` naming the field. Returns
-    `record`."""
+    """Check a theme record against the schema, every number finite (NaN and inf pass JSON Schema's
+    bounds); raise `ThemeError` naming the field, the bad value quoted short. Returns `record`."""
+    name = record.get("name") if isinstance(record, dict) else None
+    name = (name[:40] + ("..." if len(name) > 40 else "")) if isinstance(name, str) else "?"
+    bad = _not_finite(record)
+    if bad is not None:
+        raise ThemeError(name, _field_path(bad), "must be a finite number, not NaN or inf", schema)
     errs = sorted(
         schema.validator.iter_errors(record),
         key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
     )
     if errs:
         e = errs[0]
-        name = record.get("name", "?") if isinstance(record, dict) else "?"
-        raise ThemeError(name, _field_path(e.absolute_path), e.message, schema)
+        raise ThemeError(name, _field_path(e.absolute_path), _detail(e), schema)
     return record
 
 # %% ../nbs/00_contracts.ipynb #7221ed82

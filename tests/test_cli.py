@@ -59,7 +59,7 @@ def test_argument_errors_exit_2_with_usage(argv):
 def test_version_json_names_the_contracts():
     r = qmind("version", "--json")
     v = json.loads(r.stdout)
-    assert r.returncode == 0 and v["channel_spec"] == "0.1.1" and v["theme_schema"] == "0.1.0"
+    assert r.returncode == 0 and v["channel_spec"] == "0.1.1" and v["theme_schema"] == "0.1.1"
 
 
 def test_config_resolves_file_and_overrides():

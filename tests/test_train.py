@@ -367,7 +367,7 @@ def test_a_malformed_split_file_is_one_line_and_writes_nothing(data, tmp_path, c
         (
             "syntax.yaml",
             "name: x\n  grid: [\n",
-            "not YAML (mapping values are not allowed here at line 2)",
+            "not valid YAML at line 2, column 7: mapping values are not allowed here",
         ),
         (
             "cells.yaml",

@@ -20,7 +20,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..contracts import UserError, project_dirs
+from ..contracts import UserError, load_user_file, project_dirs
 from ..data.recipe import FOLDER_NAME, DataConfig
 from ..util import atomic_write
 
@@ -302,14 +302,8 @@ def find_config(name: str | os.PathLike, root: str | os.PathLike | None = None) 
 
 # %% ../../nbs/core/01_config.ipynb #78e2d671
 def _read_yaml(path: Path) -> dict:
-    try:
-        d = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
-        raise ConfigError(
-            f"{path}:{where} not valid YAML: {getattr(e, 'problem', None) or e}"
-        ) from None
+    "A config file's mapping, read as every file a user hands in is (`load_user_file`)."
+    d = load_user_file(path, "config file", error=ConfigError) or {}
     if not isinstance(d, dict):
         raise ConfigError(f"{path}: a config file is a YAML mapping, got {type(d).__name__}")
     return d

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..contracts import UserError, project_dirs
+from ..contracts import UserError, load_user_file, project_dirs
 from .dataset import Grid
 from ..util import atomic_write
 from ..world.grid import load_grid
@@ -530,32 +530,23 @@ def split_problem(d) -> str | None:
 def load_split(name: str, root: Path | str | None = None) -> Split:
     """Read a split by name (`sweeps/splits/<name>.yaml`) or path. A missing file names the path and
     how to make it; a file that is not a split (not YAML, another shape, a cell outside its grid) is
-    a `SplitError` naming the file and the problem."""
-    import yaml
-
+    a `SplitError` naming the file and the problem; the file is read as every file a user hands in
+    is (`load_user_file`)."""
     path = find_split(name, root)
     if not path.is_file():
         raise FileNotFoundError(
             f"split file {path} not found (make it with `qmind data split {name}`)"
         )
-    try:
-        d = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        at = getattr(e, "problem_mark", None)
-        why = (
-            "not YAML "
-            f"({getattr(e, 'problem', None) or type(e).__name__}"
-            f"{f' at line {at.line + 1}' if at else ''})"
-        )
-        d = None
-    else:
-        why = split_problem(d)
+    what = (
+        "A split is name, version, grid {theme, material, light}, and validation and test "
+        "[[t, m, l], ...] (version 1: held_out); `qmind data split NAME` writes one"
+    )
+    head = f"split file {path}"
+    refuse = lambda why: SplitError(f"{head} is not a split: {why}. {what}")
+    d = load_user_file(path, "split file", error=lambda msg: refuse(msg.removeprefix(f"{head}: ")))
+    why = split_problem(d)
     if why:
-        raise SplitError(
-            f"split file {path} is not a split: {why}. A split is name, version, grid "
-            f"{{theme, material, light}}, and validation and test [[t, m, l], ...] (version 1: "
-            f"held_out); `qmind data split NAME` writes one"
-        )
+        raise refuse(why)
     v1 = d.get("version", 1) == 1
     return Split(
         d["name"],

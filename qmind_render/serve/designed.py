@@ -16,7 +16,7 @@ from fastcore.basics import patch
 
 from ..contracts import UserError, load_theme_schema, validate_theme
 from ..core.new_themes import new_themes_line
-from .protocol import RenderItem, encode_frame
+from .protocol import MAX_STEPS, RenderItem, encode_frame
 from qmind_render.serve.renderer import (
     DEFAULT_MAX_BATCH,
     DEFAULT_STEPS,
@@ -30,11 +30,12 @@ from qmind_render.serve.renderer import (
 from ..util import save_image
 from ..viz import figure_of, joined
 from ..world.skinner import engine_frame, skin
-from ..world.themes import nearest_theme
+from ..world.grid import load_grid
+from ..world.themes import is_theme_file, nearest_theme
 
 # %% auto #0
-__all__ = ['PATTERN', 'skinner_and_model', 'write_designed', 'render_parser', 'is_theme_file', 'render_main', 'DesignExplorer',
-           'design_explorer', 'design_figure']
+__all__ = ['PATTERN', 'skinner_and_model', 'write_designed', 'render_parser', 'render_main', 'DesignExplorer', 'design_explorer',
+           'design_figure']
 
 # %% ../../nbs/serve/77_designed.ipynb #dda69367
 def skinner_and_model(
@@ -97,14 +98,12 @@ def render_parser() -> argparse.ArgumentParser:
         help="with a theme file: the model, a checkpoint or run dir (default: the shipped model)",
     )
     p.add_argument(
-        "--steps", type=int, default=None, help="with a theme file: DDIM steps (default: its own)"
+        "--steps",
+        type=int,
+        default=None,
+        help=f"with a theme file: DDIM steps, 1..{MAX_STEPS} (default: the model's own)",
     )
     return p
-
-
-def is_theme_file(value: str) -> bool:
-    "Whether a `--theme` value names a theme file (a grid theme's name has no file extension)."
-    return Path(value).suffix.lower() in (".yaml", ".yml", ".json") or Path(value).is_file()
 
 # %% ../../nbs/serve/77_designed.ipynb #4f11eb1f
 def render_main(argv: list[str] | None = None) -> int:
@@ -128,6 +127,10 @@ def render_main(argv: list[str] | None = None) -> int:
         )
     if a.frames < 1 or a.every < 1 or a.scale < 1:
         raise UserError("--frames, --every and --scale must be >= 1")
+    if a.steps is not None and not 1 <= a.steps <= MAX_STEPS:
+        raise UserError(f"--steps {a.steps}: DDIM steps are 1..{MAX_STEPS}, as qmind serve takes")
+    # refused before the model loads and anything is written
+    load_grid().lighting(a.lighting)
     served = with_designed(load_served(a.checkpoint), load_designed(files))
     mats = None if a.materials is None else [int(m) for m in a.materials.split(",")]
     episode = render_episode(a.seed, a.frames, mats)

@@ -31,6 +31,7 @@ from qmind_render.core.config import (
     load_config,
     save_config,
 )
+from ..contracts import load_user_file
 from ..util import atomic_write, process_pool
 
 # %% auto #0
@@ -52,8 +53,9 @@ def _short(key: str, v) -> str:
 def load_sweep(sweep: str | Path | dict) -> dict:
     """A sweep file (or dict) checked: `base`, `grid` (key -> non-empty list), optional `overrides`,
     `arms` (name -> a list of key=value: one arm, crossed with the grid, changes what its list
-    says) and `name` (default: file stem)."""
-    d = dict(sweep) if isinstance(sweep, dict) else yaml.safe_load(Path(sweep).read_text())
+    says) and `name` (default: file stem). The file is read as every file a user hands in is
+    (`load_user_file`)."""
+    d = dict(sweep) if isinstance(sweep, dict) else load_user_file(sweep, "sweep file")
     src = "the given dict" if isinstance(sweep, dict) else str(sweep)
     if not isinstance(d, dict) or "base" not in d:
         raise ValueError(f"{src}: a sweep needs `base:` (an experiment name or path)")

@@ -147,10 +147,13 @@ def render_main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     try:
+        grid = load_grid()
+        # names checked before anything is written: a refusal leaves --out as it was
+        th, li = (
+            (grid.theme(a.theme), grid.lighting(a.lighting)) if a.theme is not None else [None] * 2
+        )
         n = write_episode(a)
         if a.theme is not None:
-            grid = load_grid()
-            th, li = grid.theme(a.theme), grid.lighting(a.lighting)
             mats = None if a.materials is None else [int(m) for m in a.materials.split(",")]
             # same frames as the strips, same numbers
             for i, f in enumerate(render_episode(a.seed, a.frames, mats)):

@@ -7,7 +7,7 @@ Docs: https://qmind.github.io/qmind-render/world/themes.html.md"""
 # %% ../../nbs/world/16_themes.ipynb #t16a0004
 from __future__ import annotations
 
-import json
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -18,15 +18,16 @@ import yaml
 from qmind_render.contracts import (
     UserError,
     load_theme_schema,
+    load_user_file,
     theme_vector,
     validate_theme,
 )
 from .grid import FactorGrid, load_grid
 
 # %% auto #0
-__all__ = ['TRAIN_SEED', 'NEW_SEED', 'VALIDATION_SEED', 'THEMES_RULE', 'random_theme', 'random_themes', 'n_random',
-           'random_percent', 'with_themes', 'recipe_grid', 'ThemeFileError', 'load_theme', 'save_theme',
-           'nearest_theme']
+__all__ = ['TRAIN_SEED', 'NEW_SEED', 'VALIDATION_SEED', 'THEMES_RULE', 'THEME_FILE_BYTES', 'random_theme', 'random_themes',
+           'n_random', 'random_percent', 'with_themes', 'recipe_grid', 'ThemeFileError', 'load_theme', 'is_theme_file',
+           'check_theme_files', 'save_theme', 'nearest_theme']
 
 # %% ../../nbs/world/16_themes.ipynb #t16a0007
 TRAIN_SEED = 0  # the random themes of `grid+random:N` datasets
@@ -109,8 +110,12 @@ def random_percent(themes: str) -> int | None:
 
 
 def with_themes(grid: FactorGrid, themes) -> FactorGrid:
-    """`grid` with `themes` appended (their ids follow the grid's); a name the grid already has is
-    refused."""
+    """`grid` with `themes` appended (their ids follow the grid's), each checked against the theme
+    schema first, so nothing paints or renders a value the schema refuses; a name the grid already
+    has is refused."""
+    schema = load_theme_schema()
+    for t in themes:
+        validate_theme(t, schema)
     clash = sorted(set(grid.theme_names) & {t["name"] for t in themes})
     if clash:
         raise UserError(
@@ -130,20 +135,18 @@ class ThemeFileError(UserError, ValueError):
     "A theme file that cannot be used: unreadable, not one record, or against the theme schema."
 
 
+THEME_FILE_BYTES = 64 << 10  # a theme record is about 1 KB
+
+
 def load_theme(path: str | Path, grid: FactorGrid | None = None) -> dict:
-    """The theme record in file `path` (YAML or JSON), checked against the theme schema and against
-    `grid`'s theme names (default: the grid file's)."""
+    """The theme record in file `path` (YAML or JSON, read by `load_user_file`: a regular file of at
+    most `THEME_FILE_BYTES`, no aliases), checked against the theme schema and against `grid`'s
+    theme names (default: the grid file's)."""
     path = Path(path)
     fix = "a theme file holds one record: name, palette, pattern (contracts/theme_schema.yaml)"
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ThemeFileError(f"theme file {path}: cannot read it ({e.strerror}); {fix}") from None
-    try:
-        record = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except ValueError as e:
-        why = str(e).splitlines()[0]
-        raise ThemeFileError(f"theme file {path}: not YAML/JSON ({why}); {fix}") from None
+    record = load_user_file(
+        path, "theme file", THEME_FILE_BYTES, lambda msg: ThemeFileError(f"{msg}; {fix}")
+    )
     if not isinstance(record, dict):
         raise ThemeFileError(
             f"theme file {path}: holds a {type(record).__name__}, not a record; {fix}"
@@ -159,6 +162,24 @@ def load_theme(path: str | Path, grid: FactorGrid | None = None) -> dict:
             f"({', '.join(grid.theme_names)}); give the designed theme a name of its own"
         )
     return record
+
+
+def is_theme_file(value: str) -> bool:
+    """Whether a `--theme` value names a theme file: a `.yaml`, `.yml` or `.json` name, a path (a
+    grid theme's name or id holds no `/`), or a file that exists."""
+    p = Path(value)
+    return p.suffix.lower() in (".yaml", ".yml", ".json") or os.sep in value or p.exists()
+
+
+def check_theme_files(argv: list[str]) -> None:
+    """Refuse, in one line, a theme file that `--theme FILE` (or `--theme=FILE`) in `argv` names and
+    `load_theme` refuses: what `qmind render` and `qmind serve` check before their slow imports
+    (torch, the model), so a bad file is refused in about a second. They check again after."""
+    given = [b for a, b in zip(argv, argv[1:]) if a == "--theme"]
+    given += [a.partition("=")[2] for a in argv if a.startswith("--theme=")]
+    for value in given:
+        if is_theme_file(value):
+            load_theme(value)
 
 
 def save_theme(record: dict, path: str | Path) -> Path:
