@@ -24,6 +24,7 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
+from ..contracts import clip, load_theme_schema, one_line, validate_theme
 from ..core.new_themes import new_themes_line
 from .batcher import Metrics, MicroBatcher, model_thread
 from qmind_render.serve.protocol import (
@@ -346,6 +347,9 @@ async def _render(request: Request, st: _State) -> Response:
         # Ctrl-C mid-render
         except asyncio.CancelledError:
             return error_response(RequestError("server", "shutting down", 503))
+        # the model or the skinner failed on this frame: one line in the log, a 500 that says so
+        except Exception as e:
+            return error_response(RequestError("server", _failed("render", st, e), 500))
     finally:
         st.renders -= 1
     data, mime = encode_frame(frame, asked[1])
@@ -369,6 +373,14 @@ async def _close(ws, code: int, reason: str):
         await ws.close(code, close_reason(reason))
     except Exception:
         pass  # the client may already be gone
+
+
+def _failed(what: str, st: _State, e: Exception) -> str:
+    """Log a frame that could not be made (`what`: render or play) as one line, count it, and say
+    so in words a client can be given."""
+    st.metrics.count(f"{what} failed")
+    _logger.error("a /%s frame failed: %s: %s", what, type(e).__name__, clip(one_line(e)))
+    return f"the frame could not be rendered ({type(e).__name__}); the server's log says why"
 
 # %% ../../nbs/serve/74_app.ipynb #b9818d4e
 _PAINTER: ThreadPoolExecutor | None = None
@@ -449,13 +461,18 @@ async def _play(ws, st: _State):
                 return await _close(
                     ws, e.status if e.status >= 1000 else 1007, f"{e.where}: {e.msg}"
                 )
-            item, timings = session.advance(change, sv.spec)
-            t1 = time.perf_counter()
-            # the truth and the channel strip are painted on another thread while the model renders
-            painted = loop.run_in_executor(_painter(), session.images, item, sv.grid)
-            frame, batch = await st.batcher.submit(item, interactive=True)
-            timings.update(model_ms=(time.perf_counter() - t1) * 1e3, batch=batch)
-            images, more = await painted
+            try:
+                item, timings = session.advance(change, sv.spec)
+                t1 = time.perf_counter()
+                # the truth and the channel strip are painted on another thread while the model
+                # renders
+                painted = loop.run_in_executor(_painter(), session.images, item, sv.grid)
+                frame, batch = await st.batcher.submit(item, interactive=True)
+                timings.update(model_ms=(time.perf_counter() - t1) * 1e3, batch=batch)
+                images, more = await painted
+            # a frame that cannot be made ends the session with a reason, not a dropped connection
+            except Exception as e:
+                return await _close(ws, 1011, _failed("play", st, e))
             timings.update(more)
             timings["total_ms"] = (time.perf_counter() - t0) * 1e3
             await ws.send_text(session.frame_message(frame, images, timings))
@@ -529,7 +546,11 @@ def create_app(
     `/healthz`, `/metrics`, `POST /render`, `WebSocket /play`; logs `ready` once warm.
     `warm_first=False` (what `qmind serve` does): it answers while the backend is chosen, `/healthz`
     says "warming" (503), `/render` is a 503 with Retry-After, `/play` sessions wait; `on_fail()` is
-    called if the model does not start."""
+    called if the model does not start. Every theme of `served.grid` is checked against the theme
+    schema first (`ThemeError` naming the field)."""
+    # every theme checked: the server never renders from a value the theme schema refuses
+    for theme in served.grid.themes:
+        validate_theme(theme, load_theme_schema())
     st = _State(served, settings or ServeSettings())
     app = FastAPI(
         title="qmind-render",
