@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import re
 import secrets
 import shutil
 import statistics
@@ -21,12 +22,37 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['atomic_write', 'save_figure', 'save_image', 'atomic_dir', 'mp_context', 'process_pool', 'pool_map', 'format_cell',
-           'format_table', 'device_sync', 'median_time', 'interleaved', 'cpu_name']
+__all__ = ['stale_temps', 'atomic_write', 'save_figure', 'save_image', 'atomic_dir', 'mp_context', 'process_pool', 'pool_map',
+           'format_cell', 'format_table', 'device_sync', 'median_time', 'interleaved', 'cpu_name']
 
 # %% ../nbs/00_util.ipynb #9587c151
 def _temp_name(path: Path, suffix: str) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
+
+
+def _alive(pid: int) -> bool:
+    "Whether process `pid` runs (another user's counts; this one does not: it is not writing now)."
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_temps(folder: str | os.PathLike, name: str, suffix: str = ".tmp") -> list[Path]:
+    """The temporary files `atomic_write` left in `folder` for targets whose name matches the regex
+    `name` (`[0-9]{7}\\.pt`), written by a process that no longer runs: what a write killed mid-way
+    (`SIGKILL`, a power cut) leaves. A live writer's file and anything else are not listed."""
+    pat = re.compile(rf"\.({name})\.(\d+)\.[0-9a-f]{{8}}{re.escape(suffix)}")
+    folder = Path(folder)
+    found = (
+        [(p, pat.fullmatch(p.name)) for p in sorted(folder.iterdir())] if folder.is_dir() else []
+    )
+    return [p for p, m in found if m and not _alive(int(m.group(2)))]
 
 # %% ../nbs/00_util.ipynb #ac70ffc4
 def atomic_write(

@@ -24,7 +24,7 @@ from ..contracts import UserError, check_spec_version, contract_versions
 from .diffusion import Diffusion
 from .encodings import model_config
 from .model import ConditionalUNet, build_model
-from ..util import atomic_write
+from ..util import atomic_write, stale_temps
 from ..world.themes import recipe_grid
 
 # %% auto #0
@@ -344,7 +344,12 @@ def pick_resume(
     run_dir: str | Path, resume: str, set_aside: bool = True
 ) -> tuple[Path, dict] | None:
     """The (path, checkpoint) `train.resume` asks for, read and verified; `latest` falls back past
-    corrupt files; None: start afresh."""
+    corrupt files; None: start afresh. With `set_aside` (one process of a job), the temporary
+    files of checkpoint writes killed mid-way (`stale_temps`) are removed first: the run's own,
+    nothing else."""
+    if set_aside:
+        for p in stale_temps(Path(run_dir) / "checkpoints", r"[0-9]{7}\.pt"):
+            p.unlink(missing_ok=True)
     if resume == "latest":
         return newest_good(run_dir, set_aside)
     path = resume_from(run_dir, resume)
