@@ -42,7 +42,8 @@ from .renderer import WARM_STEPS, Renderer, Served, make_net, pick_backend
 from .settings import AccessGuard, ServeSettings
 
 # %% auto #0
-__all__ = ['PAGE_FILES', 'HTTP_METHODS', 'PlaySession', 'page_file', 'play_page', 'create_app']
+__all__ = ['PAGE_FILES', 'HTTP_METHODS', 'PlaySession', 'page_file', 'play_page', 'ClientBytesFilter', 'quiet_client_errors',
+           'create_app']
 
 # %% ../../nbs/serve/74_app.ipynb #95efc933
 def _b64(a: np.ndarray) -> str:
@@ -227,6 +228,26 @@ class _State:
             # not the machine's addresses
             "settings": {k: v for k, v in asdict(s).items() if k not in ("hosts", "allow_hosts")},
         }
+
+# %% ../../nbs/serve/74_app.ipynb #d0c1db3d
+class ClientBytesFilter(logging.Filter):
+    """uvicorn's log of a client's bad bytes as one line: a WebSocket text frame that is not UTF-8
+    is closed with 1007 and logged by uvicorn with a traceback (a `UnicodeDecodeError`: the client's
+    fault, not the server's); this keeps the line and drops the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        e = record.exc_info[1] if record.exc_info else None
+        if isinstance(e, UnicodeDecodeError):
+            record.msg = f"{record.getMessage()} ({clip(one_line(e))}); the client got 1007"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
+def quiet_client_errors(logger: str = "uvicorn.error") -> None:
+    "Put `ClientBytesFilter` on uvicorn's error log once: one line per refused client."
+    log = logging.getLogger(logger)
+    if not any(isinstance(f, ClientBytesFilter) for f in log.filters):
+        log.addFilter(ClientBytesFilter())
 
 # %% ../../nbs/serve/74_app.ipynb #5e7310fd
 async def _read_body(request, limit: int) -> bytes:
@@ -552,6 +573,7 @@ def create_app(
     for theme in served.grid.themes:
         validate_theme(theme, load_theme_schema())
     st = _State(served, settings or ServeSettings())
+    quiet_client_errors()
     app = FastAPI(
         title="qmind-render",
         lifespan=_lifespan(st, log, ready, warm_first, on_fail),
