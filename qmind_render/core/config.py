@@ -8,6 +8,7 @@ Docs: https://qmind.github.io/qmind-render/core/config.html.md"""
 from __future__ import annotations
 
 import difflib
+import math
 import operator
 import os
 import re
@@ -20,15 +21,23 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..contracts import UserError, load_user_file, project_dirs
+from qmind_render.contracts import (
+    MAX_NESTING,
+    UserError,
+    clip,
+    load_user_file,
+    one_line,
+    project_dirs,
+)
 from ..data.recipe import FOLDER_NAME, DataConfig
 from ..util import atomic_write
 
 # %% auto #0
-__all__ = ['DEVICE', 'E', 'RULES', 'ADDED_KEYS', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule', 'Loss',
-           'Tracker', 'NonFinite', 'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig', 'ConfigError',
-           'as_choice', 'find_config', 'config_fields', 'field_rule', 'check_config', 'load_config', 'config_to_dict',
-           'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args', 'config_main']
+__all__ = ['DEVICE', 'E', 'MAX_OVERRIDE', 'RULES', 'ADDED_KEYS', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule',
+           'Loss', 'Tracker', 'NonFinite', 'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig',
+           'ConfigError', 'as_choice', 'find_config', 'config_fields', 'field_rule', 'check_config', 'load_config',
+           'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args',
+           'config_main']
 
 # %% ../../nbs/core/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -316,13 +325,35 @@ def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
         raise _explain(e, source) from None
 
 # %% ../../nbs/core/01_config.ipynb #91e7c5d0
+MAX_OVERRIDE = 1000  # characters: longer is no key=value a person types
+
+
+def _nesting(text: str) -> int:
+    "How deep brackets and braces (`[`, `{`, `${`) nest in `text`, at the deepest."
+    depth = deepest = 0
+    for ch in text:
+        depth += (ch in "[{") - (ch in "]}")
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def _override(cfg: DictConfig, item: str) -> DictConfig:
+    """`cfg` with `key=value` override `item` merged in; an item too long, nested too deep (the
+    parsers recurse) or unparseable is a `ConfigError` quoting it short."""
+    if len(item) > MAX_OVERRIDE or _nesting(item) > MAX_NESTING:
+        raise ConfigError(
+            f"override {clip(item, 40)!r}: more than {MAX_OVERRIDE} characters or nested more "
+            f"than {MAX_NESTING} deep; an override is key=value (e.g. train.lr=1e-4)"
+        )
     if "=" not in item or item.startswith("="):
         raise ConfigError(f"override '{item}' is not key=value (e.g. train.lr=1e-4)")
     try:
         dot = OmegaConf.from_dotlist([item])
     except OmegaConfBaseException as e:
         raise ConfigError(f"override '{item}' could not be parsed: {e.msg}") from None
+    # PyYAML's errors are no ValueError: its parser reads the value
+    except (yaml.YAMLError, ValueError) as e:
+        raise ConfigError(f"override '{item}' could not be parsed: {clip(one_line(e))}") from None
     return _merge(cfg, dot, f"override '{item}'")
 
 # %% ../../nbs/core/01_config.ipynb #391b0b01
@@ -354,7 +385,11 @@ def field_rule(meta) -> tuple | None:
     b = {k: meta[k] for k in _BOUNDS if k in meta}
     if not b:
         return None
-    ok = lambda v: all(_BOUNDS[k][0](v, n) for k, n in b.items())
+    # inf passes a lower bound, NaN fails every bound: both refused as not finite
+    ok = lambda v: (
+        (not isinstance(v, float) or math.isfinite(v))
+        and all(_BOUNDS[k][0](v, n) for k, n in b.items())
+    )
     if len(b) == 1:
         ((k, n),) = b.items()
         return ok, f"must be {_BOUNDS[k][1]} {n}"
@@ -379,8 +414,8 @@ def check_config(cfg: DictConfig) -> DictConfig:
         if not items or not all(ok(x) for x in items):
             shown = OmegaConf.to_container(v) if isinstance(v, ListConfig) else v
             raise ConfigError(
-                f"bad value for '{key}': {shown!r} {need} (set it in the config file or "
-                f"as {key}=...)"
+                f"bad value for '{key}': {clip(repr(shown), 60)} {need} (set it in the config "
+                f"file or as {key}=...)"
             )
     if cfg.data.themes != "grid" and cfg.model.theme_enc == ThemeEnc.id:
         raise ConfigError(
