@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from qmind_render.core.checkpoint import (
+    SHIPPED,
     CheckpointError,
     find_checkpoint,
     load_checkpoint,
@@ -105,9 +106,10 @@ class ServeError(UserError, ValueError):
 # %% ../../nbs/serve/71_renderer.ipynb #228236d6
 def load_served(checkpoint: str | Path | None = None, device: str = "cpu") -> Served:
     """The EMA model of a checkpoint file or a run dir's latest checkpoint; None: the model that
-    ships with the package."""
-    if checkpoint is None:
-        return _shipped_served(device)
+    ships with the package; a name in `SHIPPED` (`shipped`, `diffusion`, ...): that packaged
+    model."""
+    if checkpoint is None or str(checkpoint) in SHIPPED:
+        return _shipped_served(device, str(checkpoint or "shipped"))
 
     try:
         # sealed, weights_only
@@ -137,14 +139,15 @@ def find_run_eval(path: Path) -> EvalResult | None:
     return ev if ev and Path(ev.checkpoint or "").name == Path(path).name else None
 
 # %% ../../nbs/serve/71_renderer.ipynb #e63c1e72
-def _shipped_served(device: str = "cpu") -> Served:
+def _shipped_served(device: str = "cpu", name: str = "shipped") -> Served:
     # sealed there; versions checked by load_model
+    path = shipped_path(name)
     try:
-        blob = read_shipped()
+        blob = read_shipped(path)
     except FileNotFoundError as e:
         raise ServeError(f"{e}; or serve a run you trained: --checkpoint runs/quickstart") from None
     cfg = config_from_dict(blob["config"])
-    what = f"the shipped model {shipped_path()}"
+    what = f"the shipped model {path}"
     model, diffusion = load_model(blob, device=device, what=what, trained=cfg)
     about = {k: v for k, v in blob.items() if k != "ema"}
     return Served(
@@ -152,7 +155,8 @@ def _shipped_served(device: str = "cpu") -> Served:
         diffusion,
         cfg,
         load_grid(),
-        f"shipped:{cfg.model.size}",
+        # the default's name; another packaged model is named by its file (new_themes' figures)
+        f"shipped:{cfg.model.size}" if name == "shipped" else str(path),
         int(about["step"]),
         about,
     )

@@ -132,9 +132,7 @@ def bench_serve(
     if checkpoint is None:
         served = on_model_thread(random_served, size, device=device, patch=patch)
     else:
-        served = on_model_thread(
-            load_served, None if checkpoint == "shipped" else checkpoint, device=device
-        )
+        served = on_model_thread(load_served, checkpoint, device=device)
     m = served.about.get("metrics", {})
     # stdout is the result (--json)
     log = lambda m: print(m, file=sys.stderr)

@@ -195,8 +195,8 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--checkpoint",
         default=None,
-        help="a checkpoint file or a run dir (its latest checkpoint), e.g. runs/quickstart "
-        "(default: the model that ships with the package)",
+        help="a checkpoint file or a run dir (its latest checkpoint), e.g. runs/quickstart, or "
+        "a model the package ships, by name (shipped, diffusion; default: shipped)",
     )
     p.add_argument(
         "--theme",
