@@ -323,6 +323,12 @@ def _merge(cfg: DictConfig, other: Any, source: str) -> DictConfig:
         return OmegaConf.merge(cfg, other)
     except OmegaConfBaseException as e:
         raise _explain(e, source) from None
+    # OmegaConf's own: a mapping where a list goes, or the reverse (`eval.ddim_steps={}`)
+    except TypeError as e:
+        raise ConfigError(
+            f"bad value in {source}: {clip(one_line(e))} (a mapping where a list goes, or a list "
+            "where a mapping goes)"
+        ) from None
 
 # %% ../../nbs/core/01_config.ipynb #91e7c5d0
 MAX_OVERRIDE = 1000  # characters: longer is no key=value a person types
