@@ -3,6 +3,7 @@ tools/collect_results.py reads from the eval.json and config.yaml beside it, the
 quickstart config is the one measured there, each committed sweep's report is what its runs'
 eval.json give, and the results chapter shows those numbers."""
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -20,7 +21,6 @@ from qmind_render.sweeps.cost import sweep_cost  # noqa: E402
 from qmind_render.sweeps.sweep import expand_sweep  # noqa: E402
 from qmind_render.sweeps.sweep_report import (  # noqa: E402
     arms_table,
-    committed_groups,
     coverage_table,
     group_table,
     headline_runs,
@@ -30,12 +30,30 @@ from qmind_render.sweeps.sweep_report import (  # noqa: E402
     paths_table,
     pooled,
     result_table,
-    run_row,
     separation_table,
     steps_table,
     switches,
 )
 from qmind_render.util import format_table  # noqa: E402
+from qmind_render.sweeps import sweep_report  # noqa: E402
+
+# A committed run's row and a committed sweep's groups are read from files no test writes: each is
+# read once for this module (several tests compare the same runs; each read parses the run's
+# eval.json and bootstraps its intervals). Tests only read what these return.
+run_row = functools.cache(sweep_report.run_row)
+
+
+@functools.cache
+def _groups(d: Path, sweep_root: Path):
+    return sweep_report.committed_groups(d, sweep_root=sweep_root)
+
+
+def committed_groups(d: Path, key=None, sweep_root: Path = ROOT):
+    "sweep_report.committed_groups, read once per sweep where grouped by arm (no `key`)."
+    if key is None:
+        return _groups(d, sweep_root)
+    return sweep_report.committed_groups(d, key=key, sweep_root=sweep_root)
+
 
 SWEEPS = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.yaml"))
 
