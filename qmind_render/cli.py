@@ -18,15 +18,16 @@ from typing import Callable, NamedTuple
 from .contracts import guarded, strip_debug
 
 # %% auto #0
-__all__ = ['COMMANDS', 'BENCHES', 'Command', 'load_target', 'main', 'versions', 'version_main', 'machine', 'bench_main']
+__all__ = ['HANDED_IN', 'COMMANDS', 'BENCHES', 'Command', 'load_target', 'main', 'versions', 'version_main', 'machine',
+           'bench_main']
 
 # %% ../nbs/90_cli.ipynb #b18915f0
 class Command(NamedTuple):
     target: str  # "module:function"; the function takes argv (list[str]) and returns an exit code
     help: str
-    # "module:function" of a quick check of argv, run before `target` is imported (torch): the
-    # files a user hands in, refused in a second
-    check: str | None = None
+    # "module:function"s that check argv before `target` is imported (torch): the files and
+    # values a user hands in, refused in a second
+    checks: tuple[str, ...] = ()
 
     @property
     def wing(self) -> str:
@@ -34,6 +35,12 @@ class Command(NamedTuple):
         parts = self.target.partition(":")[0].split(".")
         return parts[1] if len(parts) > 2 else "root"
 
+
+# what `qmind render` and `qmind serve` are handed: theme files, a step count
+HANDED_IN = (
+    "qmind_render.world.themes:check_theme_files",
+    "qmind_render.serve.protocol:check_steps",
+)
 
 COMMANDS: dict[str, Command] = {
     "version": Command(
@@ -47,7 +54,7 @@ COMMANDS: dict[str, Command] = {
         "qmind_render.serve.designed:render_main",
         "write an episode's channels, map and skinned frames as PNGs; with --theme FILE, a theme "
         "you designed painted by the skinner and by a trained model, side by side",
-        "qmind_render.world.themes:check_theme_files",
+        HANDED_IN,
     ),
     "data": Command(
         "qmind_render.data.data_cli:data_main",
@@ -69,7 +76,7 @@ COMMANDS: dict[str, Command] = {
         "qmind_render.serve.server:serve_main",
         "serve a checkpoint (default: the shipped model): POST /render, WebSocket /play, "
         "the playable page at /",
-        "qmind_render.world.themes:check_theme_files",
+        HANDED_IN,
     ),
     "themes": Command(
         "qmind_render.core.new_themes:themes_main",
@@ -159,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     c = COMMANDS[cmd]
 
     def run():
-        if c.check:
-            load_target(c.check)(argv[1:])
+        for check in c.checks:
+            load_target(check)(argv[1:])
         return load_target(c.target)(argv[1:])
 
     return guarded(f"qmind {cmd}", run)

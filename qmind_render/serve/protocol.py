@@ -13,15 +13,18 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from fastapi.responses import Response
 
 from ..contracts import UserError, ChannelError, ChannelSpec, validate
 
+if TYPE_CHECKING:  # the web stack is imported where a response is made (`error_response`)
+    from fastapi.responses import Response
+
 # %% auto #0
-__all__ = ['MAX_STEPS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'DIGITS', 'RequestError', 'RenderItem', 'factor_id', 'int_field',
-           'render_item', 'error_response', 'close_reason', 'parse_json', 'encode_array', 'decode_array',
+__all__ = ['MAX_STEPS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'DIGITS', 'RequestError', 'RenderItem', 'check_steps', 'factor_id',
+           'int_field', 'render_item', 'error_response', 'close_reason', 'parse_json', 'encode_array', 'decode_array',
            'render_request', 'parse_render', 'encode_frame', 'parse_play_message', 'parse_play_query']
 
 # %% ../../nbs/serve/70_protocol.ipynb #6d17f3c7
@@ -49,6 +52,21 @@ class RenderItem:
 
 # %% ../../nbs/serve/70_protocol.ipynb #d0fbe376
 MAX_STEPS = 16  # per request; more is never interactive and lets one client occupy the server
+
+
+def check_steps(argv: list[str]) -> None:
+    """Refuse `--steps K` (or `--steps=K`) in `argv` outside 1..`MAX_STEPS`, in one line: what
+    `qmind render` and `qmind serve` check before their slow imports (torch), so both take the
+    same steps."""
+    given = [b for a, b in zip(argv, argv[1:]) if a == "--steps"]
+    given += [a.partition("=")[2] for a in argv if a.startswith("--steps=")]
+    for v in given:
+        try:
+            k = int(v)
+        except ValueError:
+            continue  # not a number: the command's own parser says so
+        if not 1 <= k <= MAX_STEPS:
+            raise UserError(f"--steps {k}: DDIM steps are an integer in 1..{MAX_STEPS}")
 
 
 def factor_id(names: list[str], key, what: str) -> int:
@@ -103,6 +121,9 @@ def render_item(
 # %% ../../nbs/serve/70_protocol.ipynb #6925717d
 def error_response(e: RequestError, retry_after: int | None = None) -> Response:
     "`{error, where}` as JSON, ASCII-escaped: a response that cannot fail to encode."
+    # imported here: `check_steps` runs before the web stack is imported
+    from fastapi.responses import Response
+
     return Response(
         json.dumps({"error": e.msg, "where": e.where}),
         e.status,
