@@ -252,7 +252,7 @@ def test_the_issues_reproducers_are_one_line_and_exit_2(tmp_path):
         else:
             rc, err = run_main(argv)
         said = (
-            "--steps 0: DDIM steps are an integer in 1..16"
+            "--steps: steps must be an integer in 1..16, got 0"
             if "--steps=0" in args
             else "theme file "
         )
@@ -273,7 +273,7 @@ def test_render_steps_and_an_unknown_theme_are_refused_before_anything_is_writte
         rc, err = run_main(["render", "--out", str(out), "--frames", "2", *argv])
         assert rc == 2 and err.count("\n") == 1, err
         assert not out.exists(), (argv, sorted(out.rglob("*")))
-    assert "--steps 1000: DDIM steps are an integer in 1..16" in err
+    assert "--steps: steps must be an integer in 1..16, got 1000" in err
 
 
 def test_a_checkpoint_write_killed_mid_way_is_cleared_when_the_run_resumes(tmp_path):

@@ -128,7 +128,7 @@ def render_main(argv: list[str] | None = None) -> int:
     if a.frames < 1 or a.every < 1 or a.scale < 1:
         raise UserError("--frames, --every and --scale must be >= 1")
     if a.steps is not None and not 1 <= a.steps <= MAX_STEPS:
-        raise UserError(f"--steps {a.steps}: DDIM steps are an integer in 1..{MAX_STEPS}")
+        raise UserError(f"--steps: steps must be an integer in 1..{MAX_STEPS}, got {a.steps}")
     # refused before the model loads and anything is written
     load_grid().lighting(a.lighting)
     served = with_designed(load_served(a.checkpoint), load_designed(files))

@@ -66,7 +66,7 @@ def check_steps(argv: list[str]) -> None:
         except ValueError:
             continue  # not a number: the command's own parser says so
         if not 1 <= k <= MAX_STEPS:
-            raise UserError(f"--steps {k}: DDIM steps are an integer in 1..{MAX_STEPS}")
+            raise UserError(f"--steps: steps must be an integer in 1..{MAX_STEPS}, got {k}")
 
 
 def factor_id(names: list[str], key, what: str) -> int:
