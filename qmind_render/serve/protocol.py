@@ -13,14 +13,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..contracts import UserError, ChannelError, ChannelSpec, validate
-
-if TYPE_CHECKING:  # the web stack is imported where a response is made (`error_response`)
-    from fastapi.responses import Response
 
 # %% auto #0
 __all__ = ['MAX_STEPS', 'MAX_JSON_DEPTH', 'WIRE_DTYPES', 'DIGITS', 'RequestError', 'RenderItem', 'check_steps', 'factor_id',
@@ -119,8 +115,9 @@ def render_item(
     )
 
 # %% ../../nbs/serve/70_protocol.ipynb #6925717d
-def error_response(e: RequestError, retry_after: int | None = None) -> Response:
-    "`{error, where}` as JSON, ASCII-escaped: a response that cannot fail to encode."
+def error_response(e: RequestError, retry_after: int | None = None):
+    """`{error, where}` as JSON, ASCII-escaped: a FastAPI `Response` that cannot fail to encode (not
+    annotated: the web stack is imported here, not with the module, and the docs resolve hints)."""
     # imported here: `check_steps` runs before the web stack is imported
     from fastapi.responses import Response
 
