@@ -32,6 +32,7 @@ from qmind_render.serve.renderer import (
 )
 from .server import ServerThread
 from .settings import ServeSettings
+from ..core.eval_result import summary_headline, summary_psnr
 from ..core.temporal import pooled_error, reprojection
 
 # %% auto #0
@@ -142,7 +143,7 @@ def bench_serve(
         "size": served.model.size_name,
         "patch": served.cfg.model.patch,
         # the headline: the test cells at the step count validation chose
-        "test_psnr": m.get("test", {}).get(f"ddim_{m.get('headline_steps')}"),
+        "test_psnr": summary_psnr(m, "test").get(summary_headline(m)) if m else None,
         "device": device,
         "threads": torch.get_num_threads(),
         **on_model_thread(time_backends, served, nets),
