@@ -12,7 +12,6 @@ import base64
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -404,18 +403,6 @@ def _failed(what: str, st: _State, e: Exception) -> str:
     return f"the frame could not be rendered ({type(e).__name__}); the server's log says why"
 
 # %% ../../nbs/serve/74_app.ipynb #b9818d4e
-_PAINTER: ThreadPoolExecutor | None = None
-
-
-def _painter() -> ThreadPoolExecutor:
-    """The thread that paints each frame's ground truth and channel strip (numpy, no torch) while
-    the model thread renders: off the event loop, and off a player's critical path."""
-    global _PAINTER
-    if _PAINTER is None:
-        _PAINTER = ThreadPoolExecutor(1, thread_name_prefix="qmind-paint")
-    return _PAINTER
-
-
 async def _play(ws, st: _State):
     from starlette.websockets import WebSocketDisconnect
 
@@ -485,9 +472,9 @@ async def _play(ws, st: _State):
             try:
                 item, timings = session.advance(change, sv.spec)
                 t1 = time.perf_counter()
-                # the truth and the channel strip are painted on another thread while the model
-                # renders
-                painted = loop.run_in_executor(_painter(), session.images, item, sv.grid)
+                # the truth and the channel strip (numpy, no torch) are painted on the loop's
+                # default executor while the model thread renders
+                painted = loop.run_in_executor(None, session.images, item, sv.grid)
                 frame, batch = await st.batcher.submit(item, interactive=True)
                 timings.update(model_ms=(time.perf_counter() - t1) * 1e3, batch=batch)
                 images, more = await painted
@@ -570,8 +557,9 @@ def create_app(
     called if the model does not start. Every theme of `served.grid` is checked against the theme
     schema first (`ThemeError` naming the field)."""
     # every theme checked: the server never renders from a value the theme schema refuses
+    schema = load_theme_schema()
     for theme in served.grid.themes:
-        validate_theme(theme, load_theme_schema())
+        validate_theme(theme, schema)
     st = _State(served, settings or ServeSettings())
     quiet_client_errors()
     app = FastAPI(

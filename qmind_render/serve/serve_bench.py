@@ -143,7 +143,7 @@ def bench_serve(
         "size": served.model.size_name,
         "patch": served.cfg.model.patch,
         # the headline: the test cells at the step count validation chose
-        "test_psnr": summary_psnr(m, "test").get(summary_headline(m)) if m else None,
+        "test_psnr": summary_psnr(m, "test").get(summary_headline(m)),
         "device": device,
         "threads": torch.get_num_threads(),
         **on_model_thread(time_backends, served, nets),
