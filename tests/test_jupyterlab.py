@@ -204,3 +204,107 @@ def test_a_widget_renders_in_a_notebook(lab, tmp_path):
         finally:
             browser.close()
     assert not off_host, f"JupyterLab requested addresses off this machine: {off_host[:5]}"
+
+
+def _notebook(source: str) -> str:
+    "A one-cell notebook holding `source`, as JSON."
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": "c",
+        "metadata": {},
+        "outputs": [],
+        "source": source,
+    }
+    kernel = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb = {"cells": [cell], "metadata": {"kernelspec": kernel}, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(nb)
+
+
+# the pixels an <img> shows (not its src: an ipywidgets Image gets a new blob: URL on every update,
+# the same picture or not)
+PIXELS = """img => {
+  const c = document.createElement("canvas");
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  c.getContext("2d").drawImage(img, 0, 0);
+  return c.toDataURL();
+}"""
+
+
+def _drawn(page, timeout=180_000):
+    "The pixels of the first picture in the notebook's output, once one has loaded."
+    img = page.wait_for_selector(".jp-OutputArea img", timeout=timeout)
+    page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=img, timeout=timeout)
+    return img.evaluate(PIXELS)
+
+
+def _redrawn(page, before, timeout=120_000):
+    "The pixels of the output's picture once they differ from `before`."
+    page.wait_for_function(
+        f"prev => {{ const i = document.querySelector('.jp-OutputArea img');"
+        f" return i && i.complete && i.naturalWidth > 0 && ({PIXELS})(i) !== prev; }}",
+        arg=before,
+        timeout=timeout,
+    )
+    return page.locator(".jp-OutputArea img").first.evaluate(PIXELS)
+
+
+def _widget_draws_and_redraws(lab, tmp_path, name, source, move):
+    """Open a notebook whose one cell is `source` in JupyterLab in headless Chromium, run it, see a
+    picture in its output, `move(page)` a control, and see the picture change."""
+    from playwright.sync_api import sync_playwright
+
+    url, token, work = lab
+    (work / f"{name}.ipynb").write_text(_notebook(source))
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            # a workspace of its own, reset: only this notebook open, whichever test ran before
+            where = f"{url}/lab/workspaces/{name}/tree/{name}.ipynb"
+            page.goto(f"{where}?token={token}&reset", timeout=60_000)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            _wait_for_idle_kernel(url, token)
+            page.wait_for_selector(".jp-StatusBar-TextItem:has-text('Idle')", timeout=60_000)
+            page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()
+            page.keyboard.press("Shift+Enter")
+            before = _drawn(page)
+            page.screenshot(path=str(tmp_path / f"{name}-before.png"))
+            move(page)
+            after = _redrawn(page, before)
+            page.screenshot(path=str(tmp_path / f"{name}-after.png"))
+            errors = page.locator(".jp-OutputArea-output[data-mime-type*='error']").count()
+        finally:
+            browser.close()
+    assert before != after
+    assert errors == 0
+
+
+def _choose(page, label: str, option: str):
+    "Pick `option` in the output's dropdown named `label` (an ipywidgets Dropdown is a <select>)."
+    box = page.locator(".jp-OutputArea .widget-dropdown", has=page.get_by_text(label, exact=True))
+    box.locator("select").select_option(label=option)
+
+
+@needs_chromium
+def test_explore_draws_and_redraws_in_jupyterlab(lab, tmp_path):
+    "`explore()` shows the frame it picks, and draws another when a control moves."
+    _widget_draws_and_redraws(
+        lab,
+        tmp_path,
+        "explore",
+        "from qmind_render.world.explorer import explore\nexplore()",
+        lambda page: _choose(page, "theme", "neon"),
+    )
+
+
+@needs_chromium
+def test_design_explorer_draws_and_redraws_in_jupyterlab(lab, tmp_path):
+    "`design_explorer()` shows the skinner's frame and the model's, and redraws them on a change."
+    _widget_draws_and_redraws(
+        lab,
+        tmp_path,
+        "design",
+        "from qmind_render.serve.designed import design_explorer\ndesign_explorer()",
+        lambda page: _choose(page, "lighting", "moonlight"),
+    )

@@ -26,46 +26,70 @@ from qmind_render.world.skinner import (
     wall_frame,
 )
 from ..util import save_image
-from ..viz import channel_strip, figure_of, mosaic
+from ..viz import channel_strip, mosaic
 
 # %% auto #0
 __all__ = ['explorer_view', 'explore', 'cell_grid', 'swatch_grid', 'write_pngs', 'render_main', 'bench_skinner']
 
 # %% ../../nbs/world/22_explorer.ipynb #f0d0c0eb
 def explorer_view(
-    seed: int, frame: int, theme, material, lighting, grid: FactorGrid | None = None
+    seed: int,
+    frame: int,
+    theme,
+    material,
+    lighting,
+    grid: FactorGrid | None = None,
+    scale: int = 1,
+    labels: bool = False,
 ) -> np.ndarray:
     """Channels and skinned frame of (seed, frame), walls of `material` (None: the map's own), as
-    one uint8 strip."""
+    one uint8 strip (`scale`× and its panels named when `labels`, as `viz.channel_strip` draws)."""
     grid = grid or load_grid()
     ch = engine_frame(seed, frame, None if material is None else [int(material)])
-    return channel_strip(ch, skin(ch, grid.theme(theme), grid.lighting(lighting)))
+    rgb = skin(ch, grid.theme(theme), grid.lighting(lighting))
+    return channel_strip(ch, rgb, scale=scale, labels=labels)
 
 # %% ../../nbs/world/22_explorer.ipynb #645b388d
-def explore(grid: FactorGrid | None = None):
-    "Interactive explorer: sliders and menus for seed, frame, theme, material and light."
+def _png(img: np.ndarray) -> bytes:
+    "A uint8 picture as PNG bytes (what an `ipywidgets.Image` shows)."
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="png")
+    return buf.getvalue()
+
+
+def explore(grid: FactorGrid | None = None, scale: int = 3):
+    """Interactive explorer: sliders and menus for seed, frame, theme, material and light above the
+    frame they pick, its channels and skinned frame named and `scale`× (a widget; `.controls` and
+    `.image` are its parts). Every change of a control redraws the picture."""
     import ipywidgets as w
 
     grid = grid or load_grid()
-
-    def view(seed, frame, theme, material, light):  # interact displays the figure it returns
-        return figure_of(
-            explorer_view(seed, frame, theme, material, light, grid),
-            size=2.2,
-            title="depth · surface · material · u · v · light · skinned",
-        )
-
-    # a widget: it displays as controls
-    return w.interactive(
-        view,
-        seed=w.IntSlider(0, 0, 999),
-        frame=w.IntSlider(0, 0, 199),
-        theme=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.theme_names)]),
-        material=w.Dropdown(
-            options=[("map's own", None)] + [(n, i) for i, n in enumerate(grid.materials)]
+    named = lambda names: [(n, i) for i, n in enumerate(names)]
+    controls = {
+        "seed": w.IntSlider(0, 0, 999, description="seed"),
+        "frame": w.IntSlider(0, 0, 199, description="frame"),
+        "theme": w.Dropdown(options=named(grid.theme_names), description="theme"),
+        "material": w.Dropdown(
+            options=[("map's own", None)] + named(grid.materials), description="material"
         ),
-        light=w.Dropdown(options=[(n, i) for i, n in enumerate(grid.lighting_names)]),
-    )
+        "light": w.Dropdown(options=named(grid.lighting_names), description="light"),
+    }
+    image = w.Image(format="png")
+
+    def draw(change=None):
+        v = [c.value for c in controls.values()]
+        image.value = _png(explorer_view(*v, grid, scale=scale, labels=True))
+
+    for c in controls.values():
+        c.observe(draw, "value")
+    draw()
+    box = w.VBox([w.HBox(list(controls.values())[:2]), w.HBox(list(controls.values())[2:]), image])
+    box.controls, box.image = controls, image
+    return box
 
 # %% ../../nbs/world/22_explorer.ipynb #7eb1906d
 def cell_grid(channels: dict, material: int, grid: FactorGrid | None = None) -> np.ndarray:
