@@ -59,11 +59,11 @@ def test_backward_is_about_twice_forward():
 
 
 def test_measure_model_counts_the_step_of_the_configs_diffusion(monkeypatch):
-    import qmind_render.core.flops as flops
+    import qmind_render.sweeps.cost as cost
 
-    seen, count = [], flops.train_flops
+    seen, count = [], cost._counted_train_flops
     monkeypatch.setattr(
-        flops, "train_flops", lambda m, x0, cond, d: seen.append(d) or count(m, x0, cond, d)
+        cost, "_counted_train_flops", lambda m, x0, cond, d: seen.append(d) or count(m, x0, cond, d)
     )
     cfg = load_config(
         None,

@@ -59,16 +59,19 @@ def deck_sizing(menu: dict | None = None) -> list[dict]:
     return rows
 
 # %% ../../nbs/sweeps/85_cost.ipynb #95591248
-def _model_and_batch(model_cfg, n: int):
+def _model_and_batch(model_cfg, n: int, device: str = "cpu"):
     import torch
     from qmind_render.core.encodings import prepare_batch, synthetic_batch
     from qmind_render.core.model import build_model
 
     torch.manual_seed(0)
-    m = build_model(model_cfg)
+    with torch.device(device):
+        m = build_model(model_cfg)
     e = m.encoder
     x0, cond = prepare_batch(
-        synthetic_batch(n, grid_shape=(e.n_themes, m.spec.n_materials, e.n_lightings)), None, m.spec
+        synthetic_batch(n, grid_shape=(e.n_themes, m.spec.n_materials, e.n_lightings)),
+        device,
+        m.spec,
     )
     return m, x0, cond
 
@@ -93,19 +96,36 @@ def saved_activation_bytes(model, x0, cond) -> int:
     return total
 
 # %% ../../nbs/sweeps/85_cost.ipynb #14113803
+def _counted_train_flops(model, x0, cond, diffusion) -> float:
+    """`flops.train_flops` on the meta device: its t and noise drawn by a CPU generator (a meta
+    tensor has no generator of its own; the count depends on their shapes alone)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from qmind_render.core.diffusion import diffusion_loss
+    from qmind_render.core.flops import _countable_attention
+
+    with _countable_attention(), FlopCounterMode(display=False) as fc:
+        diffusion_loss(model, diffusion, x0, cond, torch.Generator().manual_seed(0)).backward()
+    return fc.get_total_flops()
+
+
 def measure_model(model_cfg, n: int = 2) -> dict:
     """Parameters, forward GFLOP per frame, the counted (forward + backward) / forward ratio,
-    activation bytes per sample."""
-    from qmind_render.core.flops import forward_flops, train_flops
+    activation bytes per sample. Parameters and FLOPs are counted on the meta device (shapes only,
+    nothing computed); the activations come from one forward on the CPU, whose attention kernel
+    decides what autograd keeps."""
+    from qmind_render.core.flops import forward_flops
     from qmind_render.core.diffusion import Diffusion
     from qmind_render.core.model import n_params
 
-    m, x0, cond = _model_and_batch(model_cfg, n)
+    m, x0, cond = _model_and_batch(model_cfg, n, "meta")
     fwd = forward_flops(m, batch=n)
-    ratio = train_flops(m, x0, cond, Diffusion.from_config(model_cfg)) / (fwd * n)
-    act = saved_activation_bytes(m, x0, cond) / n
+    ratio = _counted_train_flops(m, x0, cond, Diffusion.from_config(model_cfg)) / (fwd * n)
+    params = n_params(m)
+    act = saved_activation_bytes(*_model_and_batch(model_cfg, n)) / n
     return {
-        "params": n_params(m),
+        "params": params,
         "forward_flops": fwd,
         "train_forward_ratio": ratio,
         "activation_bytes_per_sample": act,
