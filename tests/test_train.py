@@ -1,7 +1,12 @@
 """Training as users run it: real subprocesses killed with SIGKILL at several points and resumed,
 torchrun with 2 gloo processes, checkpoints moving between 1 and 2 processes, and every fault
-the issue names."""
+the issue names.
 
+A process is started only where the check needs one (a signal, torchrun); a refusal's one line and
+exit status are `qmind_render.cli.main`'s, called here, and a resume after a kill runs here, on one
+thread as the subprocesses do (each process costs seconds of imports)."""
+
+import contextlib
 import errno
 import json
 import os
@@ -85,6 +90,17 @@ def weights(run_dir):
     return load_checkpoint(checkpoints(run_dir)[-1])
 
 
+@contextlib.contextmanager
+def one_thread():
+    "Train here on one intra-op thread, as the subprocesses do (OMP_NUM_THREADS=1): the same bits."
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 def same_weights(a, b):
     return (
         all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
@@ -96,14 +112,9 @@ def same_weights(a, b):
 @pytest.fixture(scope="module")
 def straight(data):
     "The uninterrupted run everything is compared with (same thread count as the subprocesses)."
-    r = subprocess.run(
-        CLI + ["train", *args(data, "straight")],
-        env=env(data),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
+    with one_thread():
+        res = train(load_config(None, args(data, "straight")), data / "runs", progress=False)
+    assert res["status"] == "finished" and res["step"] == 12, res
     return weights(data / "runs" / "straight")
 
 
@@ -127,14 +138,9 @@ def test_sigkill_and_resume_is_bit_identical(data, straight, kill_after):
     p.wait()
     killed_at = read_metrics(run_dir)[-1]["step"]
     assert killed_at < 12 and checkpoints(run_dir)[-1].stem != "0000012"
-    r = subprocess.run(
-        CLI + ["train", *args(data, name)],
-        env=env(data),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
+    with one_thread():
+        res = train(load_config(None, args(data, name)), data / "runs", progress=False)
+    assert res["status"] == "finished" and 0 < res["steps_this_call"] < 12, res
     assert same_weights(weights(run_dir), straight)
     # the resumed loss curve is the uninterrupted one, with no duplicated steps
     m, s = read_metrics(run_dir), read_metrics(data / "runs" / "straight")
@@ -183,14 +189,8 @@ def test_ddp_two_processes_and_checkpoints_cross_world_sizes(data):
     ck = weights(data / "runs" / "ddp")
     assert ck["world"] == 2 and ck["step"] == 4
     # written by rank 0 of 2, resumed by one process
-    r1 = subprocess.run(
-        CLI + ["train", *args(data, "ddp", 6)],
-        env=env(data),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r1.returncode == 0, r1.stderr
+    res = train(load_config(None, args(data, "ddp", 6)), data / "runs", progress=False)
+    assert res["steps_this_call"] == 2, res
     assert (
         weights(data / "runs" / "ddp")["world"] == 1 and weights(data / "runs" / "ddp")["step"] == 6
     )
@@ -395,20 +395,18 @@ def test_a_malformed_split_file_is_one_line_and_writes_nothing(data, tmp_path, c
         assert not (data / "runs" / f"split{i}").exists()
 
 
-def test_a_device_the_machine_lacks_is_one_line(data):
+def test_a_device_the_machine_lacks_is_one_line(data, capsys, monkeypatch):
+    from qmind_render.cli import main
+
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    r = subprocess.run(
-        CLI + ["train", *args(data, "nocuda", 2, "train.device=cuda")],
-        env=env(data),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    monkeypatch.setenv("QMIND_RUNS", str(data / "runs"))
+    assert main(["train", *args(data, "nocuda", 2, "train.device=cuda")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
     assert (
-        "train.device=cuda, but this machine has no CUDA device" in r.stderr
-        and "train.device=auto" in r.stderr
+        "train.device=cuda, but this machine has no CUDA device" in err
+        and "train.device=auto" in err
     )
     # refused before anything was written
     assert not (data / "runs" / "nocuda").exists()
@@ -480,22 +478,21 @@ def test_nonfinite_weights_are_never_checkpointed(data):
         save_checkpoint(state, data / "runs" / "inf", keep_last=3)
 
 
-def test_incompatible_checkpoint_and_corrupt_file(data):
-    train(load_config(None, args(data, "compat", 2)), data / "runs")
+def test_incompatible_checkpoint_and_corrupt_file(data, capsys, monkeypatch):
+    from qmind_render.cli import main
+
+    train(load_config(None, args(data, "compat", 2)), data / "runs", progress=False)
     with pytest.raises(CheckpointError, match=r"made with model=.*start a new run name"):
         train(load_config(None, args(data, "compat", 4, "model.theme_enc=id")), data / "runs")
     before = (data / "runs" / "compat" / "config.yaml").read_text()
-    r = subprocess.run(
-        CLI + ["train", *args(data, "compat", 4, "train.lr=2e-3")],
-        env=env(data),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    monkeypatch.setenv("QMIND_RUNS", str(data / "runs"))
+    capsys.readouterr()
+    assert main(["train", *args(data, "compat", 4, "train.lr=2e-3")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
     assert (
-        r.stderr.startswith("qmind train: error: ")
-        and "0000002.pt was made with train.lr=0.001, this run has 0.002" in r.stderr
+        err.startswith("qmind train: error: ")
+        and "0000002.pt was made with train.lr=0.001, this run has 0.002" in err
     )
     # the refused config was not written
     assert (data / "runs" / "compat" / "config.yaml").read_text() == before
@@ -610,25 +607,23 @@ def test_auto_precision_is_pinned_when_a_run_starts_and_kept_when_it_resumes(dat
         )
 
 
-def test_a_flipped_bit_is_refused_in_one_line_and_latest_falls_back(data, capsys):
+def test_a_flipped_bit_is_refused_in_one_line_and_latest_falls_back(data, capsys, monkeypatch):
     """The seal catches what torch.load does not; an explicit resume refuses it (exit 2, one line);
     latest resumes the newest good one, saying so."""
-    train(load_config(None, args(data, "flip", 4)), data / "runs")
+    from qmind_render.cli import main
+
+    train(load_config(None, args(data, "flip", 4)), data / "runs", progress=False)
     run = data / "runs" / "flip"
     _flip_a_weight(run / "checkpoints" / "0000004.pt")
-    r = subprocess.run(
-        CLI + ["train", *args(data, "flip", 6, "train.resume=0000004.pt")],
-        env=env(data),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.startswith("qmind train: error: ") and len(r.stderr.strip().splitlines()) == 1
-    assert "0000004.pt is corrupt: its content does not match the hash" in r.stderr
-    # training's own advice
-    assert "other checkpoints: 0000002.pt (resume from it with train.resume=0000002.pt)" in r.stderr
+    monkeypatch.setenv("QMIND_RUNS", str(data / "runs"))
     capsys.readouterr()
+    assert main(["train", *args(data, "flip", 6, "train.resume=0000004.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert err.startswith("qmind train: error: ") and len(err.strip().splitlines()) == 1, err
+    assert "0000004.pt is corrupt: its content does not match the hash" in err
+    # training's own advice
+    assert "other checkpoints: 0000002.pt (resume from it with train.resume=0000002.pt)" in err
     res = train(load_config(None, args(data, "flip", 6)), data / "runs", progress=False)
     said = [l for l in capsys.readouterr().err.splitlines() if "set it aside" in l]
     assert said == [
@@ -670,19 +665,15 @@ def test_python_and_numpy_random_states_are_restored(data):
     ) == want
 
 
-def test_bad_values_and_escaping_names_are_refused_before_anything_runs(data):
+def test_bad_values_and_escaping_names_are_refused_before_anything_runs(data, capsys, monkeypatch):
+    from qmind_render.cli import main
+
+    monkeypatch.setenv("QMIND_RUNS", str(data / "runs"))
     for bad, said in [
         ("train.steps=-5", "'train.steps': -5 must be at least 1"),
         ("name=../escaped", "must be one folder name"),
     ]:
-        r = subprocess.run(
-            CLI + ["run", *args(data, "x", 2), bad],
-            env=env(data),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (
-            r.stderr
-        )
+        assert main(["run", *args(data, "x", 2), bad]) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, err
     assert not (data / "escaped").exists() and not (data / "runs" / "x").exists()
