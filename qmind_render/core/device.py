@@ -7,8 +7,6 @@ Docs: https://qmind.github.io/qmind-render/core/device.html.md"""
 # %% ../../nbs/core/02_device.ipynb #8b3b84d7
 from __future__ import annotations
 
-import torch
-
 from .config import Precision
 
 # %% auto #0
@@ -19,10 +17,12 @@ __all__ = ['DEVICES', 'pick_device', 'native_bf16', 'resolve_precision', 'precis
 DEVICES = "auto, cpu, mps, cuda or cuda:N"
 
 
-def pick_device(name: str = "auto", local_rank: int = 0, key: str = "train.device") -> torch.device:
-    """`auto`: this rank's GPU when there is one, else the CPU. A device this machine lacks (CUDA,
-    Apple's MPS, any other accelerator torch knows) is a `ValueError` naming `key`, asked of its
-    torch backend (`torch.cuda`, `torch.mps`, ...)."""
+def pick_device(name: str = "auto", local_rank: int = 0, key: str = "train.device"):
+    """The `torch.device` to run on. `auto`: this rank's GPU when there is one, else the CPU. A
+    device this machine lacks (CUDA, Apple's MPS, any other accelerator torch knows) is a
+    `ValueError` naming `key`, asked of its torch backend (`torch.cuda`, `torch.mps`, ...)."""
+    import torch  # here: a command that only checks its config needs no torch
+
     if name == "auto":
         return (
             torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")

@@ -24,8 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-from nbformat.v4.rwbase import rejoin_lines
 
 from ..contracts import UserError
 from ..util import atomic_dir, atomic_write
@@ -84,6 +82,8 @@ def _heading(nb) -> tuple[str, str]:
 def find_talks(folder: str | Path | None = None, only=None) -> list[Talk]:
     """The talks in `folder` (default `talks_dir()`), in file-name order; `only`: slugs or stems to
     keep."""
+    import nbformat  # here: `qmind talks --help` needs none of it
+
     folder = Path(folder) if folder is not None else talks_dir()
     paths = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith(("_", ".")))
     talks = [Talk(p, talk_slug(p), *_heading(nbformat.read(p, as_version=4))) for p in paths]
@@ -439,6 +439,9 @@ def execute_talk(nb, cwd: Path, timeout: int = 600, name: str = "talk", worker=N
     """Run `nb` (in place) with `cwd` as working directory, in `worker` (a `NotebookWorker` on
     `TALK_RUNNER`; default: a process of its own); a cell that raises is a `TalkRunError` whose
     chained error holds the traceback."""
+    import nbformat
+    from nbformat.v4.rwbase import rejoin_lines
+
     from qmind_render.docs.runner import NotebookWorker
 
     own = worker is None
@@ -502,6 +505,8 @@ def render_talk(
     """Check, run (if asked, or if it has no outputs; in `worker`, see `execute_talk`) and render
     one talk to `out_dir/<slug>.html`; with `cache`, reuse the slides made from the same notebook,
     library and settings (`execute` renders anew)."""
+    import nbformat
+
     out, kept = Path(out_dir) / f"{talk.slug}.html", _cached_slides(talk, cache, slow, assets)
     if kept is not None and kept.is_file() and not execute:
         return atomic_write(out, src=kept)
