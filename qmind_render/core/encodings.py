@@ -28,12 +28,14 @@ from qmind_render.contracts import (
     theme_vector,
 )
 from ..world.grid import lighting_vector, load_grid
+from ..world.skinner import repeats
 
 # %% auto #0
-__all__ = ['ENCODINGS', 'THEME', 'LIGHTING', 'COND_KEYS', 'ModelInputError', 'check_tensor', 'register', 'encoding_class',
-           'model_config', 'condition_tables', 'Encoded', 'Factor', 'Encoding', 'keep_tables', 'MaterialEncoding',
-           'MaterialOneHot', 'MaterialEmbedding', 'CondEncoding', 'PixelPlanes', 'IdEmbedding', 'ParamVector',
-           'NoCondition', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch', 'NewThemeError']
+__all__ = ['ENCODINGS', 'THEME', 'LIGHTING', 'ATLAS_LEVELS', 'COND_KEYS', 'ModelInputError', 'check_tensor', 'register',
+           'encoding_class', 'model_config', 'condition_tables', 'Encoded', 'Factor', 'Encoding', 'keep_tables',
+           'MaterialEncoding', 'MaterialOneHot', 'MaterialEmbedding', 'CondEncoding', 'PixelPlanes', 'IdEmbedding',
+           'ParamVector', 'NoCondition', 'TextureAtlas', 'ConditionEncoder', 'prepare_batch', 'synthetic_batch',
+           'NewThemeError']
 
 # %% ../../nbs/core/39_encodings.ipynb #10f2fb4e
 class ModelInputError(UserError, ValueError):
@@ -131,7 +133,9 @@ def _palette(parts: dict, spec: ChannelSpec) -> np.ndarray:
 
 # %% ../../nbs/core/39_encodings.ipynb #09c3f5e5
 def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np.ndarray]:
-    "Per-theme and per-lighting numbers the encoders look up by id (float32, all in [0, 1])."
+    """Per-theme and per-lighting numbers the encoders look up by id (float32, all in [0, 1] but
+    `theme_repeats`: how many times the theme's pattern repeats a wall cell, 1..8, what the texture
+    atlas is indexed by)."""
     grid, spec, schema = grid or load_grid(), spec or load_spec(), load_theme_schema()
     parts = [theme_parts(t, schema) for t in grid.themes]
     pattern = [p for p in schema.param_paths if p.startswith("pattern.")]
@@ -142,6 +146,9 @@ def condition_tables(grid=None, spec: ChannelSpec | None = None) -> dict[str, np
             np.float32
         ),
         "lighting_vec": np.stack([lighting_vector(x) for x in grid.lightings]).astype(np.float32),
+        "theme_repeats": np.array(
+            [repeats(t["pattern"]["scale"]) for t in grid.themes], dtype=np.float32
+        ),
     }
 
 # %% ../../nbs/core/39_encodings.ipynb #e5211227
@@ -343,6 +350,47 @@ class NoCondition(CondEncoding):
     """Nothing: the factor does not reach the network (the ablation that says what conditioning on
     it is worth)."""
 
+# %% ../../nbs/core/39_encodings.ipynb #a71a5002
+ATLAS_LEVELS = 8  # repeat counts a theme's pattern can have (pattern.scale 0.25..8, rounded, >= 1)
+
+
+class TextureAtlas(nn.Module):
+    """A learned R × R × F feature grid over a wall cell's (u, v) per (surface slot, repeat count),
+    read bilinearly (wrapping: a cell's texture tiles) at each pixel: (slot [B, H, W], uv [B, H, W,
+    2] in [0, 1), theme [B]) -> [B, H, W, F]. F = 0: no planes and no parameters."""
+
+    def __init__(self, slots: int, features: int, res: int, tables: dict):
+        super().__init__()
+        self.slots, self.features, self.res = slots, features, res
+        rows = slots * ATLAS_LEVELS * res * res if features else 0
+        # zeros: a (slot, repeat count) no frame trains reads nothing
+        self.table = nn.Parameter(torch.zeros(rows, features)) if features else None
+        self.use_tables(tables)
+
+    def use_tables(self, tables: dict) -> None:
+        "Each theme's atlas level (its repeat count, 1..8, less one), from `condition_tables`."
+        level = np.clip(np.asarray(tables["theme_repeats"]), 1, ATLAS_LEVELS) - 1
+        old = getattr(self, "level", None)
+        level = torch.as_tensor(level, dtype=torch.long, device=None if old is None else old.device)
+        self.register_buffer("level", level, persistent=False)
+
+    def forward(self, slot: torch.Tensor, uv: torch.Tensor, theme: torch.Tensor) -> torch.Tensor:
+        if not self.features:
+            return uv.new_zeros(*uv.shape[:-1], 0)
+        R = self.res
+        base = (slot * ATLAS_LEVELS + self.level[theme][:, None, None]) * (R * R)
+        # texel centres at (i + 0.5) / R
+        p = uv * R - 0.5
+        p0 = p.floor()
+        f = p - p0
+        i0 = p0.long() % R
+        i1 = (i0 + 1) % R
+        fu, fv = f[..., :1], f[..., 1:]
+        read = lambda iu, iv: self.table[base + iv * R + iu].to(uv.dtype)
+        top = read(i0[..., 0], i0[..., 1]) * (1 - fu) + read(i1[..., 0], i0[..., 1]) * fu
+        bottom = read(i0[..., 0], i1[..., 1]) * (1 - fu) + read(i1[..., 0], i1[..., 1]) * fu
+        return top * (1 - fv) + bottom * fv
+
 # %% ../../nbs/core/39_encodings.ipynb #88a8c36f
 class ConditionEncoder(nn.Module):
     """Raw channels + theme/lighting ids -> `Encoded` (planes for the input, a vector for the
@@ -384,7 +432,9 @@ class ConditionEncoder(nn.Module):
             "light": 1,
             "theme": len(self.theme_enc.plane_names),
             "lighting": len(self.lighting_enc.plane_names),
+            "atlas": int(cfg.atlas),
         }
+        self.atlas = TextureAtlas(self.M + self.C, int(cfg.atlas), int(cfg.atlas_res), tables)
 
     @property
     def channels(self) -> int:
@@ -407,6 +457,14 @@ class ConditionEncoder(nn.Module):
             + ["light"]
             + self.theme_enc.plane_names
             + self.lighting_enc.plane_names
+            + [f"atlas {k}" for k in range(int(self.cfg.atlas))]
+        )
+
+    def slot(self, cond: dict) -> torch.Tensor:
+        "Each pixel's surface slot: its material id on walls, M + its surface class elsewhere."
+        mat = cond["material"].long()
+        return torch.where(
+            mat == self.spec.material_none, self.M + cond["surface"].long(), mat.clamp(0, self.M)
         )
 
     def material_index(self, cond: dict) -> torch.Tensor:
@@ -506,6 +564,7 @@ def _planes(self: ConditionEncoder, cond: dict) -> list[torch.Tensor]:
         cond["light"].float()[..., None] * 2 - 1,
         *self.theme_enc.planes(self, cond),
         *self.lighting_enc.planes(self, cond),
+        self.atlas(self.slot(cond), cond["uv"].float(), cond["theme"].long()),
     ]
 
 # %% ../../nbs/core/39_encodings.ipynb #bec361aa
@@ -606,3 +665,4 @@ def use_themes(self: ConditionEncoder, grid) -> None:
         old = getattr(self, k)
         setattr(self, k, torch.as_tensor(tables[k], dtype=old.dtype, device=old.device))
     self.n_themes = len(tables["theme_vec"])
+    self.atlas.use_tables(tables)
