@@ -16,8 +16,9 @@ from .contracts import ChannelSpec, UserError, load_spec
 
 # %% auto #0
 __all__ = ['PANELS', 'PaletteError', 'Palette', 'palette', 'colormap', 'colorize', 'joined', 'channel_strip', 'picture',
-           'figure_of', 'mosaic', 'grid_figure', 'sample_grid', 'episode_frames', 'write_gif', 'heatmap', 'top_down',
-           'draw_map', 'map_legend', 'lines', 'bars', 'scatter']
+           'figure_of', 'mosaic', 'grid_figure', 'sample_columns', 'sample_grid', 'labelled', 'cell_names',
+           'sample_picture', 'episode_frames', 'write_gif', 'heatmap', 'top_down', 'draw_map', 'map_legend', 'lines',
+           'bars', 'scatter']
 
 # %% ../nbs/05_viz.ipynb #8ecdb6b5
 class PaletteError(UserError, ValueError):
@@ -281,14 +282,85 @@ def _sample_rows(batch: dict, preds, k, spec) -> list[np.ndarray]:
     return [surface, np.asarray(batch["rgb"])[k], *[np.asarray(p)[k] for p in preds]]
 
 # %% ../nbs/05_viz.ipynb #061c6d83
+def sample_columns(n_samples: int, n: int | None = None) -> np.ndarray:
+    "The samples a `sample_grid` shows, one a column: `n` spread over the batch, or all."
+    if n is None:
+        return np.arange(n_samples)
+    return np.linspace(0, n_samples - 1, min(n, n_samples)).astype(int)
+
+
 def sample_grid(
     batch: dict, preds=(), n: int | None = None, gap: int = 0, spec: ChannelSpec | None = None
 ) -> np.ndarray:
     """uint8: one column per sample (`n` spread over the batch, or all), rows surface | ground truth
     | each of `preds`."""
-    B = len(batch["rgb"])
-    k = np.arange(B) if n is None else np.linspace(0, B - 1, min(n, B)).astype(int)
+    k = sample_columns(len(batch["rgb"]), n)
     return joined([joined(list(r), gap, 1) for r in _sample_rows(batch, preds, k, spec)], gap, 0)
+
+# %% ../nbs/05_viz.ipynb #5a3b1e7c
+def labelled(
+    img: np.ndarray, rows: Sequence[str], cols: Sequence[str], gap: int = 0, scale: int = 2
+) -> np.ndarray:
+    """`img`, equal pictures in rows and columns `gap` pixels apart (`sample_grid`, `mosaic`),
+    upscaled `scale`× with each row named on its left and each column above it (a name's lines
+    split at newlines): uint8."""
+    from PIL import Image, ImageDraw
+
+    img = np.asarray(img)
+    up = img.repeat(scale, 0).repeat(scale, 1)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    line = measure.textbbox((0, 0), "Ag")[3] + 2
+    left = 6 + int(max((measure.multiline_textbbox((0, 0), r)[2] for r in rows), default=0))
+    top = 4 + line * max((c.count("\n") + 1 for c in cols), default=0)
+    out = Image.new("RGB", (left + up.shape[1], top + up.shape[0]), "white")
+    out.paste(Image.fromarray(up), (left, top))
+    draw = ImageDraw.Draw(out)
+    ph, pw = (img.shape[0] + gap) * scale / len(rows), (img.shape[1] + gap) * scale / len(cols)
+    for i, r in enumerate(rows):
+        y = top + i * ph + (ph - gap * scale - line * (r.count("\n") + 1)) / 2
+        draw.multiline_text((3, y), r, fill="black", spacing=2)
+    for j, c in enumerate(cols):
+        draw.multiline_text((left + j * pw + 2, 2), c, fill="black", spacing=2)
+    return np.asarray(out)
+
+
+def cell_names(cells, names: tuple) -> list[str]:
+    """Each sample's factor cells (`cells`: bool [N, n_cells], the grid's order: theme, then
+    material, then lighting) named for a picture's column from `names` = (themes, materials,
+    lightings): theme, material(s) and lighting, one a line."""
+    themes, materials, lights = names
+    M, L = len(materials), len(lights)
+    out = []
+    for row in np.asarray(cells):
+        idx = np.flatnonzero(row)
+        t, m, l = idx // (M * L), idx // L % M, idx % L
+        # a factor level without a name (a grid larger than `names`) by its number
+        pick = lambda ns, ix: (
+            "+".join(ns[i] if i < len(ns) else str(i) for i in dict.fromkeys(ix.tolist())) or "-"
+        )
+        out.append("\n".join((pick(themes, t), pick(materials, m), pick(lights, l))))
+    return out
+
+
+def sample_picture(
+    batch: dict,
+    preds: dict,
+    names: tuple,
+    n: int | None = None,
+    notes: Sequence[str] = (),
+    scale: int = 2,
+    spec: ChannelSpec | None = None,
+) -> np.ndarray:
+    """The `sample_grid` of `batch` and `preds` ({row name: frames}), labelled: rows surface,
+    truth and each of `preds` by name, each column by the factor cell it shows (`batch["cells"]`
+    named from `names` = (themes, materials, lightings)) and, when given, its line of `notes`
+    (one per sample of `batch`): uint8, `scale`×."""
+    k = sample_columns(len(batch["rgb"]), n)
+    cols = cell_names(np.asarray(batch["cells"])[k], names)
+    if notes:
+        cols = [f"{c}\n{notes[i]}" for c, i in zip(cols, k)]
+    img = sample_grid(batch, list(preds.values()), n, spec=spec)
+    return labelled(img, ["surface", "truth", *map(str, preds)], cols, scale=scale)
 
 # %% ../nbs/05_viz.ipynb #cc80f420
 def episode_frames(

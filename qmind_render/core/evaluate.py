@@ -66,7 +66,14 @@ from qmind_render.core.intervals import (
 from .gaps import gap_by_level, level_names, matched_gap_interval, matched_gaps
 from .walks import paired_batch, walk_batch, walk_frames
 from .temporal import change_images, pair_sums, pooled_error, reprojection
-from ..viz import episode_frames, grid_figure, heatmap, mosaic, sample_grid, write_gif
+from qmind_render.viz import (
+    episode_frames,
+    grid_figure,
+    heatmap,
+    mosaic,
+    sample_picture,
+    write_gif,
+)
 from ..contracts import UserError, load_spec
 from ..data.generate import episode_channels, skin_samples
 from ..world.grid import load_grid
@@ -534,6 +541,14 @@ def _seen(ld: Loaded, sampler: GraphSampler, k: int, shards=None) -> dict[str, P
     return out
 
 # %% ../../nbs/core/60_evaluate.ipynb #62ce806e
+def _row_name(pred) -> str:
+    """A sample picture's row name for a prediction (`_score_all`'s keys): the model at K steps, or
+    a baseline (`baseline`: the flat one, `baseline_NAME`: the NAME one)."""
+    if isinstance(pred, int):
+        return f"model, {pred} step{'s' * (pred > 1)}"
+    return "flat baseline" if pred == "baseline" else f"{pred.removeprefix('baseline_')} baseline"
+
+
 def _walk_parts(
     ld: Loaded, sampler: GraphSampler, steps: list, refs: dict, clf, log=print
 ) -> tuple[dict[str, Part], dict, dict, CellBatch]:
@@ -550,13 +565,21 @@ def _walk_parts(
     mats, right, frames = _score_all(ld, sampler, cb, steps, refs, clf, log)
     names = PARTS if ld.split.has_validation else ("train", "heldout")
     parts = {name: _part(ld, cb, mats, right, steps, name, frames) for name in names}
-    grids = {}
+    grids, g = {}, load_grid()
     for key, name in (
         ("heldout", "test" if ld.split.has_validation else "heldout"),
         ("train",) * 2,
     ):
         idx = cb.rows(ld.split.mask(name))
-        grids[key] = sample_grid(take(cb.batch, idx), {k: v[idx] for k, v in frames.items()}, n=8)
+        rows = {_row_name(k): v[idx] for k, v in frames.items()}
+        names = (g.theme_names, list(g.materials), g.lighting_names)
+        grids[key] = sample_picture(
+            take(cb.batch, idx),
+            rows,
+            names,
+            n=8,
+            notes=[name.replace("heldout", "held out")] * len(idx),
+        )
     log(f"  scored and classified every cell ({time.monotonic() - t1:.1f} s)")
     return parts, mats, grids, cb
 

@@ -46,7 +46,7 @@ from ..data.stores import open_store
 from ..data.loader import make_loader
 from ..data.splits import load_split
 from .tracking import Progress, Tracker, read_metrics
-from ..viz import sample_grid
+from ..viz import sample_picture
 from .diffusion import Diffusion, ddim_sample, diffusion_loss, to_uint8
 from .encodings import prepare_batch
 from .model import build_model
@@ -514,8 +514,13 @@ def sample(run: Run, fixed: dict, tracker: Tracker, steps: int = SAMPLE_STEPS) -
             run.ema.module, cond, run.diffusion, steps, torch.Generator(run.device).manual_seed(0)
         )
     )
-    # viz's: surface | ground truth | model
-    path = save_image(sample_grid(fixed, pred), run.dir / "samples" / f"{run.step:07d}.png")
+    # rows surface | truth | model, each column named by its cell, and whether training sees it
+    g, train, cells = recipe_grid(run.cfg.data.themes), run.split.mask("train"), fixed["cells"]
+    held = lambda c: c < len(train) and not train[c]  # a cell past the split's grid: trained on
+    seen = ["held out" if held(c) else "train" for c in np.asarray(cells).argmax(1)]
+    names = (g.theme_names, list(g.materials), g.lighting_names)
+    img = sample_picture(fixed, {"model (EMA)": pred}, names, notes=seen)
+    path = save_image(img, run.dir / "samples" / f"{run.step:07d}.png")
     tracker.image(run.step, "samples", path)
     return path
 
