@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +57,42 @@ def committed_groups(d: Path, key=None, sweep_root: Path = ROOT):
 
 
 SWEEPS = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.yaml"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def configs_resolved_once():
+    """Each sweep's runs and each saved config resolved once for this module: resolving a config
+    (OmegaConf) takes a tenth of a second, and the tests below resolve the same committed ones over
+    and over (a report remade, then read again; a run's row resolves its config twice). The same
+    functions, given the same files, give the same answers; nothing here changes what they return.
+    Put back when the module ends."""
+    import qmind_render.core.config as config
+
+    expand, from_dict = sweep_report.expand_sweep, config.config_from_dict
+
+    @functools.cache
+    def _expanded(sweep: str, overrides: tuple, root):
+        return expand(sweep, list(overrides), root)
+
+    def expand_once(sweep, overrides=(), root=None):
+        if isinstance(sweep, dict):
+            return expand(sweep, overrides, root)
+        return list(_expanded(str(sweep), tuple(overrides), None if root is None else str(root)))
+
+    @functools.cache
+    def _from(d: str, overrides: tuple):
+        return from_dict(json.loads(d), list(overrides))
+
+    def from_dict_once(d, overrides=()):
+        return _from(json.dumps(d, sort_keys=True), tuple(overrides))
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sweep_report, "expand_sweep", expand_once)
+    mp.setattr(config, "config_from_dict", from_dict_once)
+    try:
+        yield
+    finally:
+        mp.undo()
 
 
 def test_every_results_table_row_is_read_from_its_committed_files():
