@@ -728,7 +728,12 @@ def test_binds_loopback_only(server):
         assert s.connect_ex((ip, port)) != 0, f"the server answered on {ip}"
 
 
-def test_serve_cli_errors(tmp_path, run_dir):
+def test_serve_cli_errors(tmp_path, run_dir, capsys):
+    """A run dir that is not there, as a user meets it (`qmind serve` in a process of its own, exit
+    status 2); a step count out of range and a device this machine lacks, refused before the model
+    loads, in this process."""
+    from qmind_render.cli import main
+
     r = subprocess.run(
         CLI + ["serve", "--checkpoint", str(tmp_path / "nope")],
         capture_output=True,
@@ -736,26 +741,18 @@ def test_serve_cli_errors(tmp_path, run_dir):
         timeout=120,
     )
     assert r.returncode == 2 and "no such run dir or checkpoint" in r.stderr
-    r = subprocess.run(
-        CLI + ["serve", "--checkpoint", str(run_dir), "--steps", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 2 and "steps must be an integer in 1..16" in r.stderr
+    assert main(["serve", "--checkpoint", str(run_dir), "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "steps must be an integer in 1..16" in err, err
     # not "the checkpoint is corrupt": the device is named
     if not torch.cuda.is_available():
-        r = subprocess.run(
-            CLI + ["serve", "--checkpoint", str(run_dir), "--device", "cuda"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        assert main(["serve", "--checkpoint", str(run_dir), "--device", "cuda"]) == 2
+        err = capsys.readouterr().err
         assert (
-            r.returncode == 2
-            and "--device=cuda, but this machine has no CUDA device" in r.stderr
-            and "Traceback" not in r.stderr
-        )
+            err.count("\n") == 1
+            and "--device=cuda, but this machine has no CUDA device" in err
+            and "Traceback" not in err
+        ), err
 
 
 @pytest.mark.parametrize(
@@ -994,7 +991,12 @@ def test_ship_writes_an_evaluated_run_with_its_provenance(run_dir, tmp_path):
     assert not (tmp_path / "never.pt").exists()
     ev = evaluate(
         run_dir,
-        ["eval.ddim_steps=[1]", "eval.frames_per_cell=1", "eval.classifier_steps=30"],
+        [
+            "eval.ddim_steps=[1]",
+            "eval.frames_per_cell=1",
+            "eval.classifier_steps=30",
+            "eval.temporal_walks=0",
+        ],
         out=run_dir / "eval",
         log=lambda *a: None,
     )
@@ -1042,6 +1044,7 @@ def test_bench_serve_json_is_clean_and_complete(tmp_path):
         "bench",
         "serve",
         "size=tiny",
+        "patch=2",  # the trunk at half resolution: the same code path, a quarter of the work
         "steps=[1]",
         "clients=[1,2]",
         "seconds=0.5",
