@@ -29,6 +29,14 @@ def fit_on(split):
 
 
 @pytest.fixture(scope="module")
+def additive_on(fit_on):
+    """Every other frame of `fit_on`, 8 a cell: what the baselines' comparisons fit on (the
+    additive fit's cost grows with its pixels; its lead over the flat one is 8.1 dB on these, 9.0
+    on all of `fit_on`)."""
+    return {k: v[::2] for k, v in fit_on.items()}
+
+
+@pytest.fixture(scope="module")
 def held(split):
     return paired_batch(walk_frames(3000, 8, 32, split.grid.material), split.held_out)
 
@@ -55,15 +63,18 @@ def test_classifier_batch_holds_training_cells_only(split, fit_on):
     assert fit_on["cells"][:, ~split.mask()].any(0).all()  # every training cell is there
 
 
-def test_additive_beats_the_mean_colour_on_held_out_cells(split, fit_on, held):
-    flat, add = MeanColour(split.grid.theme).fit(fit_on), AdditiveColour(split).fit(fit_on)
+def test_additive_beats_the_mean_colour_on_held_out_cells(split, additive_on, held):
+    flat, add = (
+        MeanColour(split.grid.theme).fit(additive_on),
+        AdditiveColour(split).fit(additive_on),
+    )
     for walls in (False, True):
         assert _psnr(add.predict(held), held, walls) > _psnr(flat.predict(held), held, walls) + 5
 
 
-def test_additive_composes_without_texture_too(split, fit_on, held):
-    flat, add = MeanColour(split.grid.theme).fit(fit_on), AdditiveColour(split, uv_bins=0)
-    assert _psnr(add.fit(fit_on).predict(held), held) > _psnr(flat.predict(held), held) + 3
+def test_additive_composes_without_texture_too(split, additive_on, held):
+    flat, add = MeanColour(split.grid.theme).fit(additive_on), AdditiveColour(split, uv_bins=0)
+    assert _psnr(add.fit(additive_on).predict(held), held) > _psnr(flat.predict(held), held) + 3
 
 
 def test_additive_refuses_a_batch_that_shows_a_held_out_cell(split, fit_on, held):
