@@ -27,5 +27,8 @@ export:   ## after editing a notebook: its cells formatted, exported, cleaned
 pictures: ## run each stage notebook (slow cells too) and store its closing picture, the cells tagged `picture` only
 	python tools/pictures.py
 
-hooks:    ## once per clone: notebook-aware git merge/diff drivers, clean-on-save in Jupyter
+hooks:    ## once per clone: notebook-aware git merge/diff drivers, clean-on-save in Jupyter, `jupyter lab` opening on nbs/index.ipynb
 	nbdev-install-hooks
+	@# an editable install leaves out the data file that enables qmind_render.docs.lab (a wheel has it)
+	install -D -m 644 jupyter-config/jupyter_server_config.d/qmind_render.json \
+	  "$$(python -c 'import sys; print(sys.prefix)')/etc/jupyter/jupyter_server_config.d/qmind_render.json"

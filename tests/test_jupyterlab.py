@@ -37,7 +37,10 @@ def lab(tmp_path_factory):
     token, workdir); always stopped."""
     home = tmp_path_factory.mktemp("jupyter")
     work = home / "work"
-    work.mkdir()
+    # laid out as the repository, as far as the start page goes (qmind_render.docs.lab)
+    (work / "nbs").mkdir(parents=True)
+    (work / "nbs" / "index.ipynb").write_text(_notebook("# the start page"))
+    (work / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     port, token = free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
@@ -63,6 +66,8 @@ def lab(tmp_path_factory):
         "--LabApp.news_url=",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.extension_manager=readonly",
+        # what `make hooks` (an editable install) or a wheel's etc/jupyter enables for `jupyter lab`
+        "--ServerApp.jpserver_extensions={'qmind_render.docs.lab': True}",
     ]  # no calls to PyPI or news feeds from a test
     if os.geteuid() == 0:
         cmd.append("--allow-root")  # CI containers run as root
@@ -308,3 +313,32 @@ def test_design_explorer_draws_and_redraws_in_jupyterlab(lab, tmp_path):
         "from qmind_render.serve.designed import design_explorer\ndesign_explorer()",
         lambda page: _choose(page, "lighting", "moonlight"),
     )
+
+
+def test_lab_opens_on_the_workbooks_start_page(lab):
+    """`/`, and the address `jupyter lab` prints, lead to nbs/index.ipynb in a folder laid out as
+    this repository; the extension that does it is enabled by a file the package installs."""
+    url, token, _ = lab
+    req = urllib.request.Request(f"{url}/?token={token}", method="GET")
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        opener.open(req, timeout=10)
+        raise AssertionError("/ did not redirect")
+    except urllib.error.HTTPError as e:
+        assert e.code == 302, e.code
+        assert urllib.parse.urlsplit(e.headers["Location"]).path == "/lab/tree/nbs/index.ipynb"
+    status, html = _get(f"{url}/lab/tree/nbs/index.ipynb", token)
+    assert status == 200 and "JupyterLab" in html
+    enable = json.loads(
+        (ROOT / "jupyter-config/jupyter_server_config.d/qmind_render.json").read_text()
+    )
+    assert enable["ServerApp"]["jpserver_extensions"] == {"qmind_render.docs.lab": True}
+    assert (
+        "jupyter-config/jupyter_server_config.d/qmind_render.json"
+        in (ROOT / "pyproject.toml").read_text()
+    )
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None

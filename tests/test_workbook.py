@@ -151,6 +151,7 @@ NOT_STAGES = {
     "73_settings",
     "75_server",
     "90_cli",
+    "93_lab",
     "94_runner",
     "95_talks",
     "96_website",
