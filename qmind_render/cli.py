@@ -25,8 +25,8 @@ __all__ = ['HANDED_IN', 'COMMANDS', 'BENCHES', 'Command', 'load_target', 'main',
 class Command(NamedTuple):
     target: str  # "module:function"; the function takes argv (list[str]) and returns an exit code
     help: str
-    # "module:function"s that check argv before `target` is imported (torch): the files and
-    # values a user hands in, refused in a second
+    # "module:function"s that check argv before `target` is imported (torch): the options (and
+    # --help), the files and values a user hands in, the config, refused in a second
     checks: tuple[str, ...] = ()
 
     @property
@@ -63,10 +63,12 @@ COMMANDS: dict[str, Command] = {
     "train": Command(
         "qmind_render.core.train:train_main",
         "train or resume a run (torchrun -m qmind_render.core.train for DDP)",
+        ("qmind_render.core.commands:check_train",),
     ),
     "eval": Command(
         "qmind_render.core.evaluate:eval_main",
         "evaluate a run on held-out and training cells; write a report",
+        ("qmind_render.core.commands:check_eval",),
     ),
     "run": Command(
         "qmind_render.core.pipeline:run_main",
@@ -81,6 +83,7 @@ COMMANDS: dict[str, Command] = {
     "themes": Command(
         "qmind_render.core.new_themes:themes_main",
         "measure a model on themes it never trained on; the figure a designed theme is shown with",
+        ("qmind_render.core.commands:check_themes",),
     ),
     "ship": Command(
         "qmind_render.serve.renderer:ship_main",

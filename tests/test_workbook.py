@@ -144,6 +144,7 @@ NOT_STAGES = {
     "00_util",
     "01_config",
     "02_device",
+    "03_commands",
     "29_recipe",
     "30_stores",
     "49_tracking",

@@ -33,11 +33,11 @@ from ..data.recipe import FOLDER_NAME, DataConfig
 from ..util import atomic_write
 
 # %% auto #0
-__all__ = ['DEVICE', 'E', 'MAX_OVERRIDE', 'RULES', 'ADDED_KEYS', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction', 'Schedule',
-           'Loss', 'Tracker', 'NonFinite', 'ModelConfig', 'TrainConfig', 'EvalConfig', 'ExperimentConfig',
-           'ConfigError', 'as_choice', 'find_config', 'config_fields', 'field_rule', 'check_config', 'load_config',
-           'config_to_dict', 'config_from_dict', 'save_config', 'add_config_args', 'config_args', 'config_from_args',
-           'config_main']
+__all__ = ['DEVICE', 'SIZES', 'E', 'MAX_OVERRIDE', 'RULES', 'ADDED_KEYS', 'MaterialEnc', 'ThemeEnc', 'Precision', 'Prediction',
+           'Schedule', 'Loss', 'Tracker', 'NonFinite', 'UNetSize', 'ModelConfig', 'TrainConfig', 'EvalConfig',
+           'ExperimentConfig', 'ConfigError', 'as_choice', 'find_config', 'config_fields', 'field_rule', 'check_config',
+           'load_config', 'config_to_dict', 'config_from_dict', 'save_config', 'check_holdout', 'checked_config',
+           'add_config_args', 'config_args', 'config_from_args', 'config_main']
 
 # %% ../../nbs/core/01_config.ipynb #79da1a3e
 class MaterialEnc(str, Enum):
@@ -100,13 +100,37 @@ class NonFinite(str, Enum):
 # check_config's rule for a key that names a device
 DEVICE = {"pattern": r"auto|cpu|mps|cuda(:\d+)?", "means": "auto, cpu, mps, cuda or cuda:N"}
 
+# %% ../../nbs/core/01_config.ipynb #a61c2e07
+@dataclass(frozen=True)
+class UNetSize:
+    "The numbers that shape a U-Net."
+
+    width: int
+    mults: tuple[int, ...]
+    blocks: int
+    attn: tuple[int, ...] = ()  # resolutions (pixels on a side) with self-attention
+    head_dim: int = 64
+    groups: int = 32
+
+
+# the model registry, by `model.size`: plain numbers, so a config is checked against it without
+# loading torch (40_model builds the network a size describes)
+SIZES: dict[str, UNetSize] = {
+    # CI: seconds on CPU
+    "tiny": UNetSize(width=16, mults=(1, 2, 2), blocks=1, groups=8),
+    # the CPU-playable demo
+    "small": UNetSize(width=32, mults=(1, 2, 2, 2), blocks=1, attn=(16,), groups=8),
+    # the deck's ~30M model
+    "base": UNetSize(width=128, mults=(1, 2, 2), blocks=2, attn=(16,), groups=32),
+}
+
 # %% ../../nbs/core/01_config.ipynb #151b0594
 @dataclass
 class ModelConfig:
     "The conditional U-Net and its encodings."
 
-    # a name in the model registry: tiny | small | base
-    size: str = "tiny"
+    # a name in the model registry (`SIZES`): tiny | small | base
+    size: str = field(default="tiny", metadata={"in": SIZES, "means": "a size in SIZES"})
     material_enc: MaterialEnc = MaterialEnc.one_hot
     # planes: the theme's palette and pattern per pixel (probe at 400 steps: 18.8 vs 17.4 dB at 2
     # DDIM steps)
@@ -352,24 +376,51 @@ def _nesting(text: str) -> int:
     return deepest
 
 
+def _unparsed(item: str, e: yaml.YAMLError) -> ConfigError:
+    "A `key=value` whose value is no YAML, as one line: the key, the character, the problem."
+    key, _, value = item.partition("=")
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None or problem is None:
+        return ConfigError(f"override '{item}' could not be parsed: {clip(one_line(e))}")
+    lines = value.split("\n")
+    at = min(len(value), sum(len(x) + 1 for x in lines[: mark.line]) + mark.column)
+    where = "its end" if at >= len(value) else f"character {at + 1}"
+    why = f"{problem} ({e.context})" if getattr(e, "context", None) else problem
+    return ConfigError(
+        f"override '{item}' could not be parsed: the value of '{key}', {value!r}, fails at "
+        f"{where}: {why}"
+    )
+
+
 def _override(cfg: DictConfig, item: str) -> DictConfig:
     """`cfg` with `key=value` override `item` merged in; an item too long, nested too deep (the
-    parsers recurse) or unparseable is a `ConfigError` quoting it short."""
+    parsers recurse) or unparseable is a `ConfigError` quoting it short. Hydra's `+key=value`
+    and `++key=value` set a key like `key=value` (every key of a typed config exists: a `+` adds
+    none, and a key that is not there is refused as unknown); `~key` is refused."""
     if len(item) > MAX_OVERRIDE or _nesting(item) > MAX_NESTING:
         raise ConfigError(
             f"override {clip(item, 40)!r}: more than {MAX_OVERRIDE} characters or nested more "
             f"than {MAX_NESTING} deep; an override is key=value (e.g. train.lr=1e-4)"
         )
+    if item.startswith("~"):
+        key = item[1:].partition("=")[0]
+        raise ConfigError(
+            f"override '{item}': a typed config's keys cannot be deleted; set '{key}' instead "
+            f"({key}=VALUE)"
+        )
+    given, item = item, item.removeprefix("++").removeprefix("+")
     if "=" not in item or item.startswith("="):
-        raise ConfigError(f"override '{item}' is not key=value (e.g. train.lr=1e-4)")
+        raise ConfigError(f"override '{given}' is not key=value (e.g. train.lr=1e-4)")
     try:
         dot = OmegaConf.from_dotlist([item])
     except OmegaConfBaseException as e:
-        raise ConfigError(f"override '{item}' could not be parsed: {e.msg}") from None
+        raise ConfigError(f"override '{given}' could not be parsed: {e.msg}") from None
     # PyYAML's errors are no ValueError: its parser reads the value
-    except (yaml.YAMLError, ValueError) as e:
-        raise ConfigError(f"override '{item}' could not be parsed: {clip(one_line(e))}") from None
-    return _merge(cfg, dot, f"override '{item}'")
+    except yaml.YAMLError as e:
+        raise _unparsed(item, e) from None
+    except ValueError as e:
+        raise ConfigError(f"override '{given}' could not be parsed: {clip(one_line(e))}") from None
+    return _merge(cfg, dot, f"override '{given}'")
 
 # %% ../../nbs/core/01_config.ipynb #391b0b01
 def config_fields(cls: type = ExperimentConfig, prefix: str = "") -> dict[str, Field]:
@@ -397,6 +448,9 @@ def field_rule(meta) -> tuple | None:
     if "pattern" in meta:
         p = re.compile(meta["pattern"])
         return (lambda v: bool(p.fullmatch(v))), f"must be {meta['means']}"
+    if "in" in meta:  # a registry: what is in it when the config is checked
+        names = meta["in"]
+        return (lambda v: v in names), f"must be {meta['means']}: {', '.join(names)}"
     b = {k: meta[k] for k in _BOUNDS if k in meta}
     if not b:
         return None
@@ -495,15 +549,52 @@ def save_config(cfg: DictConfig | dict, path: str | os.PathLike) -> Path:
         path, yaml.safe_dump(cfg if isinstance(cfg, dict) else config_to_dict(cfg), sort_keys=False)
     )
 
+# %% ../../nbs/core/01_config.ipynb #c7e3a9d1
+def check_holdout(cfg: DictConfig, root: str | os.PathLike | None = None) -> DictConfig:
+    """Raise a `ConfigError` unless `data.holdout` names a split file (under `sweeps/splits/`, or a
+    path) that exists and is a split; the message lists the splits there are."""
+    from qmind_render.data.splits import find_split, load_split
+
+    name = cfg.data.holdout
+    try:
+        load_split(name, root)
+    except FileNotFoundError:
+        have = sorted(p.stem for p in find_split(name, root).parent.glob("*.yaml"))
+        raise ConfigError(
+            f"data.holdout={name!r}: no split file {find_split(name, root)}"
+            + (f" (there: {', '.join(have[:6])}{', ...' * (len(have) > 6)})" if have else "")
+            + f"; name one of those, or make it with `qmind data split {name}`"
+        ) from None
+    except UserError as e:
+        raise ConfigError(f"data.holdout={name!r}: {e}") from None
+    return cfg
+
+
+def checked_config(
+    config: str | os.PathLike | dict | None = None,
+    overrides: list[str] = (),
+    root: str | os.PathLike | None = None,
+) -> ExperimentConfig:
+    """The config a command runs: `load_config` (types, ranges, choices) and `check_holdout` (the
+    split it names is there). Every command that takes a config from its user goes through here."""
+    return check_holdout(load_config(config, overrides, root), root)
+
 # %% ../../nbs/core/01_config.ipynb #4dd5b719
 def add_config_args(p, overrides_help: str = "key=value overrides, e.g. train.lr=1e-4 seed=2"):
-    "Add the positional `CONFIG [key=value ...]` arguments to an argparse parser."
+    """Add the positional `CONFIG [key=value ...]` arguments to an argparse parser, and Hydra's
+    `--cfg job`: print the composed config and stop."""
     p.add_argument(
         "config",
         nargs="?",
         help="YAML path or a name under sweeps/exp/ (default: embedded defaults)",
     )
     p.add_argument("overrides", nargs="*", help=overrides_help)
+    p.add_argument(
+        "--cfg",
+        choices=["job"],
+        default=None,
+        help="job: print the composed config (YAML) and exit without running, as Hydra does",
+    )
     return p
 
 # %% ../../nbs/core/01_config.ipynb #263a4d0c
@@ -514,8 +605,13 @@ def config_args(a) -> tuple[str | None, list[str]]:
 
 # %% ../../nbs/core/01_config.ipynb #0581fc72
 def config_from_args(a) -> ExperimentConfig:
-    "The config that parsed `add_config_args` arguments name."
-    return load_config(*config_args(a))
+    """The config that parsed `add_config_args` arguments name, checked (`checked_config`); with
+    `--cfg job`, printed, and the command stops there (exit 0)."""
+    cfg = checked_config(*config_args(a))
+    if getattr(a, "cfg", None) == "job":
+        print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
+        raise SystemExit(0)
+    return cfg
 
 # %% ../../nbs/core/01_config.ipynb #b72b0dc0
 def config_main(argv: list[str]) -> int:

@@ -1084,22 +1084,9 @@ def report_md(res: EvalResult, ld: Loaded) -> str:
 # %% ../../nbs/core/60_evaluate.ipynb #7c438948
 def eval_main(argv: list[str]) -> int:
     "`qmind eval RUN_DIR|CHECKPOINT [key=value ...]`"
-    import argparse
+    from qmind_render.core.commands import eval_parser
 
-    p = argparse.ArgumentParser(
-        prog="qmind eval",
-        description="Evaluate a checkpoint on held-out and training cells; write a report.",
-    )
-    p.add_argument("target", help="a run dir (its latest checkpoint) or a checkpoint file")
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        help="key=value, e.g. eval.ddim_steps=[1,2,4] eval.frames_per_cell=4",
-    )
-    p.add_argument(
-        "--out", default=None, help="where eval.json and the report go (default: RUN_DIR/eval)"
-    )
-    a = p.parse_intermixed_args(argv)  # options anywhere on the line
+    a = eval_parser().parse_intermixed_args(argv)  # options anywhere on the line
     res = evaluate(a.target, a.overrides, out=a.out, log=lambda s: print(s, flush=True))
     print(headline(res))
     return 0

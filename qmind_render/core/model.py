@@ -8,7 +8,6 @@ Docs: https://qmind.github.io/qmind-render/core/model.html.md"""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from itertools import accumulate
 
 import torch
@@ -16,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 
-from .config import ModelConfig
+from .config import SIZES, ModelConfig, UNetSize
 from ..contracts import ChannelSpec, load_spec
 from qmind_render.core.encodings import (
     ConditionEncoder,
@@ -26,9 +25,12 @@ from qmind_render.core.encodings import (
     model_config,
 )
 
+# the size registry is the config's (plain data, checked without torch); the model names it too
+_all_ = ["SIZES", "UNetSize"]
+
 # %% auto #0
-__all__ = ['SIZES', 'LIT_PLANES', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNetSize', 'UNet', 'lit_split',
-           'lit_mlp', 'ConditionalUNet', 'denoise', 'build_model', 'n_params']
+__all__ = ['LIT_PLANES', 'timestep_embedding', 'ResBlock', 'Attention', 'Down', 'Up', 'UNet', 'lit_split', 'lit_mlp',
+           'ConditionalUNet', 'denoise', 'build_model', 'n_params', 'SIZES', 'UNetSize']
 
 # %% ../../nbs/core/40_model.ipynb #80551b78
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
@@ -112,28 +114,6 @@ class Up(nn.Conv2d):
 
     def forward(self, x, emb=None):
         return super().forward(F.interpolate(x, scale_factor=2.0, mode="nearest"))
-
-# %% ../../nbs/core/40_model.ipynb #ec68c570
-@dataclass(frozen=True)
-class UNetSize:
-    "The numbers that shape a U-Net."
-
-    width: int
-    mults: tuple[int, ...]
-    blocks: int
-    attn: tuple[int, ...] = ()  # resolutions (pixels on a side) with self-attention
-    head_dim: int = 64
-    groups: int = 32
-
-
-SIZES: dict[str, UNetSize] = {
-    # CI: seconds on CPU
-    "tiny": UNetSize(width=16, mults=(1, 2, 2), blocks=1, groups=8),
-    # the CPU-playable demo
-    "small": UNetSize(width=32, mults=(1, 2, 2, 2), blocks=1, attn=(16,), groups=8),
-    # the deck's ~30M model
-    "base": UNetSize(width=128, mults=(1, 2, 2), blocks=2, attn=(16,), groups=32),
-}
 
 # %% ../../nbs/core/40_model.ipynb #7ec40529
 class UNet(nn.Module):

@@ -227,24 +227,8 @@ def measure(
 
 def themes_main(argv: list[str]) -> int:
     "`qmind themes [RUN_DIR|CHECKPOINT|shipped] [--steps K] [--themes test|validation]`"
-    import argparse
+    from qmind_render.core.commands import themes_parser
 
-    p = argparse.ArgumentParser(
-        prog="qmind themes",
-        description="Measure a model on themes it never trained on (random themes held out "
-        "whole); write the figure the page and the widget show beside a designed theme.",
-    )
-    p.add_argument(
-        "target", nargs="?", default="shipped", help="a run dir, a checkpoint, or shipped"
-    )
-    p.add_argument("--steps", type=int, default=None, help="DDIM steps (default: its headline)")
-    p.add_argument(
-        "--themes",
-        choices=tuple(THEME_SETS),
-        default="test",
-        help="which new themes: test (reported, what the page shows) or validation (to choose "
-        "between models on)",
-    )
-    a = p.parse_args(argv)
+    a = themes_parser().parse_args(argv)
     measure(a.target, a.steps, a.themes)
     return 0

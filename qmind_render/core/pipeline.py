@@ -10,13 +10,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .config import load_config
+from .config import checked_config
 from ..data.dataset import list_datasets
 from .eval_result import EvalResult
-from .evaluate import evaluate, headline
-from ..data.generate import check_workers, generate, n_episodes
 from ..data.stores import open_store
-from .train import make_runs_root, runs_root, train
 
 # %% auto #0
 __all__ = ['run', 'run_main']
@@ -30,8 +27,13 @@ def run(
     log=print,
 ) -> dict:
     """The main job: dataset (if missing) -> train -> eval -> report; {"train": what `train`
-    returns, "eval": the `EvalResult` (None when training stopped early)}."""
-    t0, cfg = time.monotonic(), load_config(config, list(overrides))
+    returns, "eval": the `EvalResult` (None when training stopped early)}. The stages (and torch)
+    are imported here, once the config has been checked (`checked_config`)."""
+    t0, cfg = time.monotonic(), checked_config(config, list(overrides))
+    from qmind_render.core.evaluate import evaluate, headline
+    from qmind_render.core.train import make_runs_root, runs_root, train
+    from qmind_render.data.generate import check_workers, generate, n_episodes
+
     # a bad --runs or --workers: one line before anything is made
     make_runs_root(root)
     check_workers(workers)
@@ -72,7 +74,7 @@ def run(
 def run_main(argv: list[str]) -> int:
     "`qmind run [CONFIG] [key=value ...]`"
     import argparse
-    from qmind_render.core.config import add_config_args, config_args
+    from qmind_render.core.config import add_config_args, config_args, config_from_args
 
     p = argparse.ArgumentParser(
         prog="qmind run",
@@ -89,5 +91,6 @@ def run_main(argv: list[str]) -> int:
         help="dataset generation processes (default: one per core)",
     )
     a = p.parse_intermixed_args(argv)  # options anywhere on the line
+    config_from_args(a)  # a bad config refused (or --cfg job printed) before torch is loaded
     res = run(*config_args(a), a.runs, a.workers)
     return 0 if res["eval"] is not None else 1

@@ -658,17 +658,10 @@ def _summary(run: Run, status: str, start: int, t0: float) -> dict:
 # %% ../../nbs/core/50_train.ipynb #502152a2
 def train_main(argv: list[str]) -> int:
     "`qmind train [CONFIG] [key=value ...] [--runs DIR]`"
-    import argparse
-    from qmind_render.core.config import add_config_args, config_from_args
+    from qmind_render.core.commands import train_parser
+    from qmind_render.core.config import config_from_args
 
-    p = argparse.ArgumentParser(
-        prog="qmind train", description="Train (or resume) a run; its dir is runs/<name>/."
-    )
-    add_config_args(p, "key=value, e.g. train.steps=500 seed=2 train.resume=never")
-    p.add_argument(
-        "--runs", default=None, help="where run dirs go (default: $QMIND_RUNS or ./runs)"
-    )
-    a = p.parse_intermixed_args(argv)  # options anywhere on the line
+    a = train_parser().parse_intermixed_args(argv)  # options anywhere on the line
     cfg = config_from_args(a)
     try:
         res = train(cfg, a.runs)

@@ -12,7 +12,12 @@ import json
 import math
 
 from .cloud import RunSpec, load_menu
-from ..core.config import ExperimentConfig, config_from_dict, config_to_dict, load_config
+from qmind_render.core.config import (
+    ExperimentConfig,
+    checked_config,
+    config_from_dict,
+    config_to_dict,
+)
 from ..core.device import precision_dtype
 from ..util import format_table, median_time
 from ..world.grid import load_grid
@@ -246,7 +251,9 @@ def cost_main(argv: list[str]) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = ap.parse_intermixed_args(argv)  # options anywhere on the line
-    p = plan_cost(load_config(a.config, a.overrides), a.instance, a.budget, a.utilisation)
+    # checked as every command checks a config (`checked_config`), before anything is measured
+    cfg = checked_config(a.config, a.overrides)
+    p = plan_cost(cfg, a.instance, a.budget, a.utilisation)
     print(json.dumps(p, indent=1) if a.json else format_plan(p))
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -21,23 +22,23 @@ from pathlib import Path
 import yaml
 from fastcore.basics import patch
 
-from ..core.checkpoint import checkpoint_name
-from .cloud import Backend, RunSpec
+from .cloud import RunSpec
 from ..core.eval_result import EvalResult
 from qmind_render.core.config import (
     config_from_dict,
     config_to_dict,
+    checked_config,
     find_config,
-    load_config,
     save_config,
 )
 from ..contracts import load_user_file
 from ..util import atomic_write, process_pool
 
 # %% auto #0
-__all__ = ['SLURM_RESOURCES', 'SLURM_STATES', 'load_sweep', 'sweep_axes', 'multirun', 'expand_sweep', 'run_finished', 'read_json',
-           'write_json', 'eval_psnr', 'job_record', 'write_run_dir', 'kernel_manager_class', 'execute_run',
-           'LocalBackend', 'prepare_datasets', 'sbatch_script', 'slurm', 'slurm_states', 'SlurmBackend']
+__all__ = ['SLURM_RESOURCES', 'SLURM_STATES', 'load_sweep', 'sweep_axes', 'sweep_values', 'multirun', 'expand_sweep',
+           'run_finished', 'read_json', 'write_json', 'eval_psnr', 'job_record', 'write_run_dir',
+           'kernel_manager_class', 'execute_run', 'LocalBackend', 'prepare_datasets', 'sbatch_script', 'slurm',
+           'slurm_states', 'SlurmBackend']
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #20491db6
 # a sweep file's optional `slurm:` section
@@ -111,24 +112,69 @@ def _values(v: str) -> list[str]:
         cur += ch
     return out + [cur]
 
+# %% ../../nbs/sweeps/86_sweep.ipynb #b51e7a10
+def _yaml_value(item: str, x: str):
+    "One value of a `-m` axis, read as YAML; one that does not parse is a `ValueError` naming it."
+    try:
+        return yaml.safe_load(x) if x.strip() else x
+    except yaml.YAMLError as e:
+        why = getattr(e, "problem", None) or type(e).__name__
+        raise ValueError(f"'{item}': the value {x!r} is not valid YAML: {why}") from None
+
+
+def _range(item: str, args: str) -> list:
+    "Hydra's `range(stop)`, `range(start, stop)`, `range(start, stop, step)`: stop excluded."
+    a = [_yaml_value(item, x) for x in _values(args)]
+    if not 1 <= len(a) <= 3 or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in a
+    ):
+        raise ValueError(
+            f"'{item}': range takes 1 to 3 numbers: range(stop), range(start, stop) or "
+            "range(start, stop, step)"
+        )
+    start, stop, step = (0, a[0], 1) if len(a) == 1 else (*a, 1)[:3]
+    n = math.ceil(round((stop - start) / step, 9)) if step else 0
+    if n < 1:
+        raise ValueError(f"'{item}' sweeps no value (Hydra's range stops before stop)")
+    return [
+        start + i * step
+        if isinstance(step, int) and isinstance(start, int)
+        else round(start + i * step, 12)
+        for i in range(n)
+    ]
+
+
+def sweep_values(item: str) -> list | None:
+    """The values `-m`'s `key=...` sweeps, as Hydra writes them: `a,b,c` (commas outside brackets
+    and quotes), `range(...)`, or `choice(a, b)`; None for one plain value (an override)."""
+    v = item.partition("=")[2]
+    m = re.fullmatch(r"\s*(range|choice)\((.*)\)\s*", v, re.S)
+    if m and m[1] == "range":
+        return _range(item, m[2])
+    vals = _values(m[2] if m else v)
+    return [_yaml_value(item, x) for x in vals] if m or len(vals) > 1 else None
+
 # %% ../../nbs/sweeps/86_sweep.ipynb #07d63179
 def multirun(base: str, args: list[str], name: str | None = None) -> dict:
-    """`qmind sweep BASE -m k=a,b k2=c ...` as a sweep dict: each comma list is a grid axis, every
-    other key=value an override."""
+    """`qmind sweep BASE -m k=a,b k2=range(0,3) k3=c ...` as a sweep dict: each sweep
+    (`sweep_values`) is a grid axis, every other key=value an override. Hydra's `+key` names the
+    key (every key of a typed config exists)."""
     grid, overrides = {}, []
     for a in args:
         k, eq, v = a.partition("=")
         if not eq or not k:
-            raise ValueError(f"'{a}' is not key=value (a sweep axis is key=a,b,c)")
-        vals = _values(v)
-        if len(vals) > 1:
-            grid[k] = [yaml.safe_load(x) if x.strip() else x for x in vals]
+            raise ValueError(
+                f"'{a}' is not key=value (a sweep axis is key=a,b,c or key=range(0,3))"
+            )
+        vals = sweep_values(a)
+        if vals is not None:
+            grid[k.removeprefix("++").removeprefix("+")] = vals
         else:
             overrides.append(a)
     if not grid:
         raise ValueError(
-            "-m needs at least one key with a comma list to sweep, e.g. seed=1,2,3 (got "
-            f"{' '.join(args) or 'nothing'})"
+            "-m needs at least one key with a comma list or a range to sweep, e.g. seed=1,2,3 or "
+            f"seed=range(0,3) (got {' '.join(args) or 'nothing'})"
         )
     return {
         "name": name or Path(str(base)).stem,
@@ -142,7 +188,7 @@ def expand_sweep(
     sweep: str | Path | dict, overrides: list[str] = (), root: str | Path | None = None
 ) -> list[RunSpec]:
     """One `RunSpec` per grid point: the resolved config of base <- sweep overrides <- `overrides`
-    <- the point."""
+    <- the point, each checked as every command checks a config (`checked_config`)."""
     s = load_sweep(sweep)
     base = find_config(s["base"], root)
     keys, runs, arms = list(s["grid"]), [], s.get("arms") or {None: []}
@@ -151,7 +197,8 @@ def expand_sweep(
         short = [arm] * (arm is not None) + [_short(k, v) for k, v in zip(keys, vals)]
         name = "-".join([s["name"], f"{i:03d}", *short])
         point = [f"{k}={v}" for k, v in zip(keys, vals)]
-        cfg = load_config(base, [*s["overrides"], *changes, *overrides, *point, f"name={name}"])
+        given = [*s["overrides"], *changes, *overrides, *point, f"name={name}"]
+        cfg = checked_config(base, given, root)
         at = {"arm": arm} if arm is not None else {}
         runs.append(RunSpec(name, config_to_dict(cfg), point=at | dict(zip(keys, vals))))
     return runs
@@ -159,6 +206,8 @@ def expand_sweep(
 # %% ../../nbs/sweeps/86_sweep.ipynb #22516196
 def run_finished(run_dir: Path, steps: int) -> bool:
     "True when `run_dir/eval/eval.json` evaluates the checkpoint of the final step."
+    from qmind_render.core.checkpoint import checkpoint_name  # (torch: here, not on --help)
+
     ev = EvalResult.read(Path(run_dir) / "eval" / "eval.json", missing_ok=True)
     return ev is not None and Path(ev.checkpoint or "").name == checkpoint_name(steps)
 
@@ -337,9 +386,6 @@ class LocalBackend:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-
-
-assert isinstance(LocalBackend(), Backend)
 
 # %% ../../nbs/sweeps/86_sweep.ipynb #612a18ca
 def prepare_datasets(runs: list[RunSpec], workers: int | None = None, log=print) -> None:
