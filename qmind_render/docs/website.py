@@ -386,9 +386,10 @@ def markdown_ready(nb: dict):
     return nb
 
 # %% ../../nbs/docs/96_website.ipynb #76d0c720
-def notebook_markdown(nb: dict, stem: str) -> tuple[str, dict[str, bytes]]:
-    """A processed notebook as (Markdown, {image file relative to the page: bytes}); images go in
-    `STEM_files/`."""
+@functools.cache
+def _markdown_exporter():
+    """One nbconvert Markdown exporter for every page: its Jinja templates are compiled once, not
+    once a notebook (a third of the site's Markdown time)."""
     from nbconvert import MarkdownExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
 
@@ -396,7 +397,13 @@ def notebook_markdown(nb: dict, stem: str) -> tuple[str, dict[str, bytes]]:
     ex.register_preprocessor(
         TagRemovePreprocessor(remove_input_tags={"remove_input"}), enabled=True
     )
-    body, res = ex.from_notebook_node(
+    return ex
+
+
+def notebook_markdown(nb: dict, stem: str) -> tuple[str, dict[str, bytes]]:
+    """A processed notebook as (Markdown, {image file relative to the page: bytes}); images go in
+    `STEM_files/`."""
+    body, res = _markdown_exporter().from_notebook_node(
         markdown_ready(nb), resources={"output_files_dir": f"{stem}_files", "unique_key": stem}
     )
     return body, dict(res.get("outputs", {}))
