@@ -36,6 +36,7 @@ TINY = [
     "eval.frames_per_cell=1",
     "eval.ddim_steps=[1]",
     "eval.classifier_steps=30",
+    "eval.temporal_walks=0",  # no test here reads the temporal figure
     "tracker=none",
 ]
 NAMES = ["tiny-000-seed1", "tiny-001-seed2"]
