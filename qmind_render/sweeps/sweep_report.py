@@ -352,12 +352,14 @@ from ..core.config import config_fields
 SWITCHES = tuple(k for k, f in config_fields().items() if f.metadata.get("switch"))
 
 
-def switches(config: dict) -> dict:
-    """The `SWITCHES` a run's config sets, keys added since it ran taking their values from before
-    they existed (as a checkpoint's do: `config_from_dict`)."""
-    from qmind_render.core.config import config_from_dict, config_to_dict
+def switches(config) -> dict:
+    """The `SWITCHES` a run's config sets (its config dict, or the `ExperimentConfig` loaded from
+    it), keys added since it ran taking their values from before they existed (as a checkpoint's
+    do: `config_from_dict`)."""
+    from qmind_render.core.config import ExperimentConfig, config_from_dict, config_to_dict
 
-    sw = config_to_dict(config_from_dict(config))
+    cfg = config if isinstance(config, ExperimentConfig) else config_from_dict(config)
+    sw = config_to_dict(cfg)
     return {k: sw[k.split(".")[0]][k.split(".")[1]] for k in SWITCHES}
 
 # %% ../../nbs/sweeps/87_sweep_report.ipynb #4c77fba5
@@ -372,8 +374,9 @@ def run_row(run: str | Path) -> dict:
 
     run = Path(run)
     ev = EvalResult.of_run(run)
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
-    out = {"run": run.name, "seed": config_from_dict(cfg).seed}
+    # loaded once (the config's slowest step), for its seed and its switches
+    cfg = config_from_dict(yaml.safe_load((run / "config.yaml").read_text()))
+    out = {"run": run.name, "seed": cfg.seed}
     out |= {k.split(".")[1]: v for k, v in switches(cfg).items()} | {"frames": ev.frames}
     h, t, k = ev.part("heldout"), ev.part("train"), ev.headline_steps
     for j in ev.steps:
