@@ -194,10 +194,10 @@ class TrainConfig:
     "The training loop."
 
     # the main job in under 10 minutes on 2 CPU cores of any kind: with the texture atlas, the
-    # validation cells at 33.26, 35.36, 36.40 and 37.00 dB after 400, 800, 1,200 and 1,600 steps (the
-    # additive baseline 30.75); 1,600 take about 5 minutes on 2 AMD EPYC cores with AVX2 only (fp32),
-    # the slowest kind (2,800 steps of the full-resolution trunk without it, the recipe before issue
-    # 53, took 17 to 31.02 dB)
+    # validation cells at 33.26, 35.36, 36.40 and 37.00 dB after 400, 800, 1,200 and 1,600
+    # steps (the additive baseline 30.75); 1,600 take about 5 minutes on 2 AMD EPYC cores with
+    # AVX2 only (fp32), the slowest kind (2,800 steps of the full-resolution trunk without it, the
+    # recipe before issue 53, took 17 to 31.02 dB)
     steps: int = field(default=1600, metadata={"ge": 1, "switch": True})
     # more, smaller steps: 1,600 x 8 gave 25.0 dB where 400 x 32 gave 21.2 (probe, the same
     # samples seen)
