@@ -56,14 +56,18 @@ def train_flops(model, x0, cond, diffusion) -> float:
 
 # %% ../../nbs/core/42_flops.ipynb #f696f5ee
 def size_table(cfg=None, spec=None, tables=None) -> list[dict]:
-    "Parameters and forward GFLOPs per 64×64 frame for every registered size."
+    """Parameters and forward GFLOPs per 64×64 frame for every registered size; the texture atlas's
+    table (`model.atlas`, the same for every size, read and not multiplied) counted apart."""
     out = []
     for name in SIZES:
         m = build_model(model_config(cfg, size=name), spec, tables)
+        atlas = m.encoder.atlas.table
+        a = 0 if atlas is None else atlas.numel()
         out.append(
             {
                 "size": name,
-                "params_M": round(n_params(m) / 1e6, 2),
+                "params_M": round((n_params(m) - a) / 1e6, 2),
+                "atlas_params_M": round(a / 1e6, 2),
                 "gflops_per_frame": round(forward_flops(m) / 1e9, 2),
             }
         )
