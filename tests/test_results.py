@@ -84,7 +84,11 @@ def configs_resolved_once():
         return from_dict(json.loads(d), list(overrides))
 
     def from_dict_once(d, overrides=()):
-        return _from(json.dumps(d, sort_keys=True), tuple(overrides))
+        try:
+            key = json.dumps(d, sort_keys=True)
+        except TypeError:  # not plain data (a loaded config): resolved as before, each time
+            return from_dict(d, overrides)
+        return _from(key, tuple(overrides))
 
     mp = pytest.MonkeyPatch()
     mp.setattr(sweep_report, "expand_sweep", expand_once)
