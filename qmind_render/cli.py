@@ -123,6 +123,8 @@ BENCHES: dict[str, str] = {
     "data": "qmind_render.data.data_cli:bench_data",
     "model": "qmind_render.core.model_bench:bench_model",
     "sampler": "qmind_render.core.sampler:bench_sampler",
+    # stores what it measures: a sweep's dry run reads it
+    "steps": "qmind_render.sweeps.cost:bench_steps",
     "train": "qmind_render.core.train_bench:bench_train",
     "race": "qmind_render.core.train_bench:bench_race",
     "eval": "qmind_render.core.evaluate:bench_eval",

@@ -10,6 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+from datetime import date
+from functools import cache
+from hashlib import sha256
+from pathlib import Path
+from typing import Callable
 
 from .cloud import RunSpec, load_menu
 from qmind_render.core.config import (
@@ -23,9 +29,10 @@ from ..util import format_table, median_time
 from ..world.grid import load_grid
 
 # %% auto #0
-__all__ = ['DECK', 'BYTES_PER_PARAM', 'gpu_hours', 'deck_sizing', 'saved_activation_bytes', 'measure_model', 'memory_gb',
-           'instance_rows', 'plan_cost', 'format_plan', 'cost_main', 'sweep_cost', 'step_seconds', 'estimate_wall',
-           'plot_cost']
+__all__ = ['DECK', 'BYTES_PER_PARAM', 'MISSING', 'gpu_hours', 'deck_sizing', 'saved_activation_bytes', 'measure_model',
+           'machine_key', 'store_path', 'stored', 'measured_model', 'memory_gb', 'instance_rows', 'plan_cost',
+           'missing_note', 'format_plan', 'cost_main', 'sweep_cost', 'step_seconds', 'step_recipe',
+           'stored_step_seconds', 'bench_steps', 'estimate_wall', 'plot_cost']
 
 # %% ../../nbs/sweeps/85_cost.ipynb #f14003f1
 DECK = {
@@ -136,6 +143,68 @@ def measure_model(model_cfg, n: int = 2) -> dict:
         "activation_bytes_per_sample": act,
     }
 
+# %% ../../nbs/sweeps/85_cost.ipynb #d54a0c04
+@cache
+def machine_key() -> dict:
+    """What a stored measurement was taken on: the CPU model, its vector flags, the torch version
+    (read without importing torch)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from qmind_render.util import cpu_name
+
+    p = Path("/proc/cpuinfo")
+    flags = set(p.read_text().split()) if p.exists() else set()
+    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    try:
+        torch = version("torch")
+    except PackageNotFoundError:
+        torch = "not installed"
+    return {"cpu": cpu_name(), "flags": " ".join(isa) or "-", "torch": torch}
+
+
+def store_path() -> Path:
+    "The stored measurements: `step_times.json` under `$QMIND_CACHE` (else ~/.cache/qmind-render)."
+    from qmind_render.data.cache import default_cache_dir
+
+    return default_cache_dir() / "step_times.json"
+
+
+def _read_store(p: Path) -> dict:
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: measure again
+        return {}
+
+# %% ../../nbs/sweeps/85_cost.ipynb #d54a0c05
+def stored(kind: str, recipe: dict, measure: Callable[[], object], refresh: bool = False):
+    """(value, where it came from) of the measurement `kind` of `recipe` on this machine: the stored
+    one ("stored YYYY-MM-DD"), else (or with `refresh`) `measure()` ("measured now"), stored."""
+    what = {"kind": kind, "machine": machine_key(), "recipe": recipe}
+    key = sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    p = store_path()
+    if not refresh and (hit := _read_store(p).get(key)):
+        return hit["value"], f"stored {hit['measured']}"
+    value = measure()
+    # read again: another process may have stored something meanwhile
+    data = _read_store(p) | {key: what | {"value": value, "measured": date.today().isoformat()}}
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    tmp.replace(p)  # never a half-written store
+    return value, "measured now"
+
+# %% ../../nbs/sweeps/85_cost.ipynb #d54a0c07
+_MEASURED: dict[str, dict] = {}
+
+
+def measured_model(cfg, refresh: bool = False) -> dict:
+    "`measure_model` of `cfg.model`, stored (`stored`); once a process."
+    recipe = config_to_dict(cfg)["model"]
+    key = json.dumps(recipe, sort_keys=True)
+    if refresh or key not in _MEASURED:
+        _MEASURED[key] = stored("model", recipe, lambda: measure_model(cfg.model), refresh)[0]
+    return _MEASURED[key]
+
 # %% ../../nbs/sweeps/85_cost.ipynb #2a4bb7a8
 BYTES_PER_PARAM = {"weights": 4, "grads": 4, "adam": 8, "ema": 4}
 
@@ -175,9 +244,6 @@ def instance_rows(
     return rows
 
 # %% ../../nbs/sweeps/85_cost.ipynb #08f2488c
-_MEASURED: dict[str, dict] = {}
-
-
 def plan_cost(
     cfg,
     instance: str | None = None,
@@ -195,8 +261,7 @@ def plan_cost(
                 f"(qmind_render/assets/instances.yaml); have: {', '.join(menu)}"
             )
         menu = {instance: menu[instance]}
-    key = json.dumps(config_to_dict(cfg)["model"], sort_keys=True)
-    meas = _MEASURED.get(key) or _MEASURED.setdefault(key, measure_model(cfg.model))
+    meas = measured_model(cfg)
     samples = cfg.train.steps * cfg.train.batch * cfg.train.grad_accum
     flops = meas["train_forward_ratio"] * meas["forward_flops"] * samples
     mem = memory_gb(meas["params"], meas["activation_bytes_per_sample"], cfg.train.batch)
@@ -212,6 +277,30 @@ def plan_cost(
         "instances": instance_rows(flops, mem["total"], menu, utilisation, budget),
         "deck": deck_sizing(),
     }
+
+# %% ../../nbs/sweeps/85_cost.ipynb #d54a0c01
+# what a "-" in an instance table stands for, column by column
+MISSING = {
+    "hours": "no bf16 peak on the menu for the GPU, so no hours and no dollars",
+    "usd_spot": "no spot price on the menu",
+    "usd_capacity_block": "no capacity-block price on the menu",
+    "fits": "the GPU's memory is not on the menu",
+    "runs_in_budget": "no --budget given",
+}
+
+
+def missing_note(rows: list[dict]) -> list[str]:
+    """The lines under an instance table that say what its "-" cells mean (the menu is
+    qmind_render/assets/instances.yaml); none when it has none."""
+    said, out = set(), []
+    for k, why in MISSING.items():
+        # a row without hours has no dollars either: said once, under hours
+        if any(
+            k in r and r[k] is None and (k == "hours" or r.get("hours") is not None) for r in rows
+        ):
+            said.add(k)
+            out.append(f"  {k}: {why}")
+    return ['"-" in the table:', *out] if out else []
 
 # %% ../../nbs/sweeps/85_cost.ipynb #7b0db559
 def format_plan(p: dict) -> str:
@@ -232,7 +321,8 @@ def format_plan(p: dict) -> str:
         f"{DECK['utilisation']:.0%} of peak):",
         format_table(p["deck"], ["instance", "gpu", "train_flops", "hours", "usd_on_demand"]),
     ]
-    return "\n".join(head + ["", format_table(p["instances"]), ""] + deck)
+    table = [format_table(p["instances"]), *missing_note(p["instances"])]
+    return "\n".join(head + ["", *table, ""] + deck)
 
 # %% ../../nbs/sweeps/85_cost.ipynb #3e8bd7ab
 def cost_main(argv: list[str]) -> int:
@@ -320,6 +410,42 @@ def step_seconds(
         torch.set_num_threads(old)
     return s * cfg.train.batch * cfg.train.grad_accum / b
 
+# %% ../../nbs/sweeps/85_cost.ipynb #d54a0c09
+def step_recipe(cfg, threads: int) -> dict:
+    """What a step time depends on besides the machine: the model, batch, accumulation,
+    precision, threads."""
+    d = config_to_dict(cfg)
+    t = d["train"]
+    return {
+        "model": d["model"],
+        **{k: t[k] for k in ("batch", "grad_accum", "precision")},
+        "threads": threads,
+    }
+
+
+def stored_step_seconds(cfg, threads: int, refresh: bool = False) -> tuple[float, str]:
+    "`step_seconds` of `cfg` at `threads`, stored (`stored`); with where the figure came from."
+    return stored("step", step_recipe(cfg, threads), lambda: step_seconds(cfg, threads), refresh)
+
+# %% ../../nbs/sweeps/85_cost.ipynb #d54a0c08
+def bench_steps(recipe: str = "quickstart", threads: int | None = None, **overrides) -> dict:
+    """`qmind bench steps [recipe=NAME] [threads=N] [key=value ...]`: measure the training step and
+    the model of `recipe` on this machine again and store them, as a sweep's dry run reads them."""
+    cfg = checked_config(recipe, [f"{k}={v}" for k, v in overrides.items()])
+    threads = int(threads or os.cpu_count() or 1)
+    s, _ = stored_step_seconds(cfg, threads, refresh=True)
+    m = measured_model(cfg, refresh=True)
+    return {
+        "recipe": recipe,
+        "overrides": " ".join(f"{k}={v}" for k, v in overrides.items()) or "-",
+        "threads": threads,
+        "step_s": s,
+        "params": m["params"],
+        "forward_gflop": m["forward_flops"] / 1e9,
+        **machine_key(),
+        "stored_in": str(store_path()),
+    }
+
 # %% ../../nbs/sweeps/85_cost.ipynb #97d002e0
 def estimate_wall(
     runs: list[RunSpec],
@@ -327,29 +453,21 @@ def estimate_wall(
     jobs: int | None = None,
     instance: str | None = None,
     utilisation: float = 0.4,
+    refresh: bool = False,
 ) -> dict:
-    """Minutes per run and for the whole sweep on `backend`: measured step times here (local), the
-    planner's hours elsewhere."""
-    import os
-
-    jobs, per, cache = max(1, jobs or 1), [], {}
+    """Minutes per run and for the whole sweep on `backend`: step times of this machine (local; as
+    stored, or measured now with `refresh` or when none is), the planner's hours elsewhere."""
+    jobs, per, got = max(1, jobs or 1), [], {}
     if backend == "local":
-        threads = max(1, (os.cpu_count() or 1) // jobs)
+        threads, sources = max(1, (os.cpu_count() or 1) // jobs), set()
         for r in runs:
             cfg = config_from_dict(r.config)
-            key = json.dumps(
-                [
-                    r.config["model"],
-                    cfg.train.batch,
-                    cfg.train.grad_accum,
-                    str(r.config["train"]["precision"]),
-                ],
-                sort_keys=True,
-            )
-            # one measurement per distinct model/batch/precision
-            if key not in cache:
-                cache[key] = step_seconds(cfg, threads)
-            s = cache[key]
+            # once a recipe (with refresh: measured again once)
+            key = json.dumps(step_recipe(cfg, threads), sort_keys=True, default=str)
+            if key not in got:
+                got[key] = stored_step_seconds(cfg, threads, refresh)
+            s, where = got[key]
+            sources.add(where)
             ev = (
                 100
                 * cfg.eval.frames_per_cell
@@ -367,8 +485,8 @@ def estimate_wall(
                 }
             )
         basis = (
-            f"step times measured on this machine's CPU, {threads} thread(s) a run, {jobs} "
-            "run(s) at a time"
+            f"step times measured on this machine's CPU ({', '.join(sorted(sources))}; `qmind "
+            f"bench steps` measures again), {threads} thread(s) a run, {jobs} run(s) at a time"
         )
     else:
         inst = instance or ("ml.g5.xlarge" if backend == "sagemaker" else "g6.xlarge")
@@ -379,23 +497,21 @@ def estimate_wall(
             per.append(
                 {
                     "run": r.name,
-                    "minutes": None if row["hours"] is None else round(row["hours"] * 60, 1),
+                    # unrounded: a small model's run is seconds of GPU compute
+                    "minutes": None if row["hours"] is None else row["hours"] * 60,
                 }
             )
         basis = (
-            f"the planner's GPU hours on {inst} at {utilisation:.0%} of peak bf16, {jobs} "
-            "run(s) at a time"
+            f"the planner's GPU hours on {inst} at {utilisation:.0%} of peak bf16 (compute "
+            f"alone: start-up, data and evaluation not counted), {jobs} run(s) at a time"
         )
     mins = [p["minutes"] for p in per]
     total = (
         None
         if None in mins
-        else round(
-            sum(mins) / jobs
-            if backend == "local"
-            else max(mins, default=0) * -(-len(mins) // jobs),
-            1,
-        )
+        else sum(mins) / jobs
+        if backend == "local"
+        else max(mins, default=0) * -(-len(mins) // jobs)
     )
     return {"runs": per, "wall_minutes": total, "basis": basis}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from .cloud import RunSpec
 from ..core.config import config_from_dict
 from ..core.eval_result import EvalResult
-from .cost import estimate_wall, plan_cost, sweep_cost
+from .cost import estimate_wall, missing_note, plan_cost, sweep_cost
 from qmind_render.sweeps.sweep import (
     SLURM_RESOURCES,
     LocalBackend,
@@ -26,6 +26,7 @@ from qmind_render.sweeps.sweep import (
     multirun,
     sweep_axes,
     prepare_datasets,
+    sbatch_script,
     read_json,
     write_json,
 )
@@ -137,6 +138,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print the runs, the cost estimate and the wall time on the backend; run nothing",
     )
     ap.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="with --dry-run: measure this machine's step times again and store them (as `qmind "
+        "bench steps`)",
+    )
+    ap.add_argument(
         "--status",
         action="store_true",
         help="print the runs' table from their job records; submit nothing",
@@ -195,6 +202,13 @@ def _parser() -> argparse.ArgumentParser:
 # %% ../../nbs/sweeps/88_sweep_cli.ipynb #197503bb
 def _ago(s: float) -> str:
     return f"{int(s) // 60}m{int(s) % 60:02d}s"
+
+
+def _duration(s: float) -> str:
+    "Seconds as a reader takes them: 0.36 s, 42 s, 3m07s, 2h05m."
+    if s < 60:
+        return f"{s:.2g} s" if s < 10 else f"{s:.0f} s"
+    return _ago(s) if s < 3600 else f"{int(s) // 3600}h{int(s) % 3600 // 60:02d}m"
 
 # %% ../../nbs/sweeps/88_sweep_cli.ipynb #22bddabc
 def _point(r: RunSpec) -> str:
@@ -381,27 +395,64 @@ def _sweep(a) -> dict:
     return s | {"overrides": [*s["overrides"], *a.overrides]}
 
 # %% ../../nbs/sweeps/88_sweep_cli.ipynb #9eedcd27
-def _print_dry_run(runs: list[RunSpec], a) -> None:
+def _slurm_resources(a, s: dict) -> dict:
+    "Each array task's ask: the sweep file's `slurm:` section, then the command line's flags."
+    # a sweep from -m has no `slurm:` section
+    return (s.get("slurm") or {}) | {
+        k: getattr(a, k) for k in SLURM_RESOURCES if getattr(a, k) is not None
+    }
+
+
+def _slurm_script(runs: list[RunSpec], a, s: dict) -> str:
+    "The array script a Slurm sweep would submit (`sbatch`), written nowhere."
+    be = make_backend("slurm", a.runs, a.jobs, s["name"], _slurm_resources(a, s))
+    jobs = be.submit_many(runs, dry_run=True)
+    return sbatch_script(jobs, be.sweep, be.resources, be.runs / "slurm", be.throttle, be.python)
+
+
+def _cloud_jobs(be, runs: list[RunSpec]) -> str:
+    "The job each run would be on a cloud backend (its plan), or why it would be refused."
+    from qmind_render.sweeps.cloud import CloudError
+    from qmind_render.sweeps.cloud_cli import render_plan
+
+    out = []
+    for r in runs:
+        try:
+            out.append(render_plan(be.submit(r, dry_run=True)))
+        except CloudError as e:
+            out.append(f"would be refused: {e}")
+    return "\n\n".join(out)
+
+
+def _print_dry_run(runs: list[RunSpec], a, s: dict) -> None:
     print(f"{len(runs)} runs:\n" + "\n".join(f"  {r.name}{_point(r)}" for r in runs))
+    rows = sweep_cost(runs, a.utilisation)
     print(
         f"\ntotal estimate, {len(runs)} runs at {a.utilisation:.0%} of peak bf16:\n"
-        + format_table(sweep_cost(runs, a.utilisation))
+        + "\n".join([format_table(rows), *missing_note(rows)])
     )
-    w = estimate_wall(runs, a.backend, a.jobs, a.instance, a.utilisation)
-    per = [r["minutes"] for r in w["runs"]]
+    w = estimate_wall(runs, a.backend, a.jobs, a.instance, a.utilisation, a.remeasure)
+    per = [60 * r["minutes"] for r in w["runs"]]
     print(
         f"\nwall time on the {a.backend} backend: "
         + (
-            f"about {_ago(60 * w['wall_minutes'])} for the sweep "
-            f"({min(per):g}-{max(per):g} min a run)"
+            f"about {_duration(60 * w['wall_minutes'])} for the sweep "
+            + (
+                f"({_duration(per[0])} a run)"
+                if min(per) == max(per)
+                else f"({_duration(min(per))}-{_duration(max(per))} a run)"
+            )
             if w["wall_minutes"] is not None
             else "unknown (no bf16 peak for the instance)"
         )
         + f"; {w['basis']}"
     )
+    if a.backend == "slurm":
+        print("\nthe array job it would submit (sbatch):\n\n" + _slurm_script(runs, a, s))
     # what the budget guard will charge before the first launch
     if a.backend in CLOUD:
         be = make_backend(a.backend, **_cloud_kw(a))
+        print(f"\nthe jobs it would launch ({a.backend}):\n\n" + _cloud_jobs(be, runs))
         print(
             f"\nbudget guard: charges the cap, ${sum(be.max_usd(r) for r in runs):,.2f} = "
             f"{len(runs)} runs × "
@@ -421,7 +472,7 @@ def sweep_main(argv: list[str]) -> int:
         [a.sweep, *(["-m", *a.overrides] if a.multirun else a.overrides)]
     )
     if a.dry_run:
-        _print_dry_run(runs, a)
+        _print_dry_run(runs, a, s)
         return 0
     if a.status:
         return _status(runs, a.runs)
@@ -434,9 +485,8 @@ def sweep_main(argv: list[str]) -> int:
         )
         print(f"\nreport: {rep['report']}" + (f"  (figure {rep['png']})" if rep["png"] else ""))
         return 0
-    res = {k: getattr(a, k) for k in SLURM_RESOURCES if getattr(a, k) is not None}
     kw = _cloud_kw(a) if a.backend in CLOUD else {"poll_s": a.poll} if a.backend == "slurm" else {}
-    be = make_backend(a.backend, a.runs, a.jobs, s["name"], s["slurm"] | res, **kw)
+    be = make_backend(a.backend, a.runs, a.jobs, s["name"], _slurm_resources(a, s), **kw)
     if a.backend in CLOUD:
         jobs = _submit_cloud(be, runs, a)
     else:
