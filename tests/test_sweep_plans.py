@@ -67,7 +67,11 @@ def test_two_dry_runs_price_a_sweep_alike_and_the_second_measures_nothing(plans,
     second = _dry_run(SWEEP, monkeypatch)
     assert plans == {"step": 1, "model": 1}  # read, not measured
     assert store.stat().st_mtime_ns == stamp
-    assert re.search(r"\(stored \d{4}-\d\d-\d\d; `qmind bench steps` measures again\)", second)
+    assert re.search(
+        r"\(stored \d{4}-\d\d-\d\d at load [\d.]+ on \d+ CPUs; "
+        r"`qmind bench steps` measures again\)",
+        second,
+    )
     # the same figures; only where they came from differs
     assert _wall(first) == _wall(second) != "0m00s"
     strip = lambda s: s.split("wall time")[0]  # noqa: E731

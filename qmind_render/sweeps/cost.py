@@ -176,22 +176,33 @@ def _read_store(p: Path) -> dict:
         return {}
 
 # %% ../../nbs/sweeps/85_cost.ipynb #d54a0c05
+def _load_now() -> float | None:
+    "The one-minute load average (None where the platform has none)."
+    return round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None
+
+
+def _load(e: dict) -> str:
+    return f" at load {e['load']:g} on {e['cpus']} CPUs" if e.get("load") is not None else ""
+
+
 def stored(kind: str, recipe: dict, measure: Callable[[], object], refresh: bool = False):
     """(value, where it came from) of the measurement `kind` of `recipe` on this machine: the stored
-    one ("stored YYYY-MM-DD"), else (or with `refresh`) `measure()` ("measured now"), stored."""
+    one ("stored YYYY-MM-DD"), else (or with `refresh`) `measure()` ("measured now"), stored;
+    either with the machine's load when it was measured (a busy machine measures slow steps)."""
     what = {"kind": kind, "machine": machine_key(), "recipe": recipe}
     key = sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
     p = store_path()
     if not refresh and (hit := _read_store(p).get(key)):
-        return hit["value"], f"stored {hit['measured']}"
+        return hit["value"], f"stored {hit['measured']}" + _load(hit)
+    taken = {"measured": date.today().isoformat(), "load": _load_now(), "cpus": os.cpu_count()}
     value = measure()
     # read again: another process may have stored something meanwhile
-    data = _read_store(p) | {key: what | {"value": value, "measured": date.today().isoformat()}}
+    data = _read_store(p) | {key: what | {"value": value} | taken}
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
     tmp.replace(p)  # never a half-written store
-    return value, "measured now"
+    return value, "measured now" + _load(taken)
 
 # %% ../../nbs/sweeps/85_cost.ipynb #d54a0c07
 _MEASURED: dict[str, dict] = {}
