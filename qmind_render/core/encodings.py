@@ -457,7 +457,12 @@ class ConditionEncoder(nn.Module):
             "lighting": len(self.lighting_enc.plane_names),
             "atlas": int(cfg.atlas),
         }
-        self.atlas = TextureAtlas(self.M + self.C, int(cfg.atlas), int(cfg.atlas_res), tables)
+        # theme_enc=none: the theme reaches nothing, the atlas's level (its repeat count) included
+        shared = isinstance(self.theme_enc, NoCondition)
+        at = (
+            {**tables, "theme_repeats": np.ones_like(tables["theme_repeats"])} if shared else tables
+        )
+        self.atlas = TextureAtlas(self.M + self.C, int(cfg.atlas), int(cfg.atlas_res), at)
 
     @property
     def channels(self) -> int:

@@ -14,10 +14,10 @@ from .encodings import model_config, prepare_batch, synthetic_batch
 from .model import SIZES, ConditionalUNet, build_model, n_params
 
 # %% auto #0
-__all__ = ['forward_flops', 'train_flops', 'size_table']
+__all__ = ['countable_attention', 'forward_flops', 'train_flops', 'size_table']
 
 # %% ../../nbs/core/42_flops.ipynb #14d02970
-def _countable_attention():
+def countable_attention():
     """SDPA's math backend: plain matmuls that FlopCounterMode sees (it has no formula for the fused
     CPU kernel)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -38,7 +38,7 @@ def forward_flops(model: ConditionalUNet, batch: int = 1) -> float:
         dev,
         model.spec,
     )
-    with torch.no_grad(), _countable_attention(), FlopCounterMode(display=False) as fc:
+    with torch.no_grad(), countable_attention(), FlopCounterMode(display=False) as fc:
         model(x0, torch.zeros(batch, dtype=torch.long, device=dev), cond)
     return fc.get_total_flops() / batch
 
@@ -47,7 +47,7 @@ def train_flops(model, x0, cond, diffusion) -> float:
     "FLOPs of one training step's forward + backward, counted (FlopCounterMode)."
     from torch.utils.flop_counter import FlopCounterMode
 
-    with _countable_attention(), FlopCounterMode(display=False) as fc:
+    with countable_attention(), FlopCounterMode(display=False) as fc:
         diffusion_loss(
             model, diffusion, x0, cond, torch.Generator(x0.device).manual_seed(0)
         ).backward()

@@ -25,7 +25,7 @@ from qmind_render.core.config import (
     config_to_dict,
 )
 from ..core.device import precision_dtype
-from ..util import format_table, median_time
+from ..util import atomic_write, format_table, median_time
 from ..world.grid import load_grid
 
 # %% auto #0
@@ -115,9 +115,9 @@ def _counted_train_flops(model, x0, cond, diffusion) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     from qmind_render.core.diffusion import diffusion_loss
-    from qmind_render.core.flops import _countable_attention
+    from qmind_render.core.flops import countable_attention
 
-    with _countable_attention(), FlopCounterMode(display=False) as fc:
+    with countable_attention(), FlopCounterMode(display=False) as fc:
         diffusion_loss(model, diffusion, x0, cond, torch.Generator().manual_seed(0)).backward()
     return fc.get_total_flops()
 
@@ -199,9 +199,8 @@ def stored(kind: str, recipe: dict, measure: Callable[[], object], refresh: bool
     # read again: another process may have stored something meanwhile
     data = _read_store(p) | {key: what | {"value": value} | taken}
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-    tmp.replace(p)  # never a half-written store
+    # never a half-written store
+    atomic_write(p, json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
     return value, "measured now" + _load(taken)
 
 # %% ../../nbs/sweeps/85_cost.ipynb #d54a0c07
